@@ -1,0 +1,61 @@
+"""The library's own exceptions: what callers catch, whatever driver is underneath."""
+
+from __future__ import annotations
+
+
+class ProletarianError(Exception):
+    """Base class of every error raised by proletarian_ref."""
+
+
+class ConfigurationError(ProletarianError, ValueError):
+    """An option, table name or argument is invalid; raised before any SQL runs."""
+
+
+class InvalidKeywordError(ConfigurationError):
+    """A queue or job type is not text that Clojure's EDN reader reads back as the same keyword."""
+
+
+class SerializationError(ProletarianError, ValueError):
+    """A payload could not be encoded by the serializer; nothing was written."""
+
+
+class PayloadDecodeError(ProletarianError, ValueError):
+    """Stored payload text could not be decoded by the serializer."""
+
+
+class InvalidRetryStrategyError(ProletarianError, ValueError):
+    """retry_strategy_fn returned something that is neither None nor a valid retry strategy."""
+
+
+class FailedJobFnError(ProletarianError):
+    """failed_job_fn raised; the archive and delete are rolled back with it (Proletarian #30)."""
+
+    def __init__(self, message: str, *, job: object) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class JobInterrupted(ProletarianError):
+    """Raised inside a handler when its worker is stopping (Proletarian's InterruptedException).
+
+    The job is left in the queue with its attempts unchanged.
+    """
+
+
+class ShutdownTimeoutError(ProletarianError):
+    """stop() could not finish the worker threads within await_termination_timeout_ms."""
+
+
+class DatabaseError(ProletarianError):
+    """A database operation failed; the driver's exception is the __cause__."""
+
+
+class TransientDatabaseError(DatabaseError):
+    """A failure expected to pass (lost connection, pool timeout, lock wait timeout, deadlock).
+
+    A queue worker logs it and polls again after the interval instead of stopping.
+    """
+
+
+class SchemaMissingError(DatabaseError):
+    """The job or archive table does not exist."""
