@@ -1,0 +1,61 @@
+"""Factories for the project's own backends, named as a third party names theirs: "conformance.builtin:postgresql"."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+from conformance.harness import MemoryHarness, SqlHarness
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+
+PG_ENV: Final = "PROLETARIAN_TEST_PG_DSN"
+MYSQL_ENV: Final = "PROLETARIAN_TEST_MYSQL_DSN"
+DEFAULT_PG_DSN: Final = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_MYSQL_DSN: Final = "mysql://root@127.0.0.1:3306/test"
+
+
+def postgresql(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """psycopg 3 on PostgreSQL at `dsn`, else $PROLETARIAN_TEST_PG_DSN, else the local server."""
+    from proletarian_ref.backends.dsn import connection_factory
+    from proletarian_ref.backends.postgres import PostgresBackend
+
+    target = dsn or os.environ.get(PG_ENV) or DEFAULT_PG_DSN
+    return SqlHarness(
+        "postgresql",
+        dialect="postgresql",
+        connect=connection_factory(target),
+        backend_class=PostgresBackend,
+        job_table=job_table,
+        archived_job_table=archived_job_table,
+    )
+
+
+def mysql(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """PyMySQL on MySQL/MariaDB at `dsn`, else $PROLETARIAN_TEST_MYSQL_DSN, else the local server."""
+    from proletarian_ref.backends.dsn import connection_factory
+    from proletarian_ref.backends.mysql import MySQLBackend
+
+    target = dsn or os.environ.get(MYSQL_ENV) or DEFAULT_MYSQL_DSN
+    return SqlHarness(
+        "mysql",
+        dialect="mysql",
+        connect=connection_factory(target),
+        backend_class=MySQLBackend,
+        job_table=job_table,
+        archived_job_table=archived_job_table,
+    )
+
+
+def memory(
+    job_table: str = DEFAULT_JOB_TABLE, archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE, **_: Any
+) -> MemoryHarness:
+    """The in-memory backend (one process only)."""
+    return MemoryHarness(job_table, archived_job_table)

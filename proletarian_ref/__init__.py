@@ -1,0 +1,79 @@
+"""proletarian-ref: the Python reference implementation of Proletarian, the durable job queue."""
+
+from proletarian_ref.backend import Backend, Capabilities, JobRecord
+from proletarian_ref.errors import (
+    ConfigurationError,
+    DatabaseError,
+    FailedJobFnError,
+    InvalidKeywordError,
+    InvalidRetryStrategyError,
+    JobInterrupted,
+    PayloadDecodeError,
+    ProletarianError,
+    SchemaMissingError,
+    SerializationError,
+    ShutdownTimeoutError,
+    TransientDatabaseError,
+)
+from proletarian_ref.interrupts import check_interrupted, interrupted, sleep
+from proletarian_ref.job import Job, enqueue
+from proletarian_ref.job_ids import (
+    ConstantIdStrategy,
+    DbGeneratedStrategy,
+    JobIdStrategy,
+    MysqlUuidStrategy,
+    PostgresqlUuidStrategy,
+    constant_id_strategy,
+    db_generated_strategy,
+    mysql_uuid_strategy,
+    postgresql_uuid_strategy,
+)
+from proletarian_ref.keywords import DEFAULT_QUEUE
+from proletarian_ref.retry import RetryStrategy
+from proletarian_ref.serializers import Serializer, TransitSerializer, create_serializer
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from proletarian_ref.worker import QueueWorker, create_queue_worker, process_next_job
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_ARCHIVED_JOB_TABLE",
+    "DEFAULT_JOB_TABLE",
+    "DEFAULT_QUEUE",
+    "Backend",
+    "Capabilities",
+    "ConfigurationError",
+    "ConstantIdStrategy",
+    "DatabaseError",
+    "DbGeneratedStrategy",
+    "FailedJobFnError",
+    "InvalidKeywordError",
+    "InvalidRetryStrategyError",
+    "Job",
+    "JobIdStrategy",
+    "JobInterrupted",
+    "JobRecord",
+    "MysqlUuidStrategy",
+    "PayloadDecodeError",
+    "PostgresqlUuidStrategy",
+    "ProletarianError",
+    "QueueWorker",
+    "RetryStrategy",
+    "SchemaMissingError",
+    "SerializationError",
+    "Serializer",
+    "ShutdownTimeoutError",
+    "TransientDatabaseError",
+    "TransitSerializer",
+    "check_interrupted",
+    "constant_id_strategy",
+    "create_queue_worker",
+    "create_serializer",
+    "db_generated_strategy",
+    "enqueue",
+    "interrupted",
+    "mysql_uuid_strategy",
+    "postgresql_uuid_strategy",
+    "process_next_job",
+    "sleep",
+]

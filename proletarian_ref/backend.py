@@ -1,0 +1,108 @@
+"""The backend protocol: Proletarian's database verbs, the one boundary between the core and a driver."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Protocol, runtime_checkable
+
+from proletarian_ref.tables import TableName
+
+STATUS_SUCCESS: Final = ":success"
+STATUS_FAILURE: Final = ":failure"
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can promise; the conformance suite reads it instead of guessing."""
+
+    skip_locked: bool = True
+    # The smallest step a stored timestamp keeps: MySQL TIMESTAMP keeps whole seconds.
+    time_precision: timedelta = timedelta(microseconds=1)
+    # Whether enqueue joins the caller's transaction, so a rollback leaves no job.
+    transactional_enqueue: bool = True
+    # Whether separate OS processes can share the queue (an in-memory store cannot).
+    multi_process: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A row of the job table as stored: ids in their database form, queue and type as keyword text."""
+
+    job_id: Any
+    queue: str
+    job_type: str
+    payload: str
+    attempts: int
+    enqueued_at: datetime
+    process_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedJobRecord:
+    """A row of the archived job table."""
+
+    job_id: Any
+    queue: str
+    job_type: str
+    payload: str
+    attempts: int
+    status: str
+    enqueued_at: datetime
+    process_at: datetime
+    finished_at: datetime
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A database behind Proletarian's five statements.
+
+    Every method but `transaction` and `close` takes the connection that `transaction` yielded (or, for
+    `enqueue`, the caller's own connection) and never commits. Timestamps in and out are aware UTC
+    datetimes; the core reads the clock and passes `now` in. Driver errors leave as
+    `proletarian_ref.errors.DatabaseError`, `TransientDatabaseError` for those expected to pass.
+    """
+
+    @property
+    def dialect(self) -> str: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """A connection in a transaction that commits when the block ends and rolls back on error."""
+        ...
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        """(E) Insert `job`; returns the stored id (the database's own when `job.job_id` is None)."""
+        ...
+
+    def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
+        """(S) Lock and return the due job of `queue` with the oldest process_at, skipping locked rows."""
+        ...
+
+    def archive_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """(A) Copy the job to the archive with attempts + 1, `status` and `finished_at`."""
+        ...
+
+    def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None:
+        """(D) Delete the job."""
+        ...
+
+    def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
+        """(R) Set process_at to `retry_at` and add one to attempts."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (connections kept for worker threads)."""
+        ...
+

@@ -1,0 +1,71 @@
+"""Finding the backend for a connection or data source, by the driver's type and without importing it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proletarian_ref.backend import Backend
+from proletarian_ref.errors import ConfigurationError
+
+
+def _driver_of(obj: Any) -> str:
+    return type(obj).__module__.split(".", 1)[0]
+
+
+def dialect_of_connection(conn: Any) -> str:
+    driver = _driver_of(conn)
+    if driver in ("psycopg", "psycopg_pool"):
+        return "postgresql"
+    if driver == "pymysql":
+        return "mysql"
+    raise ConfigurationError(
+        f"cannot tell the database of a {type(conn).__module__}.{type(conn).__qualname__} connection; "
+        "pass backend= (a PostgresBackend, MySQLBackend, MemoryBackend or your own Backend)"
+    )
+
+
+def backend_for_connection(conn: Any) -> Backend:
+    """The backend that runs enqueue on `conn`; a connection may name its own via proletarian_backend()."""
+    own = getattr(conn, "proletarian_backend", None)
+    if callable(own):
+        backend: Backend = own()
+        return backend
+    return _backend_class(dialect_of_connection(conn))(None)
+
+
+def backend_for_data_source(data_source: Any) -> Backend:
+    """The backend for a worker: a psycopg_pool pool, or a zero-argument callable returning connections.
+
+    A callable is called once here to learn which driver it returns; that connection is kept for the
+    first worker thread, not wasted.
+    """
+    if isinstance(data_source, Backend):
+        return data_source
+    own = getattr(data_source, "proletarian_backend", None)
+    if callable(own):
+        backend: Backend = own()
+        return backend
+    if _driver_of(data_source) == "psycopg_pool":
+        return _backend_class("postgresql")(data_source)
+    if not callable(data_source):
+        raise ConfigurationError(
+            f"data_source must be a psycopg_pool.ConnectionPool or a zero-argument callable returning a "
+            f"DB-API connection, got {type(data_source).__name__}"
+        )
+    probe = data_source()
+    try:
+        dialect = dialect_of_connection(probe)
+    except ConfigurationError:
+        probe.close()
+        raise
+    return _backend_class(dialect)(data_source, first_connection=probe)
+
+
+def _backend_class(dialect: str) -> Any:
+    if dialect == "postgresql":
+        from proletarian_ref.backends.postgres import PostgresBackend
+
+        return PostgresBackend
+    from proletarian_ref.backends.mysql import MySQLBackend
+
+    return MySQLBackend

@@ -1,0 +1,76 @@
+"""Connection factories from DSNs: postgresql://... for psycopg, mysql://... for PyMySQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from proletarian_ref.errors import ConfigurationError
+
+_PG_SCHEMES = ("postgresql", "postgres")
+_MYSQL_SCHEMES = ("mysql", "mysql+pymysql", "mariadb")
+
+
+def dialect_of_dsn(dsn: str) -> str:
+    scheme = urlsplit(dsn).scheme.lower()
+    if scheme in _PG_SCHEMES:
+        return "postgresql"
+    if scheme in _MYSQL_SCHEMES:
+        return "mysql"
+    raise ConfigurationError(
+        f"cannot tell the database of DSN {redact(dsn)!r}: it must start with postgresql:// or mysql://"
+    )
+
+
+def redact(dsn: str) -> str:
+    """The DSN with its password hidden, for error messages and logs."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+def mysql_connect_kwargs(dsn: str) -> dict[str, Any]:
+    """PyMySQL keyword arguments for mysql://user:password@host:port/database?option=value."""
+    parts = urlsplit(dsn)
+    kwargs: dict[str, Any] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username) if parts.username else "root",
+        "password": unquote(parts.password) if parts.password else "",
+        "charset": "utf8mb4",
+    }
+    database = parts.path.lstrip("/")
+    if database:
+        kwargs["database"] = unquote(database)
+    for key, value in parse_qsl(parts.query):
+        if key == "unix_socket":
+            kwargs["unix_socket"] = value
+        elif key in ("connect_timeout", "read_timeout", "write_timeout"):
+            kwargs[key] = int(value)
+        else:
+            raise ConfigurationError(f"unsupported MySQL DSN option {key!r} in {redact(dsn)!r}")
+    return kwargs
+
+
+def connection_factory(dsn: str, **overrides: Any) -> Callable[[], Any]:
+    """A zero-argument callable opening a new connection to `dsn` (a data source for a queue worker)."""
+    dialect = dialect_of_dsn(dsn)
+    if dialect == "postgresql":
+        import psycopg
+
+        def connect_postgresql() -> Any:
+            return psycopg.connect(dsn, **overrides)
+
+        return connect_postgresql
+
+    import pymysql
+
+    kwargs = {**mysql_connect_kwargs(dsn), **overrides}
+
+    def connect_mysql() -> Any:
+        return pymysql.connect(**kwargs)
+
+    return connect_mysql

@@ -1,0 +1,91 @@
+"""The PostgreSQL backend, on psycopg 3 (and psycopg_pool pools as data sources)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Final
+
+import psycopg
+import psycopg.errors
+from psycopg.rows import tuple_row
+
+from proletarian_ref.backend import Capabilities
+from proletarian_ref.backends._dbapi import SqlBackend
+from proletarian_ref.errors import DatabaseError, SchemaMissingError, TransientDatabaseError
+
+try:
+    from psycopg_pool import PoolTimeout
+except ImportError:  # pragma: no cover - psycopg_pool is optional; without it no pool can time out.
+    PoolTimeout = None  # type: ignore[assignment,misc]
+
+# SQLSTATE classes and codes after which the same work may succeed on a retry: connection exceptions,
+# transaction rollbacks (deadlock, serialization), insufficient resources, operator intervention (admin
+# shutdown, server restart), lock_not_available and idle_in_transaction_session_timeout.
+_TRANSIENT_CLASSES: Final = frozenset({"08", "40", "53", "57"})
+_TRANSIENT_CODES: Final = frozenset({"55P03", "25P03"})
+
+
+class PostgresBackend(SqlBackend):
+    """Proletarian's statements on PostgreSQL 9.5+ (SKIP LOCKED)."""
+
+    dialect: ClassVar[str] = "postgresql"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    @property
+    def _pooled(self) -> bool:
+        return type(self._data_source).__module__.split(".", 1)[0] == "psycopg_pool"
+
+    def _checkout_pooled(self) -> Any:
+        return self._data_source.getconn()
+
+    def _checkin_pooled(self, conn: Any) -> None:
+        self._data_source.putconn(conn)
+
+    def _translate(self, exc: BaseException) -> DatabaseError | None:
+        if PoolTimeout is not None and isinstance(exc, PoolTimeout):
+            return TransientDatabaseError(f"no connection from the pool in time: {exc}")
+        if not isinstance(exc, psycopg.Error):
+            return None
+        message = f"{type(exc).__name__}: {str(exc).strip()}"
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            return SchemaMissingError(f"{message} (install the schema: proletarian_ref.schema.install)")
+        sqlstate = exc.sqlstate or ""
+        if (
+            isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
+            or sqlstate[:2] in _TRANSIENT_CLASSES
+            or sqlstate in _TRANSIENT_CODES
+        ):
+            return TransientDatabaseError(message)
+        return DatabaseError(message)
+
+    def _cursor(self, conn: Any) -> Any:
+        # The caller's connection may have a dict row factory; the backend reads rows by position.
+        return conn.cursor(row_factory=tuple_row)
+
+    def _db_time(self, value: datetime, *, scheduled: bool = False) -> Any:
+        # Text with an explicit offset and no declared type (psycopg sends str as "unknown"): PostgreSQL
+        # takes the exact instant into TIMESTAMPTZ and the UTC wall clock into a legacy TIMESTAMP column,
+        # whatever the session TimeZone, just as pgjdbc's setTimestamp with a UTC Calendar does.
+        return value.astimezone(UTC).isoformat()
+
+    def _from_db_time(self, value: Any) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    def _begin(self, conn: Any) -> Any:
+        was_autocommit = conn.autocommit
+        if was_autocommit:
+            conn.autocommit = False
+        return was_autocommit
+
+    def _end(self, conn: Any, state: Any) -> None:
+        if state and not conn.closed:
+            conn.autocommit = True
+
+    def _is_broken(self, conn: Any) -> bool:
+        return bool(conn.closed or conn.broken)
+
+    def _generated_id(self, cursor: Any) -> Any:
+        row = cursor.fetchone()
+        return None if row is None else row[0]

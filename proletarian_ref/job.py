@@ -1,0 +1,118 @@
+"""Enqueueing a job on the caller's connection (proletarian.job/enqueue!) and the job handlers see."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from proletarian_ref.backend import Backend, JobRecord
+from proletarian_ref.clock import Clock, now_from, system_utc
+from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
+from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
+from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
+from proletarian_ref.serializers import Serializer, create_serializer
+from proletarian_ref.tables import DEFAULT_JOB_TABLE, TableName, table_name
+
+_DEFAULT_SERIALIZER = create_serializer()
+
+
+def default_serializer() -> Serializer:
+    return _DEFAULT_SERIALIZER
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed job as handlers, retry_strategy_fn and failed_job_fn see it.
+
+    `attempts` is the number of the current attempt (1 on the first run), as in Proletarian's job map.
+    `queue` and `job_type` are keyword names without the colon, e.g. "my.ns/job-type".
+    """
+
+    job_id: Any
+    queue: str
+    job_type: str
+    payload: Any
+    attempts: int
+    enqueued_at: datetime
+    process_at: datetime
+
+
+def to_process_at(now: datetime, process_at: datetime | None, process_in: timedelta | None) -> datetime:
+    """Proletarian's ->process-at: process_at wins; the past is clamped to now; a negative delay means now."""
+    if process_at is not None:
+        if not isinstance(process_at, datetime):
+            raise ConfigurationError(f"process_at must be an aware datetime, got {type(process_at).__name__}")
+        if process_at.tzinfo is None or process_at.utcoffset() is None:
+            raise ConfigurationError(
+                f"process_at={process_at!r} is a naive datetime; pass an aware one, e.g. with tzinfo=UTC"
+            )
+        return max(process_at.astimezone(now.tzinfo), now)
+    if process_in is not None:
+        if not isinstance(process_in, timedelta):
+            raise ConfigurationError(f"process_in must be a timedelta, got {type(process_in).__name__}")
+        if process_in < timedelta(0):
+            return now
+        try:
+            return now + process_in
+        except OverflowError:
+            raise ConfigurationError(f"process_in={process_in!r} puts the job past year 9999") from None
+    return now
+
+
+def enqueue(
+    conn: Any,
+    job_type: str,
+    payload: Any,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    process_at: datetime | None = None,
+    process_in: timedelta | None = None,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    serializer: Serializer | None = None,
+    job_id_strategy: JobIdStrategy | None = None,
+    clock: Clock | None = None,
+    backend: Backend | None = None,
+) -> Any:
+    """Insert one job on `conn` within its current transaction, never committing; return the job id.
+
+    `conn` is an open DB-API connection (psycopg 3 or PyMySQL), or any connection a backend accepts with
+    `backend=`. Everything is checked before the INSERT, so bad input never leaves a half-written job.
+    """
+    from proletarian_ref.backends import backend_for_connection
+
+    table = table_name(job_table, option="job_table")
+    job_type_text = to_keyword_text(job_type, what="job_type")
+    queue_text = to_keyword_text(queue, what="queue")
+    if backend is None:
+        backend = backend_for_connection(conn)
+    strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
+    serializer = serializer if serializer is not None else _DEFAULT_SERIALIZER
+    now = now_from(clock if clock is not None else system_utc)
+    effective_process_at = to_process_at(now, process_at, process_in)
+    payload_text = encode_payload(serializer, payload)
+    job_id = strategy.generate_id()
+    record = JobRecord(
+        job_id=None if job_id is None else strategy.encode_id(job_id),
+        queue=queue_text,
+        job_type=job_type_text,
+        payload=payload_text,
+        attempts=0,
+        enqueued_at=now,
+        process_at=effective_process_at,
+    )
+    stored_id = backend.enqueue(conn, table, record)
+    return job_id if job_id is not None else strategy.decode_id(stored_id)
+
+
+def encode_payload(serializer: Serializer, payload: Any) -> str:
+    """Encode with `serializer`, turning any failure into a SerializationError that names the cause."""
+    try:
+        text = serializer.encode(payload)
+    except ProletarianError:
+        raise
+    except Exception as exc:
+        raise SerializationError(f"payload of type {type(payload).__name__} could not be encoded: {exc}") from exc
+    if not isinstance(text, str):
+        raise SerializationError(f"serializer.encode must return str, got {type(text).__name__}")
+    return text

@@ -1,0 +1,117 @@
+"""Job-id strategies: how an id is made and how it is stored (proletarian.job-id-strategies)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class JobIdStrategy(Protocol):
+    """Generates a job id and converts it to and from the value the database column holds."""
+
+    def generate_id(self) -> Any:
+        """A new id, or None when the database generates it."""
+        ...
+
+    def encode_id(self, job_id: Any) -> Any:
+        """The id as a driver parameter."""
+        ...
+
+    def decode_id(self, value: Any) -> Any:
+        """The id from the value the driver returns."""
+        ...
+
+
+class PostgresqlUuidStrategy:
+    """Random (v4) UUIDs in a PostgreSQL `uuid` column, which the driver converts natively."""
+
+    def generate_id(self) -> uuid.UUID:
+        return uuid.uuid4()
+
+    def encode_id(self, job_id: Any) -> Any:
+        return job_id
+
+    def decode_id(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return uuid.UUID(value)
+        return value
+
+
+class MysqlUuidStrategy:
+    """Random (v4) UUIDs in a MySQL BINARY(16) column, in RFC 4122 byte order (uuid.UUID.bytes).
+
+    That is Proletarian's layout (most significant long first), so HEX(job_id) is the UUID without dashes.
+    """
+
+    def generate_id(self) -> uuid.UUID:
+        return uuid.uuid4()
+
+    def encode_id(self, job_id: Any) -> bytes | None:
+        if job_id is None:
+            return None
+        if isinstance(job_id, uuid.UUID):
+            return job_id.bytes
+        return uuid.UUID(str(job_id)).bytes
+
+    def decode_id(self, value: Any) -> uuid.UUID | None:
+        if value is None:
+            return None
+        return uuid.UUID(bytes=bytes(value))
+
+
+class DbGeneratedStrategy:
+    """The database makes the id (a column default or AUTO_INCREMENT); enqueue returns it.
+
+    Proletarian binds an explicit NULL and returns nil; we omit the column so a PostgreSQL DEFAULT applies
+    too, and read the generated key back.
+    """
+
+    def generate_id(self) -> None:
+        return None
+
+    def encode_id(self, job_id: Any) -> Any:
+        return job_id
+
+    def decode_id(self, value: Any) -> Any:
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantIdStrategy:
+    """Always the same id, for tests (like Proletarian's ->constant-id-strategy)."""
+
+    value: Any
+
+    def generate_id(self) -> Any:
+        return self.value
+
+    def encode_id(self, job_id: Any) -> Any:
+        return self.value
+
+    def decode_id(self, value: Any) -> Any:
+        return self.value
+
+
+def postgresql_uuid_strategy() -> PostgresqlUuidStrategy:
+    return PostgresqlUuidStrategy()
+
+
+def mysql_uuid_strategy() -> MysqlUuidStrategy:
+    return MysqlUuidStrategy()
+
+
+def db_generated_strategy() -> DbGeneratedStrategy:
+    return DbGeneratedStrategy()
+
+
+def constant_id_strategy(value: Any) -> ConstantIdStrategy:
+    return ConstantIdStrategy(value)
+
+
+def default_job_id_strategy(dialect: str) -> JobIdStrategy:
+    """The dialect's own UUID layout, so MySQL users need not pass a strategy as Proletarian makes them."""
+    if dialect == "mysql":
+        return MysqlUuidStrategy()
+    return PostgresqlUuidStrategy()

@@ -1,0 +1,79 @@
+"""Log events with Proletarian's names and data keys, and the default logger on stdlib logging."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+LogFn = Callable[[str, Mapping[str, Any]], None]
+
+# Event names are Proletarian's keywords without the leading colon.
+POLLING_FOR_JOBS: Final = "proletarian.worker/polling-for-jobs"
+HANDLING_JOB: Final = "proletarian.worker/handling-job"
+JOB_FINISHED: Final = "proletarian.worker/job-finished"
+JOB_INTERRUPTED: Final = "proletarian.worker/job-interrupted"
+HANDLE_JOB_EXCEPTION: Final = "proletarian.worker/handle-job-exception"
+HANDLE_JOB_EXCEPTION_WITH_INTERRUPT: Final = "proletarian.worker/handle-job-exception-with-interrupt"
+RETRYING: Final = "proletarian.retry/retrying"
+NOT_RETRYING: Final = "proletarian.retry/not-retrying"
+SQL_TRANSIENT_EXCEPTION: Final = "proletarian.worker/sql-transient-exception"
+WORKER_INTERRUPTED: Final = "proletarian.worker/worker-interrupted"
+JOB_WORKER_ERROR: Final = "proletarian.worker/job-worker-error"
+QUEUE_WORKER_SHUTDOWN_ERROR: Final = "proletarian.worker/queue-worker-shutdown-error"
+SHUTTING_DOWN: Final = "proletarian.executor/shutting-down"
+COMPLETED_SHUTDOWN: Final = "proletarian.executor/completed-shutdown"
+ALREADY_SHUT_DOWN: Final = "proletarian.executor/already-shut-down"
+INTERRUPTED_WHILE_SHUTTING_DOWN: Final = "proletarian.executor/interrupted-while-shutting-down"
+
+# Data keys, as Proletarian names them (note the singular "attempt").
+QUEUE_WORKER_ID: Final = "proletarian.worker/queue-worker-id"
+WORKER_THREAD_ID: Final = "worker-thread-id"
+JOB_ID: Final = "job-id"
+JOB_TYPE: Final = "job-type"
+ATTEMPT: Final = "attempt"
+EXCEPTION: Final = "exception"
+THROWABLE: Final = "throwable"
+RETRY_AT: Final = "retry-at"
+RETRIES_LEFT: Final = "retries-left"
+RETRY_SPEC: Final = "retry-spec"
+
+# The levels Proletarian's README suggests for each event.
+_ERROR_EVENTS: Final = frozenset(
+    {
+        QUEUE_WORKER_SHUTDOWN_ERROR,
+        HANDLE_JOB_EXCEPTION_WITH_INTERRUPT,
+        HANDLE_JOB_EXCEPTION,
+        JOB_WORKER_ERROR,
+        NOT_RETRYING,
+    }
+)
+_DEBUG_EVENTS: Final = frozenset({POLLING_FOR_JOBS})
+
+logger = logging.getLogger("proletarian_ref")
+
+
+def level_of(event: str) -> int:
+    if event in _ERROR_EVENTS:
+        return logging.ERROR
+    if event in _DEBUG_EVENTS:
+        return logging.DEBUG
+    return logging.INFO
+
+
+def stdlib_logger(event: str, data: Mapping[str, Any]) -> None:
+    """The default `log`: the event at its suggested level on the `proletarian_ref` logger.
+
+    The data map travels in `extra["proletarian"]` for structured handlers, and the exception, if any,
+    as exc_info so tracebacks are not lost.
+    """
+    level = level_of(event)
+    if not logger.isEnabledFor(level):
+        return
+    error = data.get(EXCEPTION) or data.get(THROWABLE)
+    exc_info = error if isinstance(error, BaseException) else None
+    logger.log(level, "%s %s", event, dict(data), exc_info=exc_info, extra={"proletarian": dict(data)})
+
+
+def null_logger(event: str, data: Mapping[str, Any]) -> None:
+    """A `log` that drops everything."""

@@ -1,0 +1,435 @@
+"""The payload codec: Transit JSON, read and written exactly as Proletarian's own serializer does.
+
+Proletarian (``proletarian.transit/create-serializer``) writes payloads with transit-clj in ``:json``
+(non-verbose) mode, a new writer per payload, and maps Transit's ``m`` tag to ``java.time.Instant``
+(epoch milliseconds). :class:`TransitSerializer` is the Python side of that contract.
+
+Encoding (the same in both modes)
+---------------------------------
+============================================  ==============================================
+Python value                                  Transit written
+============================================  ==============================================
+``dict``, :class:`FrozenMap`, other Mapping   map; **str keys are written as keywords**
+                                              (``{"email": "a"}`` -> ``["^ ","~:email","a"]``),
+                                              at every level; other keys as Transit does
+transit ``frozendict``                        map with its keys exactly as given, so a str key
+                                              stays a string key (what exact decode returns)
+``str`` (as a value)                          string
+``Keyword`` / ``Symbol``                      keyword / symbol
+``list``, ``tuple``                           array (a vector in Clojure)
+transit ``List``                              ``["~#list", [...]]`` (a list in Clojure)
+``set``, ``frozenset``                        ``["~#set", [...]]``
+``bool`` / transit ``Boolean`` / ``None``     ``true`` / ``false`` / ``null``
+``int``                                       number, ``"~i..."`` beyond 2**53, ``"~n..."`` (BigInt)
+                                              beyond 64 bits
+``float``                                     number, ``"~zNaN"``, ``"~zINF"``, ``"~z-INF"``
+``Decimal`` (finite)                          ``"~f..."`` (BigDecimal)
+aware ``datetime``                            ``"~m<epoch ms>"`` (sub-millisecond part dropped, as
+                                              Proletarian's Instant handler does)
+``uuid.UUID``                                 ``"~u..."``
+other ``TaggedValue``, ``URI``                as transit-python writes them
+============================================  ==============================================
+
+A top-level scalar is wrapped as ``["~#'", x]``. Anything else (a naive datetime, a ``date``, bytes,
+an arbitrary object, a non-finite Decimal, a str that is not valid Unicode, two keys of one map that
+become the same keyword) raises :class:`SerializationError` naming the type and its path in the payload.
+
+Decoding
+--------
+``exact=True`` returns what transit-python's Reader gives: ``Keyword``, ``Symbol``, ``frozendict``,
+``tuple`` for vectors, ``frozenset``, transit ``Boolean`` (``true``/``false``) and so on, except that
+``~#list`` is read as a transit ``List`` (its ``rep`` a tuple) so that a Clojure list is written back
+as a list. Re-encoding an exact value gives the same Transit value back.
+
+``exact=False`` (the default, "plain") converts that to ordinary Python values:
+
+* keywords and symbols (keys and values) -> ``str`` with the namespace and no colon (``"user/id"``);
+* maps -> ``dict``; vectors and lists -> ``list``; sets -> ``set``; ``Boolean`` -> ``bool``;
+* inside a set or a map key, where values must be hashable: maps -> :class:`FrozenMap`, vectors and
+  lists -> ``tuple``, sets -> ``frozenset``;
+* when that conversion would merge distinct elements of one set or keys of one map (``#{0 1 true
+  false}``, ``{:a 1 "a" 2}``), nothing is dropped: that set keeps its elements exactly as read, and that
+  map is returned as a transit ``frozendict`` with its keys exactly as read (its values still plain);
+* unchanged in both modes: ``str``, ``int`` (also BigInt), ``float``, ``None``, ``Decimal`` (``~f``),
+  ``uuid.UUID``, aware UTC ``datetime`` (``~m`` and ``~t``), and the tagged values transit-python has no
+  Python type for (ratio, char, unknown tags) which stay transit ``TaggedValue`` objects.
+
+Plain mode is lossy by design (a keyword value and a string value both decode to ``str``, a Clojure list
+becomes a ``list`` that is written back as a vector); use ``exact=True`` to keep the distinction.
+Text that is not valid Transit JSON raises :class:`PayloadDecodeError`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from decimal import Decimal
+from typing import Any, Final, Protocol, runtime_checkable
+
+from transit import transit_types
+from transit.constants import MAP_AS_ARR
+from transit.decoder import Decoder, Tag
+from transit.helpers import pairs
+from transit.transit_types import Boolean, Keyword, List, Symbol, TaggedValue, frozendict
+from transit.writer import Writer
+
+from proletarian_ref.errors import PayloadDecodeError, SerializationError
+
+__all__ = ["FrozenMap", "Serializer", "TransitSerializer", "create_serializer"]
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """Turns a payload into the text stored in the payload column and back (proletarian.protocols)."""
+
+    def encode(self, data: Any) -> str: ...
+
+    def decode(self, text: str) -> Any: ...
+
+
+class FrozenMap(Mapping[Any, Any]):
+    """An immutable, hashable map: what plain decoding gives for a map inside a set or used as a key.
+
+    It compares equal to any mapping with the same items. Its str keys are written as keywords, like a
+    dict's.
+    """
+
+    __slots__ = ("_hash", "_items")
+
+    def __init__(self, items: Mapping[Any, Any] | Iterable[tuple[Any, Any]] = ()) -> None:
+        self._items: dict[Any, Any] = dict(items)
+        self._hash: int | None = None
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            # The same hash as transit's frozendict, so equal maps of either type hash alike.
+            self._hash = hash(frozenset(self._items.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._items!r})"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Decoding
+
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_EPOCH_MILLIS: Final = re.compile(r"[+-]?[0-9]+")
+_EXCERPT_CHARS: Final = 120
+
+
+class _ListHandler:
+    @staticmethod
+    def from_rep(rep: Any) -> Any:
+        if not isinstance(rep, tuple):
+            raise ValueError(f"~#list needs an array, got {rep!r}")
+        return List(rep)
+
+
+class _SetHandler:
+    @staticmethod
+    def from_rep(rep: Any) -> frozenset[Any]:
+        if not isinstance(rep, tuple):
+            raise ValueError(f"~#set needs an array, got {rep!r}")
+        return frozenset(rep)
+
+
+class _CmapHandler:
+    @staticmethod
+    def from_rep(rep: Any) -> Any:
+        if not isinstance(rep, tuple) or len(rep) % 2:
+            raise ValueError(f"~#cmap needs an array of keys and values, got {rep!r}")
+        return frozendict(pairs(rep))
+
+
+class _InstantHandler:
+    """Proletarian's ``m`` read handler: epoch milliseconds to an instant (here an aware UTC datetime)."""
+
+    @staticmethod
+    def from_rep(rep: Any) -> datetime.datetime:
+        if isinstance(rep, bool) or not isinstance(rep, int | str):
+            raise ValueError(f"~m needs epoch milliseconds, got {rep!r}")
+        if isinstance(rep, str) and not _EPOCH_MILLIS.fullmatch(rep):
+            raise ValueError(f"~m needs epoch milliseconds, got {rep!r}")
+        millis = int(rep)
+        try:
+            return _EPOCH + datetime.timedelta(milliseconds=millis)
+        except OverflowError:
+            raise ValueError(f"instant ~m{millis} is outside the range of Python's datetime") from None
+
+
+# transit's Decoder has no strict mode: it silently drops a map's odd trailing key and a tagged value's
+# extra elements. This subclass refuses them so that a damaged payload is an error, not missing data.
+class _StrictDecoder(Decoder):  # type: ignore[misc]  # transit ships no type information
+    def decode_list(self, node: list[Any], cache: Any, as_map_key: bool) -> Any:
+        if not node:
+            return ()
+        if node[0] == MAP_AS_ARR:
+            if len(node) % 2 == 0:
+                raise ValueError("a map (a '^ ' array) has a key without a value")
+            return super().decode_list(node, cache, as_map_key)
+        # Elements are decoded exactly once and in order, to keep the key cache in step with the writer.
+        first = self._decode(node[0], cache, as_map_key)
+        if isinstance(first, Tag):
+            if len(node) != 2:
+                raise ValueError(f"tagged value ~#{first.tag} has {len(node) - 1} representations, not 1")
+            return self.decode_tag(first.tag, self._decode(node[1], cache, as_map_key))
+        return (first, *(self._decode(item, cache, as_map_key) for item in node[1:]))
+
+
+def _make_decoder() -> Any:
+    decoder = _StrictDecoder()
+    decoder.register("list", _ListHandler)
+    decoder.register("set", _SetHandler)
+    decoder.register("cmap", _CmapHandler)
+    decoder.register("m", _InstantHandler)
+    return decoder
+
+
+_DECODER: Final = _make_decoder()  # stateless: each decode() call gets its own key cache
+
+
+def _refuse_json_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (Transit writes it as ~z)")
+
+
+def _excerpt(text: str) -> str:
+    return repr(text if len(text) <= _EXCERPT_CHARS else text[:_EXCERPT_CHARS] + "...")
+
+
+def _read_exact(text: str) -> Any:
+    try:
+        node = json.loads(text, parse_constant=_refuse_json_constant)
+        return _DECODER.decode(node)
+    except RecursionError:
+        raise PayloadDecodeError(
+            f"payload is nested too deeply to decode; payload: {_excerpt(text)}"
+        ) from None
+    except Exception as error:
+        raise PayloadDecodeError(
+            f"payload is not valid Transit JSON ({type(error).__name__}: {error}); payload: {_excerpt(text)}"
+        ) from error
+
+
+def _plain(value: Any, hashable: bool) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is float or value is None:
+        return value
+    if kind is Keyword or kind is Symbol:
+        return value.str
+    if kind is Boolean:
+        return bool(value)
+    if kind is tuple or kind is List:
+        items = value if kind is tuple else value.rep
+        converted = [_plain(item, hashable) for item in items]
+        return tuple(converted) if hashable else converted
+    if kind is frozendict:
+        return _plain_map(value, hashable)
+    if kind is frozenset:
+        elements = frozenset(_plain(element, True) for element in value)
+        if len(elements) < len(value):
+            elements = value  # e.g. true and 1: keep Transit's own objects rather than lose one
+        return elements if hashable else set(elements)
+    return value
+
+
+def _plain_map(value: Any, hashable: bool) -> Any:
+    keys = [_plain(key, True) for key in value]
+    if len(set(keys)) < len(keys):
+        # e.g. :a and "a": keep the exact keys; a frozendict is written back with its keys as given.
+        return frozendict({key: _plain(item, hashable) for key, item in value.items()})
+    converted = {key: _plain(item, hashable) for key, item in zip(keys, value.values(), strict=True)}
+    return FrozenMap(converted) if hashable else converted
+
+
+# ---------------------------------------------------------------------------------------------------
+# Encoding
+
+
+class _UnencodableError(Exception):
+    """Raised while preparing a payload; each enclosing container adds its step of the path."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.steps: list[str] = []
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _checked_text(value: str) -> str:
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise _UnencodableError(
+                f"str {_short_repr(value)} holds a lone surrogate at index {error.start}, which cannot be "
+                "stored as UTF-8"
+            ) from None
+    return value if type(value) is str else str.__str__(value)
+
+
+def _prepare(value: Any, hashable: bool) -> Any:
+    """Return ``value`` in the types transit-python's writer handles, applying the rules above."""
+    kind = type(value)
+    if kind is str:
+        return _checked_text(value)
+    if value is None or kind is int or kind is float or kind is bool:
+        return value
+    if kind is Keyword or kind is Symbol or kind is Boolean or kind is uuid.UUID:
+        return value
+    if isinstance(value, Mapping):
+        return _prepare_map(value, hashable)
+    if isinstance(value, list | tuple):
+        return _prepare_items(value, hashable)
+    if isinstance(value, set | frozenset):
+        return frozenset(_prepare_element(element) for element in value)
+    if isinstance(value, datetime.datetime):
+        if value.utcoffset() is None:
+            raise _UnencodableError(
+                f"naive datetime {value!r}: a payload datetime must be timezone-aware "
+                "(e.g. tzinfo=datetime.timezone.utc), since Transit writes an instant"
+            )
+        return value
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise _UnencodableError(f"{value!r} is not finite; Clojure's BigDecimal cannot represent it")
+        return value
+    if isinstance(value, int):
+        return int(value)  # IntEnum and other int subclasses: the writer needs a plain int
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return _checked_text(value)
+    if isinstance(value, List):
+        return List(tuple(_prepare_items(value.rep, True)))
+    if isinstance(value, transit_types.URI | transit_types.Link):
+        return value
+    if isinstance(value, TaggedValue):
+        if not isinstance(value.tag, str) or not value.tag:
+            raise _UnencodableError(f"TaggedValue tag must be a non-empty str, got {value.tag!r}")
+        try:
+            rep = _prepare(value.rep, hashable)
+        except _UnencodableError as error:
+            error.steps.append(f"<rep of #{value.tag}>")
+            raise
+        return TaggedValue(value.tag, rep)
+    raise _UnencodableError(
+        f"{type(value).__module__}.{type(value).__qualname__} {_short_repr(value)} has no Transit form"
+    )
+
+
+def _prepare_items(items: Iterable[Any], hashable: bool) -> Any:
+    prepared = []
+    for index, item in enumerate(items):
+        try:
+            prepared.append(_prepare(item, hashable))
+        except _UnencodableError as error:
+            error.steps.append(f"[{index}]")
+            raise
+    return tuple(prepared) if hashable else prepared
+
+
+def _prepare_element(element: Any) -> Any:
+    try:
+        return _prepare(element, True)
+    except _UnencodableError as error:
+        error.steps.append(f"<set element {_short_repr(element)}>")
+        raise
+
+
+def _prepare_map(value: Mapping[Any, Any], hashable: bool) -> Any:
+    keys_as_given = isinstance(value, frozendict)
+    prepared: dict[Any, Any] = {}
+    given_keys: dict[Any, Any] = {}
+    for key, item in value.items():
+        try:
+            if not keys_as_given and isinstance(key, str):
+                prepared_key = Keyword(_checked_text(key))
+            else:
+                prepared_key = _prepare(key, True)
+        except _UnencodableError as error:
+            error.steps.append(f"<key {_short_repr(key)}>")
+            raise
+        if prepared_key in prepared:
+            raise _UnencodableError(
+                f"keys {_short_repr(given_keys[prepared_key])} and {_short_repr(key)} of one map are both "
+                f"written as {_short_repr(prepared_key)} (a str key of a dict is written as a keyword)"
+            )
+        given_keys[prepared_key] = key
+        try:
+            prepared[prepared_key] = _prepare(item, hashable)
+        except _UnencodableError as error:
+            error.steps.append(f"[{_short_repr(key)}]")
+            raise
+    return frozendict(prepared) if hashable else prepared
+
+
+class TransitSerializer:
+    """Transit JSON (non-verbose) payload codec compatible with ``proletarian.transit/create-serializer``.
+
+    ``exact`` chooses what :meth:`decode` returns (see the module documentation); :meth:`encode` accepts
+    both plain and exact values whatever ``exact`` is.
+    """
+
+    __slots__ = ("_exact",)
+
+    def __init__(self, *, exact: bool = False) -> None:
+        self._exact = exact
+
+    @property
+    def exact(self) -> bool:
+        """True if decode returns transit-python's own types rather than plain Python values."""
+        return self._exact
+
+    def __repr__(self) -> str:
+        return f"TransitSerializer(exact={self._exact!r})"
+
+    def encode(self, data: Any) -> str:
+        """Return ``data`` as Transit JSON text; raises SerializationError if it cannot be encoded."""
+        try:
+            prepared = _prepare(data, False)
+        except _UnencodableError as error:
+            path = "payload" + "".join(reversed(error.steps))
+            raise SerializationError(f"cannot encode {path}: {error.reason}") from None
+        except RecursionError:
+            raise SerializationError(
+                "cannot encode payload: it is nested too deeply or contains itself"
+            ) from None
+        buffer = io.StringIO()
+        try:
+            # A new Writer per payload, so the key cache (^0, ^1, ...) is per payload, as in transit-clj.
+            Writer(buffer, "json").write(prepared)
+        except Exception as error:
+            raise SerializationError(
+                f"Transit could not encode the payload ({type(error).__name__}: {error})"
+            ) from error
+        return buffer.getvalue()
+
+    def decode(self, text: str) -> Any:
+        """Return the value stored as Transit JSON ``text``; raises PayloadDecodeError if it is not."""
+        if not isinstance(text, str):
+            raise PayloadDecodeError(f"payload must be str, got {type(text).__name__}")
+        value = _read_exact(text)
+        return value if self._exact else _plain(value, False)
+
+
+def create_serializer(*, exact: bool = False) -> TransitSerializer:
+    """Return the default payload serializer (``proletarian.transit/create-serializer``)."""
+    return TransitSerializer(exact=exact)

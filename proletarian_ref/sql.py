@@ -1,0 +1,57 @@
+"""Loads the named SQL blocks of sql/<dialect>/ and renders them with validated table names."""
+
+from __future__ import annotations
+
+import re
+from functools import cache, lru_cache
+from importlib import resources
+from importlib.abc import Traversable
+from pathlib import Path
+from typing import Final
+
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.tables import TableName
+
+DIALECTS: Final = ("postgresql", "mysql")
+_NAME_LINE: Final = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+
+
+def sql_dir(dialect: str) -> Traversable:
+    """The folder of a dialect's SQL: inside the installed wheel, or the repository's sql/ in a checkout."""
+    if dialect not in DIALECTS:
+        raise ConfigurationError(f"unknown SQL dialect {dialect!r}; expected one of {', '.join(DIALECTS)}")
+    packaged = resources.files("proletarian_ref") / "sql" / dialect
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "sql" / dialect
+
+
+def read_sql_file(dialect: str, filename: str) -> str:
+    return (sql_dir(dialect) / filename).read_text(encoding="utf-8")
+
+
+def parse_named_blocks(text: str) -> dict[str, str]:
+    """Split `-- name: x` blocks; a block's leading comment lines are its documentation, not its SQL."""
+    blocks: dict[str, str] = {}
+    matches = list(_NAME_LINE.finditer(text))
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        body = text[match.end() : end]
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        statement = "\n".join(lines).strip().rstrip(";").strip()
+        if match.group(1) in blocks:
+            raise ValueError(f"SQL block {match.group(1)!r} is defined twice")
+        blocks[match.group(1)] = statement
+    return blocks
+
+
+@cache
+def queries(dialect: str) -> dict[str, str]:
+    return parse_named_blocks(read_sql_file(dialect, "queries.sql"))
+
+
+@lru_cache(maxsize=256)
+def render(dialect: str, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
+    """The statement `name` with table names filled in; only TableName values can get here."""
+    template = queries(dialect)[name]
+    return template.format(job_table=job_table, archived_job_table=archived_job_table)

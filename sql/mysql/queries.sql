@@ -1,0 +1,37 @@
+-- Proletarian 1.0.109's five statements (db.clj), MySQL dialect, plus the database-generated id insert.
+-- {job_table} and {archived_job_table} are filled with validated identifiers; every value is a bound parameter.
+-- Timestamps are bound as UTC wall-clock values in whole seconds on a session whose time_zone is '+00:00'.
+
+-- name: enqueue
+-- (E) Insert one job on the caller's connection, inside whatever transaction it is in.
+INSERT INTO {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES (%(job_id)s, %(queue)s, %(job_type)s, %(payload)s, %(attempts)s, %(enqueued_at)s, %(process_at)s)
+
+-- name: enqueue_db_generated
+-- (E) without job_id, for the database-generated id strategy; the id is the AUTO_INCREMENT value.
+INSERT INTO {job_table} (queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES (%(queue)s, %(job_type)s, %(payload)s, %(attempts)s, %(enqueued_at)s, %(process_at)s)
+
+-- name: get_next_job
+-- (S) Claim the oldest due job of a queue; the row lock is the only lease and lasts until commit.
+SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+FROM {job_table}
+WHERE queue = %(queue)s AND process_at <= %(now)s
+ORDER BY process_at ASC
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+
+-- name: archive_job
+-- (A) Copy the job to the archive with the stored payload text, attempts + 1, status and finished_at.
+INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at)
+SELECT job_id, queue, job_type, payload, attempts + 1, %(status)s, enqueued_at, process_at, %(finished_at)s
+FROM {job_table}
+WHERE job_id = %(job_id)s
+
+-- name: delete_job
+-- (D) Remove the job after archiving it.
+DELETE FROM {job_table} WHERE job_id = %(job_id)s
+
+-- name: retry_at
+-- (R) Reschedule a failed job and count the failed attempt.
+UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s

@@ -1,0 +1,40 @@
+-- Proletarian 1.0.109's five statements (db.clj), PostgreSQL dialect, plus the database-generated id insert.
+-- {job_table} and {archived_job_table} are filled with validated identifiers; every value is a bound parameter.
+-- Timestamps are bound as ISO 8601 text with a +00:00 offset and no declared type, as pgjdbc's setTimestamp
+-- does: the server reads them as the exact instant for TIMESTAMPTZ and as UTC wall-clock time for a legacy
+-- TIMESTAMP column, whatever the session TimeZone.
+
+-- name: enqueue
+-- (E) Insert one job on the caller's connection, inside whatever transaction it is in.
+INSERT INTO {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES (%(job_id)s, %(queue)s, %(job_type)s, %(payload)s, %(attempts)s, %(enqueued_at)s, %(process_at)s)
+
+-- name: enqueue_db_generated
+-- (E) without job_id, for the database-generated id strategy; returns the id the column default made.
+INSERT INTO {job_table} (queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES (%(queue)s, %(job_type)s, %(payload)s, %(attempts)s, %(enqueued_at)s, %(process_at)s)
+RETURNING job_id
+
+-- name: get_next_job
+-- (S) Claim the oldest due job of a queue; the row lock is the only lease and lasts until commit.
+SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+FROM {job_table}
+WHERE queue = %(queue)s AND process_at <= %(now)s
+ORDER BY process_at ASC
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+
+-- name: archive_job
+-- (A) Copy the job to the archive with the stored payload text, attempts + 1, status and finished_at.
+INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at)
+SELECT job_id, queue, job_type, payload, attempts + 1, %(status)s, enqueued_at, process_at, %(finished_at)s
+FROM {job_table}
+WHERE job_id = %(job_id)s
+
+-- name: delete_job
+-- (D) Remove the job after archiving it.
+DELETE FROM {job_table} WHERE job_id = %(job_id)s
+
+-- name: retry_at
+-- (R) Reschedule a failed job and count the failed attempt.
+UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s

@@ -1,0 +1,167 @@
+"""Pytest plugin: the databases under test, from DSNs, else testcontainers, else a loud skip (an error in CI)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from conformance import builtin
+from conformance.harness import Harness, SqlHarness
+
+ALL_BACKENDS = ("postgresql", "mysql", "memory")
+PG_ENV = builtin.PG_ENV
+MYSQL_ENV = builtin.MYSQL_ENV
+
+
+def databases_required() -> bool:
+    """In CI a missing database fails the run; elsewhere it skips with the reason."""
+    flag = os.environ.get("PROLETARIAN_TEST_REQUIRE_DATABASES") or os.environ.get("CI") or ""
+    return flag.lower() not in ("", "0", "false", "no")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backends",
+        default=os.environ.get("PROLETARIAN_TEST_BACKENDS", ",".join(ALL_BACKENDS)),
+        help="comma-separated backends to test: postgresql, mysql, memory (default: all)",
+    )
+
+
+def selected_backends(config: pytest.Config) -> list[str]:
+    names = [n.strip() for n in str(config.getoption("--backends")).split(",") if n.strip()]
+    unknown = sorted(set(names) - set(ALL_BACKENDS))
+    if unknown:
+        raise pytest.UsageError(f"unknown backends {unknown}; choose from {', '.join(ALL_BACKENDS)}")
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "db" in metafunc.fixturenames:
+        backends = selected_backends(metafunc.config)
+        if "sql_only" in metafunc.fixturenames or metafunc.definition.get_closest_marker("sql_only"):
+            backends = [b for b in backends if b != "memory"]
+        metafunc.parametrize("db", backends, indirect=True)
+
+
+def _docker_available() -> bool:
+    try:
+        import docker
+
+        docker.from_env().ping()
+    except Exception:
+        return False
+    return True
+
+
+def _unavailable(what: str, env: str) -> None:
+    message = f"{what} tests need {env} (a DSN) or a running Docker engine for testcontainers; neither is here"
+    if databases_required():
+        pytest.fail(f"{message} (CI requires every database)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    dsn = os.environ.get(PG_ENV)
+    if dsn:
+        yield dsn
+        return
+    if not _docker_available():
+        _unavailable("PostgreSQL", PG_ENV)
+    from testcontainers.postgres import PostgresContainer
+
+    with PostgresContainer("postgres:16-alpine", driver=None) as container:
+        yield container.get_connection_url()
+
+
+@pytest.fixture(scope="session")
+def mysql_dsn() -> Iterator[str]:
+    dsn = os.environ.get(MYSQL_ENV)
+    if dsn:
+        yield dsn
+        return
+    if not _docker_available():
+        _unavailable("MySQL", MYSQL_ENV)
+    from testcontainers.mysql import MySqlContainer
+
+    with MySqlContainer("mysql:8.0", username="root", password="test", dbname="test") as container:
+        host, port = container.get_container_host_ip(), container.get_exposed_port(3306)
+        yield f"mysql://root:test@{host}:{port}/test"
+
+
+def table_suffix() -> str:
+    # Each xdist worker gets its own tables: lock tests need several connections that see committed
+    # rows, so tests cannot be isolated by rolling back.
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def _installed(harness: SqlHarness) -> SqlHarness:
+    """Check the server answers, then (re)create this worker's tables, one xdist worker at a time."""
+    try:
+        harness.connect().close()
+    except Exception as exc:
+        pytest.fail(f"cannot connect to the {harness.dialect} test database: {exc}", pytrace=False)
+    lock = "pg_advisory_lock(4242)" if harness.dialect == "postgresql" else "GET_LOCK('proletarian_ref_tests', 60)"
+    unlock = (
+        "pg_advisory_unlock(4242)" if harness.dialect == "postgresql" else "RELEASE_LOCK('proletarian_ref_tests')"
+    )
+    # Concurrent CREATE SCHEMA IF NOT EXISTS can still collide on PostgreSQL; a session lock on one
+    # connection serialises the installs of all workers.
+    guard = harness.connect()
+    try:
+        cursor = guard.cursor()
+        cursor.execute(f"SELECT {lock}")
+        cursor.fetchall()
+        harness.install()
+        cursor.execute(f"SELECT {unlock}")
+        cursor.fetchall()
+        cursor.close()
+    finally:
+        guard.close()
+    return harness
+
+
+@pytest.fixture(scope="session")
+def pg_harness(pg_dsn: str) -> SqlHarness:
+    suffix = table_suffix()
+    return _installed(
+        builtin.postgresql(pg_dsn, f"proletarian.job_{suffix}", f"proletarian.archived_job_{suffix}")
+    )
+
+
+@pytest.fixture(scope="session")
+def mysql_harness(mysql_dsn: str) -> SqlHarness:
+    suffix = table_suffix()
+    return _installed(builtin.mysql(mysql_dsn, f"proletarian.job_{suffix}", f"proletarian.archived_job_{suffix}"))
+
+
+@pytest.fixture
+def db(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    """The backend named by the test's parameter, with empty tables."""
+    name = request.param
+    harness: Harness
+    if name == "memory":
+        harness = builtin.memory()
+    else:
+        harness = request.getfixturevalue("pg_harness" if name == "postgresql" else "mysql_harness")
+        harness.clear()
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+@pytest.fixture
+def pg_db(pg_harness: SqlHarness) -> Iterator[SqlHarness]:
+    pg_harness.clear()
+    yield pg_harness
+    pg_harness.close()
+
+
+@pytest.fixture
+def mysql_db(mysql_harness: SqlHarness) -> Iterator[SqlHarness]:
+    mysql_harness.clear()
+    yield mysql_harness
+    mysql_harness.close()
