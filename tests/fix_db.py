@@ -94,7 +94,8 @@ def mysql_dsn() -> Iterator[str]:
 def table_suffix() -> str:
     # Each xdist worker gets its own tables: lock tests need several connections that see committed
     # rows, so tests cannot be isolated by rolling back.
-    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+    # PROLETARIAN_TEST_TABLE_PREFIX keeps concurrent runs on one server (several checkouts) apart too.
+    return os.environ.get("PROLETARIAN_TEST_TABLE_PREFIX", "") + os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 def _installed(harness: SqlHarness) -> SqlHarness:
