@@ -1,4 +1,4 @@
-"""Factories for the project's own backends, named as a third party names theirs: "conformance.builtin:postgresql"."""
+"""Harnesses of our own backends, named as a third party names theirs: "conformance.builtin:mysql"."""
 
 from __future__ import annotations
 

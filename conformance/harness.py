@@ -67,11 +67,10 @@ class Harness:
 
     @property
     def capabilities(self) -> Capabilities:
-        caps: Capabilities = type(self.make_backend()).capabilities  # type: ignore[attr-defined]
-        return caps
+        return self.make_backend().capabilities
 
     @property
-    def table_options(self) -> dict[str, str]:
+    def table_options(self) -> dict[str, Any]:
         return {"job_table": self.job_table, "archived_job_table": self.archived_job_table}
 
     def close(self) -> None:
@@ -85,7 +84,7 @@ def _utc(value: datetime) -> datetime:
 
 
 class SqlHarness(Harness):
-    """A harness over any DB-API driver: `connect` opens connections, `backend_class(connect)` is the backend."""
+    """Any DB-API driver: `connect` opens connections; `backend_class(connect)` is the backend."""
 
     def __init__(
         self,
@@ -149,16 +148,41 @@ class SqlHarness(Harness):
 
     def jobs(self) -> list[JobRecord]:
         rows = self.select(
-            f"SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at FROM {self.job_table}"
+            "SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at "
+            f"FROM {self.job_table}"
         )
-        return [JobRecord(*row[:5], _utc(row[5]), _utc(row[6])) for row in rows]
+        return [
+            JobRecord(
+                job_id=row[0],
+                queue=row[1],
+                job_type=row[2],
+                payload=row[3],
+                attempts=row[4],
+                enqueued_at=_utc(row[5]),
+                process_at=_utc(row[6]),
+            )
+            for row in rows
+        ]
 
     def archived_jobs(self) -> list[ArchivedJobRecord]:
         rows = self.select(
             "SELECT job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at "
             f"FROM {self.archived_job_table}"
         )
-        return [ArchivedJobRecord(*row[:6], _utc(row[6]), _utc(row[7]), _utc(row[8])) for row in rows]
+        return [
+            ArchivedJobRecord(
+                job_id=row[0],
+                queue=row[1],
+                job_type=row[2],
+                payload=row[3],
+                attempts=row[4],
+                status=row[5],
+                enqueued_at=_utc(row[6]),
+                process_at=_utc(row[7]),
+                finished_at=_utc(row[8]),
+            )
+            for row in rows
+        ]
 
     def install(self) -> None:
         for table in (self.job_table, self.archived_job_table):
@@ -203,9 +227,7 @@ class MemoryHarness(Harness):
         self.clear()
 
     def clear(self) -> None:
-        with self.memory.lock:
-            self.memory.tables.pop(self.job_table, None)
-            self.memory.tables.pop(self.archived_job_table, None)
+        self.memory.clear(self.job_table, self.archived_job_table)
 
 
 def load_harness(spec: str, **kwargs: Any) -> Harness:

@@ -105,4 +105,3 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the backend holds (connections kept for worker threads)."""
         ...
-

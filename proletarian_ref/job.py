@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from proletarian_ref.backend import Backend, JobRecord
+from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
 from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
@@ -79,8 +80,6 @@ def enqueue(
     `conn` is an open DB-API connection (psycopg 3 or PyMySQL), or any connection a backend accepts with
     `backend=`. Everything is checked before the INSERT, so bad input never leaves a half-written job.
     """
-    from proletarian_ref.backends import backend_for_connection
-
     table = table_name(job_table, option="job_table")
     job_type_text = to_keyword_text(job_type, what="job_type")
     queue_text = to_keyword_text(queue, what="queue")
@@ -112,7 +111,9 @@ def encode_payload(serializer: Serializer, payload: Any) -> str:
     except ProletarianError:
         raise
     except Exception as exc:
-        raise SerializationError(f"payload of type {type(payload).__name__} could not be encoded: {exc}") from exc
+        raise SerializationError(
+            f"payload of type {type(payload).__name__} could not be encoded: {exc}"
+        ) from exc
     if not isinstance(text, str):
         raise SerializationError(f"serializer.encode must return str, got {type(text).__name__}")
     return text

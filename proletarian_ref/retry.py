@@ -76,7 +76,9 @@ def parse_retry_strategy(spec: object) -> RetryStrategy | None:
         )
     unknown = set(spec) - _KEYS
     if unknown:
-        raise InvalidRetryStrategyError(f"retry strategy has unknown keys {sorted(map(str, unknown))}: {spec!r}")
+        raise InvalidRetryStrategyError(
+            f"retry strategy has unknown keys {sorted(map(str, unknown))}: {spec!r}"
+        )
     if "retries" not in spec:
         raise InvalidRetryStrategyError(f"retry strategy needs 'retries': {spec!r}")
     delays = spec.get("delays")
@@ -92,7 +94,9 @@ def retry_data(strategy: RetryStrategy, attempts: int, now: datetime) -> RetryDa
     retries_left = 0 if strategy.retries == 0 else strategy.retries + 1 - attempts
     if retries_left <= 0:
         return RetryData(retries_left=retries_left, retry_at=None)
-    return RetryData(retries_left=retries_left, retry_at=now + timedelta(milliseconds=delay_ms(strategy, attempts)))
+    return RetryData(
+        retries_left=retries_left, retry_at=now + timedelta(milliseconds=delay_ms(strategy, attempts))
+    )
 
 
 def delay_ms(strategy: RetryStrategy, attempts: int) -> int:
@@ -101,7 +105,6 @@ def delay_ms(strategy: RetryStrategy, attempts: int) -> int:
     if attempts - 1 < len(strategy.delays):
         return strategy.delays[attempts - 1]
     return strategy.delays[-1]
-
 
 
 def maybe_retry(
@@ -140,4 +143,6 @@ def maybe_retry(
     try:
         failed_job_fn(job, exception)
     except Exception as exc:
-        raise FailedJobFnError("An error occurred when executing the failed_job_fn function", job=job) from exc
+        raise FailedJobFnError(
+            "An error occurred when executing the failed_job_fn function", job=job
+        ) from exc

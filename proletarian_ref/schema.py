@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from proletarian_ref.backends import dialect_of_connection
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.sql import read_sql_file
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
@@ -65,8 +66,6 @@ def install(
     dialect: str | None = None,
 ) -> None:
     """Create the schema, both tables and the index on `conn` and commit; safe to run again."""
-    from proletarian_ref.backends import dialect_of_connection
-
     statements = schema_statements(
         dialect if dialect is not None else dialect_of_connection(conn),
         job_table=job_table,

@@ -34,6 +34,10 @@ A top-level scalar is wrapped as ``["~#'", x]``. Anything else (a naive datetime
 an arbitrary object, a non-finite Decimal, a str that is not valid Unicode, two keys of one map that
 become the same keyword) raises :class:`SerializationError` naming the type and its path in the payload.
 
+The key cache (``^0``, ``^1``, ...) follows transit-java's rule, which counts UTF-16 code units, and a
+map with composite keys is written as ``["~#cmap", [...]]`` as transit-java writes it. transit-python's
+own Writer differs on both (see ``_is_cacheable``), so it is not used.
+
 Decoding
 --------
 ``exact=True`` returns what transit-python's Reader gives: ``Keyword``, ``Symbol``, ``frozendict``,
@@ -74,8 +78,9 @@ from transit import transit_types
 from transit.constants import MAP_AS_ARR
 from transit.decoder import Decoder, Tag
 from transit.helpers import pairs
+from transit.rolling_cache import RollingCache, is_cache_key
 from transit.transit_types import Boolean, Keyword, List, Symbol, TaggedValue, frozendict
-from transit.writer import Writer
+from transit.writer import JsonMarshaler, flatten_map
 
 from proletarian_ref.errors import PayloadDecodeError, SerializationError
 
@@ -121,6 +126,55 @@ class FrozenMap(Mapping[Any, Any]):
 
     def __repr__(self) -> str:
         return f"FrozenMap({self._items!r})"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The key cache (^0, ^1, ...), as transit-java keeps it
+
+_CACHEABLE_PREFIXES: Final = ("~#", "~$", "~:")
+_MIN_SIZE_CACHEABLE: Final = 4  # transit-java WriteCache.MIN_SIZE_CACHEABLE
+
+
+def _is_cacheable(name: str, as_map_key: bool) -> bool:
+    """transit-java's WriteCache.isCacheable, which measures ``String.length()`` in UTF-16 code units.
+
+    transit-python measures code points (pure Python) or UTF-8 bytes (native extension) instead, so for
+    short non-ASCII keys ("~:é", "~:😀") it numbers the cache differently from Clojure; a later ``^N``
+    would then silently name the wrong key on the other side.
+    """
+    if not (as_map_key or name[:2] in _CACHEABLE_PREFIXES):
+        return False
+    size = len(name)
+    if size < _MIN_SIZE_CACHEABLE and not name.isascii():
+        size += sum(1 for char in name if char > "\uffff")
+    return size >= _MIN_SIZE_CACHEABLE
+
+
+class _JavaRollingCache(RollingCache):  # type: ignore[misc]  # transit ships no type information
+    def decode(self, name: str, as_map_key: bool = False) -> str:
+        if is_cache_key(name):
+            try:
+                return self.key_to_value[name]  # type: ignore[no-any-return]
+            except KeyError:
+                raise ValueError(f"unknown cache code {name}") from None
+        if _is_cacheable(name, as_map_key):
+            self.encache(name)
+        return name
+
+    def encode(self, name: str, as_map_key: bool = False) -> str:
+        # Unlike RollingCache, a string is replaced by its code only where transit-java would do so.
+        if _is_cacheable(name, as_map_key):
+            code = self.value_to_key.get(name)
+            if code is not None:
+                return code  # type: ignore[no-any-return]
+            self.encache(name)
+        return name
+
+
+class _JsonMarshaler(JsonMarshaler):  # type: ignore[misc]
+    def emit_cmap(self, m: Any, _: Any, cache: Any) -> None:
+        # transit-java (as stored by Proletarian) writes ["~#cmap",[k,v,...]], not {"~#cmap":[...]}.
+        self.emit_tagged("cmap", flatten_map(m), cache)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,7 +253,7 @@ def _make_decoder() -> Any:
     return decoder
 
 
-_DECODER: Final = _make_decoder()  # stateless: each decode() call gets its own key cache
+_DECODER: Final = _make_decoder()  # stateless: each decode gets its own key cache
 
 
 def _refuse_json_constant(name: str) -> Any:
@@ -213,7 +267,7 @@ def _excerpt(text: str) -> str:
 def _read_exact(text: str) -> Any:
     try:
         node = json.loads(text, parse_constant=_refuse_json_constant)
-        return _DECODER.decode(node)
+        return _DECODER.decode(node, _JavaRollingCache())
     except RecursionError:
         raise PayloadDecodeError(
             f"payload is nested too deeply to decode; payload: {_excerpt(text)}"
@@ -414,8 +468,9 @@ class TransitSerializer:
             ) from None
         buffer = io.StringIO()
         try:
-            # A new Writer per payload, so the key cache (^0, ^1, ...) is per payload, as in transit-clj.
-            Writer(buffer, "json").write(prepared)
+            # A new cache per payload, as transit-clj makes a new writer per payload. transit-python's
+            # Writer is not used: its key cache can disagree with transit-java's (see _is_cacheable).
+            _JsonMarshaler(buffer).marshal_top(prepared, _JavaRollingCache())
         except Exception as error:
             raise SerializationError(
                 f"Transit could not encode the payload ({type(error).__name__}: {error})"

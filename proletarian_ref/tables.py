@@ -33,12 +33,14 @@ def table_name(value: object, *, option: str = "job_table") -> TableName:
     if isinstance(value, TableName):
         return value
     if not isinstance(value, str):
-        raise ConfigurationError(f"{option} must be a str such as 'proletarian.job', not {type(value).__name__}")
+        raise ConfigurationError(
+            f"{option} must be a str such as 'proletarian.job', not {type(value).__name__}"
+        )
     parts = value.split(".")
     if len(parts) > 2 or not all(_IDENTIFIER.fullmatch(part) for part in parts):
         raise ConfigurationError(
-            f"{option}={value!r} is not a valid table name: use 'table' or 'schema.table', each part a letter "
-            "or underscore followed by up to 62 letters, digits or underscores (no quotes, spaces or dots)"
+            f"{option}={value!r} is not a valid table name: use 'table' or 'schema.table', each part a "
+            "letter or underscore followed by up to 62 letters, digits or underscores (no quotes, spaces, dots)"
         )
     if len(parts) == 2:
         return TableName(parts[0], parts[1])

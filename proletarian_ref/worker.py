@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 
 from proletarian_ref import log as ev
 from proletarian_ref.backend import STATUS_SUCCESS, Backend, JobRecord
+from proletarian_ref.backends import backend_for_data_source
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import (
     ConfigurationError,
@@ -67,7 +68,8 @@ def job_settings(
     """Apply defaults and check every option before anything runs."""
     if handler_fn_mode not in HANDLER_FN_MODES:
         raise ConfigurationError(
-            f"handler_fn_mode must be one of {', '.join(map(repr, HANDLER_FN_MODES))}, got {handler_fn_mode!r}"
+            f"handler_fn_mode must be one of {', '.join(map(repr, HANDLER_FN_MODES))}, "
+            f"got {handler_fn_mode!r}"
         )
     serializer = serializer if serializer is not None else default_serializer()
     if not (callable(getattr(serializer, "encode", None)) and callable(getattr(serializer, "decode", None))):
@@ -75,7 +77,11 @@ def job_settings(
     strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
     if not all(callable(getattr(strategy, m, None)) for m in ("generate_id", "encode_id", "decode_id")):
         raise ConfigurationError(f"job_id_strategy must implement JobIdStrategy, got {strategy!r}")
-    for name, fn in (("retry_strategy_fn", retry_strategy_fn), ("failed_job_fn", failed_job_fn), ("clock", clock)):
+    for name, fn in (
+        ("retry_strategy_fn", retry_strategy_fn),
+        ("failed_job_fn", failed_job_fn),
+        ("clock", clock),
+    ):
         if fn is not None and not callable(fn):
             raise ConfigurationError(f"{name} must be callable, got {fn!r}")
     return JobSettings(
@@ -97,7 +103,11 @@ def _to_job(record: JobRecord, settings: JobSettings) -> tuple[Job, PayloadDecod
     try:
         payload = settings.serializer.decode(record.payload)
     except Exception as exc:
-        error = exc if isinstance(exc, PayloadDecodeError) else PayloadDecodeError(f"payload does not decode: {exc}")
+        error = (
+            exc
+            if isinstance(exc, PayloadDecodeError)
+            else PayloadDecodeError(f"payload does not decode: {exc}")
+        )
         if error is not exc:
             error.__cause__ = exc
         payload = record.payload
@@ -168,7 +178,12 @@ def run_next_job(
             job_log(ev.JOB_FINISHED, {})
             finished_at = now_from(settings.clock)
             backend.archive_job(
-                conn, settings.job_table, settings.archived_job_table, record.job_id, STATUS_SUCCESS, finished_at
+                conn,
+                settings.job_table,
+                settings.archived_job_table,
+                record.job_id,
+                STATUS_SUCCESS,
+                finished_at,
             )
             backend.delete_job(conn, settings.job_table, record.job_id)
         return not stop_event.is_set()
@@ -187,8 +202,6 @@ def process_next_job(
     Returns None when no job was due, True when one ran. Takes the job options of create_queue_worker;
     unlike Proletarian it applies their defaults.
     """
-    from proletarian_ref.backends import backend_for_data_source
-
     own_backend = backend is None
     active = backend if backend is not None else backend_for_data_source(data_source)
     try:
@@ -326,9 +339,17 @@ class QueueWorker:
             try:
                 self._log_fn(ev.POLLING_FOR_JOBS, context)
                 while not self._stop_event.is_set():
-                    if run_next_job(
-                        self.backend, self.settings, self.handler_fn, self._log_fn, context, self._stop_event
-                    ) is not True:
+                    if (
+                        run_next_job(
+                            self.backend,
+                            self.settings,
+                            self.handler_fn,
+                            self._log_fn,
+                            context,
+                            self._stop_event,
+                        )
+                        is not True
+                    ):
                         break
             except TransientDatabaseError as exc:
                 self._safe_log(ev.SQL_TRANSIENT_EXCEPTION, {**outer, ev.THROWABLE: exc})
@@ -343,7 +364,9 @@ class QueueWorker:
         try:
             return bool(self._on_polling_error(exc))
         except Exception as error:
-            self._safe_log(ev.JOB_WORKER_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: error})
+            self._safe_log(
+                ev.JOB_WORKER_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: error}
+            )
             return True
 
     def _stop_async(self) -> None:
@@ -352,7 +375,8 @@ class QueueWorker:
                 self.stop()
             except BaseException as exc:
                 self._safe_log(
-                    ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
+                    ev.QUEUE_WORKER_SHUTDOWN_ERROR,
+                    {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc},
                 )
 
         threading.Thread(target=stop, name=f"{self.queue_worker_id}-stop", daemon=True).start()
@@ -369,10 +393,10 @@ class QueueWorker:
 
     def _add_shutdown_hooks(self) -> None:
         atexit.register(self._stop_at_exit)
-        if threading.current_thread() is threading.main_thread():
-            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-                self._previous_sigterm = signal.SIG_DFL
-                signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        if on_main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._previous_sigterm = signal.SIG_DFL
+            signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
     def _remove_shutdown_hooks(self) -> None:
         if not self._install_shutdown_hook:
@@ -423,8 +447,6 @@ def create_queue_worker(
     """A queue worker over `data_source` (a psycopg_pool.ConnectionPool or a zero-argument connection
     factory); nothing runs until start(). Options mirror Proletarian's create-queue-worker.
     """
-    from proletarian_ref.backends import backend_for_data_source
-
     if not callable(handler_fn):
         raise ConfigurationError(f"handler_fn must be callable, got {handler_fn!r}")
     if not isinstance(worker_threads, int) or isinstance(worker_threads, bool) or worker_threads < 1:

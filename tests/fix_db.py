@@ -1,4 +1,4 @@
-"""Pytest plugin: the databases under test, from DSNs, else testcontainers, else a loud skip (an error in CI)."""
+"""Pytest plugin: databases under test from DSNs, else testcontainers, else a loud skip (in CI, an error)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ def _docker_available() -> bool:
 
 
 def _unavailable(what: str, env: str) -> None:
-    message = f"{what} tests need {env} (a DSN) or a running Docker engine for testcontainers; neither is here"
+    message = (
+        f"{what} tests need {env} (a DSN) or a running Docker engine for testcontainers; neither is here"
+    )
     if databases_required():
         pytest.fail(f"{message} (CI requires every database)", pytrace=False)
     pytest.skip(message)
@@ -104,9 +106,15 @@ def _installed(harness: SqlHarness) -> SqlHarness:
         harness.connect().close()
     except Exception as exc:
         pytest.fail(f"cannot connect to the {harness.dialect} test database: {exc}", pytrace=False)
-    lock = "pg_advisory_lock(4242)" if harness.dialect == "postgresql" else "GET_LOCK('proletarian_ref_tests', 60)"
+    lock = (
+        "pg_advisory_lock(4242)"
+        if harness.dialect == "postgresql"
+        else "GET_LOCK('proletarian_ref_tests', 60)"
+    )
     unlock = (
-        "pg_advisory_unlock(4242)" if harness.dialect == "postgresql" else "RELEASE_LOCK('proletarian_ref_tests')"
+        "pg_advisory_unlock(4242)"
+        if harness.dialect == "postgresql"
+        else "RELEASE_LOCK('proletarian_ref_tests')"
     )
     # Concurrent CREATE SCHEMA IF NOT EXISTS can still collide on PostgreSQL; a session lock on one
     # connection serialises the installs of all workers.
@@ -135,7 +143,9 @@ def pg_harness(pg_dsn: str) -> SqlHarness:
 @pytest.fixture(scope="session")
 def mysql_harness(mysql_dsn: str) -> SqlHarness:
     suffix = table_suffix()
-    return _installed(builtin.mysql(mysql_dsn, f"proletarian.job_{suffix}", f"proletarian.archived_job_{suffix}"))
+    return _installed(
+        builtin.mysql(mysql_dsn, f"proletarian.job_{suffix}", f"proletarian.archived_job_{suffix}")
+    )
 
 
 @pytest.fixture

@@ -153,7 +153,9 @@ def test_conversions_are_cached() -> None:
     assert from_keyword_text.cache_info().hits >= 1
 
 
-KEYWORDISH = st.from_regex(r"\A:?[a-zA-Z*+!_?<>=.-][a-zA-Z0-9*+!_?<>=.'#-]{0,8}(/[a-zA-Z*+!_?<>=-][a-zA-Z0-9_'#-]{0,8})?\Z")
+KEYWORDISH = st.from_regex(
+    r"\A:?[a-zA-Z*+!_?<>=.-][a-zA-Z0-9*+!_?<>=.'#-]{0,8}(/[a-zA-Z*+!_?<>=-][a-zA-Z0-9_'#-]{0,8})?\Z"
+)
 
 
 @given(KEYWORDISH)

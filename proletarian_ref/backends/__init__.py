@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from proletarian_ref.backend import Backend
@@ -28,8 +29,7 @@ def backend_for_connection(conn: Any) -> Backend:
     """The backend that runs enqueue on `conn`; a connection may name its own via proletarian_backend()."""
     own = getattr(conn, "proletarian_backend", None)
     if callable(own):
-        backend: Backend = own()
-        return backend
+        return _checked(own())
     return _backend_class(dialect_of_connection(conn))(None)
 
 
@@ -43,8 +43,7 @@ def backend_for_data_source(data_source: Any) -> Backend:
         return data_source
     own = getattr(data_source, "proletarian_backend", None)
     if callable(own):
-        backend: Backend = own()
-        return backend
+        return _checked(own())
     if _driver_of(data_source) == "psycopg_pool":
         return _backend_class("postgresql")(data_source)
     if not callable(data_source):
@@ -61,7 +60,13 @@ def backend_for_data_source(data_source: Any) -> Backend:
     return _backend_class(dialect)(data_source, first_connection=probe)
 
 
-def _backend_class(dialect: str) -> Any:
+def _checked(backend: object) -> Backend:
+    if not isinstance(backend, Backend):
+        raise ConfigurationError(f"proletarian_backend() returned {backend!r}, which is not a Backend")
+    return backend
+
+
+def _backend_class(dialect: str) -> Callable[..., Backend]:
     if dialect == "postgresql":
         from proletarian_ref.backends.postgres import PostgresBackend
 

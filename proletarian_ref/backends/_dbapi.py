@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -113,10 +114,8 @@ class SqlBackend:
         with self._lock:
             if conn in self._owned:
                 self._owned.remove(conn)
-        try:
+        with contextlib.suppress(Exception):  # It is already broken; closing only tidies up.
             conn.close()
-        except Exception:
-            pass  # It is already broken; closing is only tidying up.
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
@@ -156,10 +155,8 @@ class SqlBackend:
         with self._lock:
             owned, self._owned, self._spare = self._owned, [], []
         for conn in owned:
-            try:
+            with contextlib.suppress(Exception):  # At shutdown a broken connection is as good as closed.
                 conn.close()
-            except Exception:
-                pass  # Closing at shutdown; a broken connection is as good as closed.
 
     # -- statements ------------------------------------------------------------------------------------
 
@@ -202,7 +199,10 @@ class SqlBackend:
 
     def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
         row = self._execute(
-            conn, self._render("get_next_job", job_table), {"queue": queue, "now": self._db_time(now)}, fetch=True
+            conn,
+            self._render("get_next_job", job_table),
+            {"queue": queue, "now": self._db_time(now)},
+            fetch=True,
         )
         if row is None:
             return None
@@ -226,7 +226,9 @@ class SqlBackend:
         # The row is locked by this transaction, so anything but one row means the table is not what the
         # worker thinks it is; failing keeps the job rather than losing it.
         if count != 1:
-            raise DatabaseError(f"{what} changed {count} rows of job {params['job_id']!r}; expected exactly 1")
+            raise DatabaseError(
+                f"{what} changed {count} rows of job {params['job_id']!r}; expected exactly 1"
+            )
 
     def archive_job(
         self,
@@ -238,7 +240,9 @@ class SqlBackend:
         finished_at: datetime,
     ) -> None:
         params = {"job_id": job_id, "status": status, "finished_at": self._db_time(finished_at)}
-        self._write_one(conn, self._render("archive_job", job_table, archived_job_table), params, "archive_job")
+        self._write_one(
+            conn, self._render("archive_job", job_table, archived_job_table), params, "archive_job"
+        )
 
     def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None:
         self._write_one(conn, self._render("delete_job", job_table), {"job_id": job_id}, "delete_job")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +15,6 @@ from proletarian_ref.backend import ArchivedJobRecord, Capabilities, JobRecord
 from proletarian_ref.errors import DatabaseError, TransientDatabaseError
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
 
-
 _DELETED = object()
 
 
@@ -24,6 +25,36 @@ class MemoryDatabase:
         self.lock = threading.Lock()
         self.tables: dict[str, dict[Any, Any]] = {}
         self.row_locks: dict[tuple[str, Any], MemoryConnection] = {}
+        # The (queue, process_at) index of the seed, per job table: committed jobs in claim order, so a
+        # claim does not scan the table. Entries are (process_at, sequence, job_id); the sequence keeps
+        # ids, which need not be comparable, out of the comparison.
+        self.due_index: dict[tuple[str, str], list[tuple[datetime, int, Any]]] = {}
+        self._sequence = itertools.count()
+
+    def _put(self, table: str, key: Any, row: Any) -> None:
+        """Commit one row (or _DELETED), keeping due_index in step; called with the lock held."""
+        committed = self.tables.setdefault(table, {})
+        old = committed.get(key)
+        if isinstance(old, JobRecord):
+            entries = self.due_index[(table, old.queue)]
+            position = bisect.bisect_left(entries, (old.process_at,))
+            while entries[position][2] != key:
+                position += 1
+            del entries[position]
+        if row is _DELETED:
+            committed.pop(key, None)
+            return
+        committed[key] = row
+        if isinstance(row, JobRecord):
+            entries = self.due_index.setdefault((table, row.queue), [])
+            bisect.insort(entries, (row.process_at, next(self._sequence), key))
+
+    def clear(self, *tables: str) -> None:
+        with self.lock:
+            for table in tables:
+                self.tables.pop(table, None)
+                for index_key in [k for k in self.due_index if k[0] == table]:
+                    del self.due_index[index_key]
 
     def connect(self, *, autocommit: bool = False) -> MemoryConnection:
         return MemoryConnection(self, autocommit=autocommit)
@@ -56,12 +87,8 @@ class MemoryConnection:
     def commit(self) -> None:
         with self.db.lock:
             for table, changes in self._changes.items():
-                committed = self.db.tables.setdefault(table, {})
                 for key, row in changes.items():
-                    if row is _DELETED:
-                        committed.pop(key, None)
-                    else:
-                        committed[key] = row
+                    self.db._put(table, key, row)
             self._release()
 
     def rollback(self) -> None:
@@ -79,14 +106,10 @@ class MemoryConnection:
 
     # -- reads and writes, called with db.lock held ----------------------------------------------------
 
-    def _view(self, table: str) -> dict[Any, Any]:
-        rows = dict(self.db.tables.get(table, {}))
-        for key, row in self._changes.get(table, {}).items():
-            if row is _DELETED:
-                rows.pop(key, None)
-            else:
-                rows[key] = row
-        return rows
+    def _get(self, table: str, key: Any) -> Any:
+        """The row this connection sees: its own change if any, else the committed row, else None."""
+        row = self._changes.get(table, {}).get(key, self.db.tables.get(table, {}).get(key))
+        return None if row is _DELETED else row
 
     def _lock_row(self, table: str, key: Any) -> None:
         owner = self.db.row_locks.get((table, key))
@@ -134,7 +157,7 @@ class MemoryBackend:
             if job_id is None:
                 job_id = 1 + max((k for k in self.db.tables.get(table, {}) if isinstance(k, int)), default=0)
                 job = replace(job, job_id=job_id)
-            if job_id in conn._view(table) or (table, job_id) in self.db.row_locks:
+            if conn._get(table, job_id) is not None or (table, job_id) in self.db.row_locks:
                 raise DatabaseError(f"duplicate key: job {job_id!r} already exists in {table}")
             conn._lock_row(table, job_id)
             conn._write(table, job_id, job)
@@ -145,21 +168,27 @@ class MemoryBackend:
     ) -> JobRecord | None:
         table = str(job_table)
         with self.db.lock:
-            due = [
+            own = conn._changes.get(table, {})
+            candidates: list[JobRecord] = [
                 job
-                for key, job in conn._view(table).items()
-                if job.queue == queue
-                and job.process_at <= now
-                and self.db.row_locks.get((table, key), conn) is conn
+                for job in own.values()
+                if job is not _DELETED and job.queue == queue and job.process_at <= now
             ]
-            if not due:
+            for process_at, _, key in self.db.due_index.get((table, queue), ()):
+                if process_at > now:
+                    break
+                if key not in own and self.db.row_locks.get((table, key), conn) is conn:
+                    committed: JobRecord = self.db.tables[table][key]
+                    candidates.append(committed)
+                    break
+            if not candidates:
                 return None
-            job = min(due, key=lambda j: j.process_at)
+            job = min(candidates, key=lambda j: j.process_at)
             conn._lock_row(table, job.job_id)
             return job
 
     def _locked_job(self, conn: MemoryConnection, table: str, job_id: Any) -> JobRecord:
-        job = conn._view(table).get(job_id)
+        job = conn._get(table, job_id)
         if job is None:
             raise DatabaseError(f"job {job_id!r} is not in {table}")
         conn._lock_row(table, job_id)
@@ -178,7 +207,7 @@ class MemoryBackend:
         archive = str(archived_job_table)
         with self.db.lock:
             job = self._locked_job(conn, str(job_table), job_id)
-            if job_id in conn._view(archive):
+            if conn._get(archive, job_id) is not None:
                 raise DatabaseError(f"duplicate key: job {job_id!r} is already in {archive}")
             conn._write(
                 archive,

@@ -82,7 +82,8 @@ class MySQLBackend(SqlBackend):
         return whole
 
     def _from_db_time(self, value: Any) -> datetime:
-        return value.replace(tzinfo=UTC)
+        stored: datetime = value
+        return stored.replace(tzinfo=UTC)
 
     def _begin(self, conn: Any) -> Any:
         was_autocommit = conn.get_autocommit()

@@ -69,9 +69,10 @@ class PostgresBackend(SqlBackend):
         return value.astimezone(UTC).isoformat()
 
     def _from_db_time(self, value: Any) -> datetime:
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        stored: datetime = value
+        if stored.tzinfo is None:
+            return stored.replace(tzinfo=UTC)
+        return stored.astimezone(UTC)
 
     def _begin(self, conn: Any) -> Any:
         was_autocommit = conn.autocommit

@@ -1,0 +1,271 @@
+"""Read-only queue statistics over the job and archive tables (sql/<dialect>/stats.sql), for the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any, Final
+
+from proletarian_ref.clock import Clock, now_from, system_utc
+from proletarian_ref.keywords import from_keyword_text
+from proletarian_ref.sql import parse_named_blocks, read_sql_file
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+
+_MYSQL_UTC_SESSION: Final = "SET time_zone = '+00:00'"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue: jobs waiting in the job table and jobs archived, by readable status."""
+
+    queue: str
+    due: int = 0
+    scheduled: int = 0
+    oldest_due_age: timedelta | None = None
+    archived: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """Every queue seen in either table, at `now` (the application's clock)."""
+
+    job_table: TableName
+    archived_job_table: TableName
+    now: datetime
+    queues: tuple[QueueStats, ...]
+
+    def archived_totals(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for queue in self.queues:
+            for status, count in queue.archived.items():
+                totals[status] = totals.get(status, 0) + count
+        return dict(sorted(totals.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON types: queue and status names without the EDN colon, ages in seconds."""
+        return {
+            "job_table": str(self.job_table),
+            "archived_job_table": str(self.archived_job_table),
+            "now": self.now.isoformat(),
+            "queues": [
+                {
+                    "queue": q.queue,
+                    "due": q.due,
+                    "scheduled": q.scheduled,
+                    "oldest_due_age_seconds": (
+                        None if q.oldest_due_age is None else round(q.oldest_due_age.total_seconds(), 3)
+                    ),
+                    "archived": dict(sorted(q.archived.items())),
+                }
+                for q in self.queues
+            ],
+            "archived": self.archived_totals(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveSummary:
+    """What the archive says about the jobs of one queue enqueued since a moment."""
+
+    processed: int
+    succeeded: int
+    failed: int
+    retried: int
+    attempts: int
+    first_enqueued_at: datetime | None
+    last_finished_at: datetime | None
+
+    @property
+    def elapsed(self) -> timedelta | None:
+        if self.first_enqueued_at is None or self.last_finished_at is None:
+            return None
+        return self.last_finished_at - self.first_enqueued_at
+
+
+@cache
+def _statements(dialect: str) -> dict[str, str]:
+    return parse_named_blocks(read_sql_file(dialect, "stats.sql"))
+
+
+def _render(
+    dialect: str, name: str, job_table: TableName, archived_job_table: TableName | None = None
+) -> str:
+    # Only TableName values reach the text: they are validated identifiers, never user-quoted strings.
+    return _statements(dialect)[name].format(job_table=job_table, archived_job_table=archived_job_table)
+
+
+def _dialect(conn: Any, dialect: str | None) -> str:
+    if dialect is not None:
+        return dialect
+    from proletarian_ref.backends import dialect_of_connection
+
+    return dialect_of_connection(conn)
+
+
+def _db_time(dialect: str, value: datetime) -> Any:
+    # The same parameter forms the backends bind (see their _db_time), so comparisons mean the same instant.
+    utc = value.astimezone(UTC)
+    if dialect == "mysql":
+        return utc.replace(tzinfo=None, microsecond=0)
+    return utc.isoformat()
+
+
+def _from_db_time(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a timestamp from the database, got {value!r}")
+    # Naive values are UTC wall-clock time: MySQL on a UTC session, or a legacy PostgreSQL TIMESTAMP column.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _query(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    cursor = conn.cursor()
+    try:
+        if dialect == "mysql":
+            cursor.execute(_MYSQL_UTC_SESSION)
+        cursor.execute(statement, params)
+        return [tuple(row) for row in cursor.fetchall()]
+    finally:
+        cursor.close()
+
+
+def _end_read(conn: Any) -> None:
+    # End the read-only transaction the driver opened, so no snapshot or lock outlives the call.
+    conn.rollback()
+
+
+def table_exists(conn: Any, table: str | TableName, *, dialect: str | None = None) -> bool:
+    """Whether `table` exists, asked of the catalogue rather than by provoking an error."""
+    name = table_name(table, option="table")
+    active = _dialect(conn, dialect)
+    try:
+        rows = _query(
+            conn,
+            active,
+            _statements(active)["table_exists"],
+            {"qualified": str(name), "schema": name.schema, "name": name.name},
+        )
+    finally:
+        _end_read(conn)
+    return bool(rows and rows[0][0])
+
+
+def missing_tables(conn: Any, tables: list[TableName], *, dialect: str | None = None) -> list[TableName]:
+    return [t for t in tables if not table_exists(conn, t, dialect=dialect)]
+
+
+def queue_stats(
+    conn: Any,
+    *,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    dialect: str | None = None,
+    clock: Clock | None = None,
+) -> Stats:
+    """Per queue: jobs due now, jobs scheduled later, the age of the oldest due job, archived jobs by status."""
+    job = table_name(job_table, option="job_table")
+    archived = table_name(archived_job_table, option="archived_job_table")
+    active = _dialect(conn, dialect)
+    now = now_from(clock if clock is not None else system_utc)
+    try:
+        waiting = _query(conn, active, _render(active, "queue_stats", job), {"now": _db_time(active, now)})
+        done = _query(conn, active, _render(active, "archive_stats", job, archived), {})
+    finally:
+        _end_read(conn)
+    queues: dict[str, QueueStats] = {}
+    for queue_text, due, scheduled, oldest_due in waiting:
+        oldest = _from_db_time(oldest_due)
+        queues[queue_text] = QueueStats(
+            queue=from_keyword_text(queue_text),
+            due=int(due or 0),
+            scheduled=int(scheduled or 0),
+            oldest_due_age=None if oldest is None else max(now - oldest, timedelta(0)),
+        )
+    for queue_text, status, count in done:
+        entry = queues.setdefault(queue_text, QueueStats(queue=from_keyword_text(queue_text)))
+        readable = from_keyword_text(status)
+        entry.archived[readable] = entry.archived.get(readable, 0) + int(count)
+    ordered = tuple(sorted(queues.values(), key=lambda q: q.queue))
+    return Stats(job_table=job, archived_job_table=archived, now=now, queues=ordered)
+
+
+def archived_count(
+    conn: Any,
+    *,
+    queue: str,
+    since: datetime,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    dialect: str | None = None,
+) -> int:
+    """How many jobs of `queue` (keyword text, e.g. ":a/b") enqueued since `since` are archived."""
+    job = table_name(job_table, option="job_table")
+    archived = table_name(archived_job_table, option="archived_job_table")
+    active = _dialect(conn, dialect)
+    try:
+        rows = _query(
+            conn,
+            active,
+            _render(active, "archived_count", job, archived),
+            {"queue": queue, "since": _db_time(active, since)},
+        )
+    finally:
+        _end_read(conn)
+    return int(rows[0][0]) if rows else 0
+
+
+def archive_summary(
+    conn: Any,
+    *,
+    queue: str,
+    since: datetime,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    dialect: str | None = None,
+) -> ArchiveSummary:
+    """Processed, succeeded, failed and retried jobs of `queue` (keyword text) enqueued since `since`."""
+    job = table_name(job_table, option="job_table")
+    archived = table_name(archived_job_table, option="archived_job_table")
+    active = _dialect(conn, dialect)
+    try:
+        rows = _query(
+            conn,
+            active,
+            _render(active, "archive_summary", job, archived),
+            {"queue": queue, "since": _db_time(active, since)},
+        )
+    finally:
+        _end_read(conn)
+    by_status: dict[str, int] = {}
+    retried = attempts = 0
+    first: datetime | None = None
+    last: datetime | None = None
+    for status, jobs, status_retried, status_attempts, first_enqueued, last_finished in rows:
+        by_status[from_keyword_text(status)] = int(jobs)
+        retried += int(status_retried or 0)
+        attempts += int(status_attempts or 0)
+        first = _earliest(first, _from_db_time(first_enqueued))
+        last = _latest(last, _from_db_time(last_finished))
+    return ArchiveSummary(
+        processed=sum(by_status.values()),
+        succeeded=by_status.get("success", 0),
+        failed=by_status.get("failure", 0),
+        retried=retried,
+        attempts=attempts,
+        first_enqueued_at=first,
+        last_finished_at=last,
+    )
+
+
+def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return min(a, b)
+
+
+def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return max(a, b)

@@ -1,0 +1,43 @@
+-- Read-only queries behind `proletarian-ref stats`, the demo's summary and the CLI's schema check (PostgreSQL).
+-- {job_table} and {archived_job_table} are filled with validated identifiers; every value is a bound parameter.
+-- Times are bound as ISO 8601 text with a +00:00 offset, as queries.sql binds them, and come from the
+-- application's clock, never the database's now().
+
+-- name: table_exists
+-- True when the table exists; an unqualified name is looked up on the search_path, as the core's SQL is.
+SELECT to_regclass(%(qualified)s) IS NOT NULL
+
+-- name: queue_stats
+-- Per queue: jobs due at %(now)s, jobs scheduled after it, and the process_at of the oldest due job.
+SELECT queue,
+       SUM(CASE WHEN process_at <= %(now)s THEN 1 ELSE 0 END) AS due,
+       SUM(CASE WHEN process_at > %(now)s THEN 1 ELSE 0 END) AS scheduled,
+       MIN(CASE WHEN process_at <= %(now)s THEN process_at END) AS oldest_due
+FROM {job_table}
+GROUP BY queue
+ORDER BY queue
+
+-- name: archive_stats
+-- Archived jobs per queue and status.
+SELECT queue, status, COUNT(*) AS jobs
+FROM {archived_job_table}
+GROUP BY queue, status
+ORDER BY queue, status
+
+-- name: archived_count
+-- How many jobs of a queue enqueued since %(since)s are archived: the demo's progress.
+SELECT COUNT(*) FROM {archived_job_table} WHERE queue = %(queue)s AND enqueued_at >= %(since)s
+
+-- name: archive_summary
+-- Per status, for the jobs of a queue enqueued since %(since)s: jobs, jobs that took more than one attempt,
+-- attempts in all, the first enqueue and the last finish.
+SELECT status,
+       COUNT(*) AS jobs,
+       SUM(CASE WHEN attempts > 1 THEN 1 ELSE 0 END) AS retried,
+       SUM(attempts) AS attempts,
+       MIN(enqueued_at) AS first_enqueued_at,
+       MAX(finished_at) AS last_finished_at
+FROM {archived_job_table}
+WHERE queue = %(queue)s AND enqueued_at >= %(since)s
+GROUP BY status
+ORDER BY status

@@ -1,0 +1,68 @@
+"""Shared test helpers: a settable clock, a recording logger, and waiting with a deadline."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from conformance.harness import Harness
+from proletarian_ref import enqueue
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class FakeClock:
+    """A clock the test moves by hand; whole seconds by default so MySQL stores it exactly."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        with self._lock:
+            self.now += timedelta(**delta)
+            return self.now
+
+
+class RecordingLog:
+    """A `log` function that keeps every (event, data) pair."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, data: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.events.append((event, dict(data)))
+
+    def named(self, event: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [data for name, data in self.events if name == event]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02) -> bool:
+    """Poll `condition` until it holds or `timeout` seconds pass; the caller asserts on the result."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+def enqueue_committed(db: Harness, job_type: str, payload: Any, **options: Any) -> Any:
+    """Enqueue one job on a fresh connection of `db` and commit it."""
+    conn = db.connect()
+    try:
+        job_id = enqueue(conn, job_type, payload, job_table=db.job_table, **options)
+        conn.commit()
+        return job_id
+    finally:
+        conn.close()
