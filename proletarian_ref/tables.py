@@ -40,7 +40,7 @@ def table_name(value: object, *, option: str = "job_table") -> TableName:
     if len(parts) > 2 or not all(_IDENTIFIER.fullmatch(part) for part in parts):
         raise ConfigurationError(
             f"{option}={value!r} is not a valid table name: use 'table' or 'schema.table', each part a "
-            "letter or underscore followed by up to 62 letters, digits or underscores (no quotes, spaces, dots)"
+            "letter or underscore then up to 62 letters, digits or underscores (no quotes, spaces or dots)"
         )
     if len(parts) == 2:
         return TableName(parts[0], parts[1])

@@ -40,9 +40,29 @@ def selected_backends(config: pytest.Config) -> list[str]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "db" in metafunc.fixturenames:
         backends = selected_backends(metafunc.config)
-        if "sql_only" in metafunc.fixturenames or metafunc.definition.get_closest_marker("sql_only"):
+        if metafunc.definition.get_closest_marker("sql_only"):
             backends = [b for b in backends if b != "memory"]
         metafunc.parametrize("db", backends, indirect=True)
+
+
+_BACKEND_FIXTURES = {
+    "postgresql": ("pg_db", "pg_harness", "pg_dsn"),
+    "mysql": ("mysql_db", "mysql_harness", "mysql_dsn"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out tests tied to a backend that --backends did not choose (tox runs one backend an env)."""
+    chosen = set(selected_backends(config))
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        unchosen = [b for b, names in _BACKEND_FIXTURES.items() if b not in chosen and fixtures & set(names)]
+        (dropped if unchosen else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def _docker_available() -> bool:

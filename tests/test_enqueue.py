@@ -169,11 +169,8 @@ def _db_generated_tables(db: SqlHarness) -> tuple[str, str]:
     return job_table, archived
 
 
-@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
-def test_the_db_generated_strategy_returns_the_databases_id(
-    dialect: str, request: pytest.FixtureRequest
-) -> None:
-    db: SqlHarness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
+@pytest.mark.sql_only
+def test_the_db_generated_strategy_returns_the_databases_id(db: SqlHarness) -> None:
     job_table, archived = _db_generated_tables(db)
     strategy = db_generated_strategy()
     conn = db.connect()

@@ -119,9 +119,8 @@ def test_valid_table_names_parse_into_schema_and_name() -> None:
     assert str(table_name("My_Schema.Jobs_2")) == "My_Schema.Jobs_2"
 
 
-@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
-def test_install_is_safe_to_run_twice_with_custom_names(dialect: str, request: pytest.FixtureRequest) -> None:
-    db: SqlHarness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
+@pytest.mark.sql_only
+def test_install_is_safe_to_run_twice_with_custom_names(db: SqlHarness) -> None:
     job_table, archived = db.job_table + "_custom", db.archived_job_table + "_custom"
     for table in (job_table, archived):
         db.execute(f"DROP TABLE IF EXISTS {table}")

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test run, as README.md gives it and .ci/run calls it: install, lint, type-check, then every test
+# on PostgreSQL, MySQL and the in-memory backend. Its last line is pytest's summary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv="${PROLETARIAN_VENV:-.venv}"
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+py="$venv/bin/python"
+"$py" -m pip install --quiet --disable-pip-version-check --upgrade pip
+# A wheel, not an editable install: the tests then prove the SQL files ship inside the package.
+"$py" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
+"$py" -m pip install --quiet --disable-pip-version-check '.[test,lint]'
+
+eval "$(bash ci/services.sh)"
+
+echo "== ruff" && "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check .
+echo "== mypy --strict" && "$venv/bin/mypy"
+echo "== pytest"
+exec "$venv/bin/pytest" -n 2 -p no:cacheprovider "$@"
