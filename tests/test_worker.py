@@ -390,3 +390,31 @@ def test_the_oldest_due_job_runs_first(db: Harness) -> None:
     while run_one(db, lambda t, p: seen.append(p), clock=clock):
         pass
     assert seen == [1, 2, 0]
+
+
+def test_an_enqueue_does_not_wait_for_a_running_handler_of_another_queue(db: Harness) -> None:
+    # Under MySQL's default REPEATABLE READ the claim's next-key lock covers the gap before the claimed
+    # row, which is where a new job of the queue sorting just before it goes: that enqueue would wait for
+    # the handler. The MySQL backend's READ COMMITTED worker sessions take no gap locks.
+    clock = FakeClock()
+    for queue in ("a", "b"):
+        for n in range(3):
+            enqueue_committed(db, "t", n, queue=queue, clock=clock, process_in=timedelta(seconds=10 * n))
+    clock.advance(minutes=1)
+    running, release = threading.Event(), threading.Event()
+
+    def blocking(job_type: str, payload: Any) -> None:
+        running.set()
+        release.wait(timeout=20)
+
+    claimer = threading.Thread(target=run_one, args=(db, blocking), kwargs={"queue": "b", "clock": clock})
+    claimer.start()
+    try:
+        assert running.wait(timeout=10)
+        began = time.monotonic()
+        enqueue_committed(db, "t", "late", queue="a", clock=clock)
+        assert time.monotonic() - began < 2, "the enqueue waited for the other queue's handler"
+    finally:
+        release.set()
+        claimer.join(timeout=20)
+    assert len(db.jobs()) == 6
