@@ -3,28 +3,53 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from proletarian_ref.backend import ArchivedJobRecord, Backend, Capabilities, JobRecord
 from proletarian_ref.backends.memory import MemoryBackend, MemoryDatabase
+from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
 from proletarian_ref.schema import schema_statements
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+
+H = TypeVar("H", bound="Harness")
+
+# The harness's own statements (install, clear, reads) must never wait long for a lock some broken backend
+# left behind: a stuck test should fail in seconds, not after MySQL's default 50 s or PostgreSQL's forever.
+_HARNESS_LOCK_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessFactory:
+    """How load_harness made a harness, so that another process can make the same one."""
+
+    spec: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> Harness:
+        return load_harness(self.spec, **self.kwargs)
 
 
 class Harness:
     """What the suite and the benchmarks need around a backend; subclass SqlHarness or this."""
 
     name: str
+    dialect: str
     job_table: str
     archived_job_table: str
+    # Set by load_harness; tests that start separate processes need it to rebuild the harness there.
+    factory: HarnessFactory | None = None
 
     def __init__(self, name: str, job_table: str, archived_job_table: str) -> None:
         self.name = name
         self.job_table = job_table
         self.archived_job_table = archived_job_table
         self._backends: list[Backend] = []
+        self._backends_lock = threading.Lock()
 
     # -- to provide ------------------------------------------------------------------------------------
 
@@ -62,19 +87,29 @@ class Harness:
     def backend(self) -> Backend:
         """A backend that close() closes."""
         backend = self.make_backend()
-        self._backends.append(backend)
+        with self._backends_lock:
+            self._backends.append(backend)
         return backend
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.make_backend().capabilities
+        backend = self.make_backend()
+        try:
+            return backend.capabilities
+        finally:
+            backend.close()
+
+    def job_id_strategy(self) -> JobIdStrategy:
+        """The id strategy enqueuers and workers of this backend share; override for other id columns."""
+        return default_job_id_strategy(self.dialect)
 
     @property
     def table_options(self) -> dict[str, Any]:
         return {"job_table": self.job_table, "archived_job_table": self.archived_job_table}
 
     def close(self) -> None:
-        backends, self._backends = self._backends, []
+        with self._backends_lock:
+            backends, self._backends = self._backends, []
         for backend in backends:
             backend.close()
 
@@ -83,8 +118,20 @@ def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _job_record(row: tuple[Any, ...]) -> JobRecord:
+    job_id, queue, job_type, payload, attempts, enqueued_at, process_at = row
+    return JobRecord(job_id, queue, job_type, payload, int(attempts), _utc(enqueued_at), _utc(process_at))
+
+
+def _archived_record(row: tuple[Any, ...]) -> ArchivedJobRecord:
+    job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at = row
+    return ArchivedJobRecord(
+        job_id, queue, job_type, payload, int(attempts), status, _utc(enqueued_at), _utc(process_at), _utc(finished_at)
+    )
+
+
 class SqlHarness(Harness):
-    """Any DB-API driver: `connect` opens connections; `backend_class(connect)` is the backend."""
+    """A harness over any DB-API driver; `backend_class(connect)` is the backend under test."""
 
     def __init__(
         self,
@@ -100,6 +147,10 @@ class SqlHarness(Harness):
         self.dialect = dialect
         self._connect = connect
         self._backend_class = backend_class
+        # One connection for the harness's own reads and writes: the model test reads both tables after
+        # every step, and a connect per read would dominate its run time.
+        self._own: Any = None
+        self._own_lock = threading.Lock()
 
     def make_backend(self) -> Backend:
         return self._backend_class(self._connect)
@@ -113,76 +164,92 @@ class SqlHarness(Harness):
 
     @property
     def capabilities(self) -> Capabilities:
-        caps: Capabilities = self._backend_class.capabilities  # type: ignore[attr-defined]
-        return caps
+        caps = getattr(self._backend_class, "capabilities", None)
+        if isinstance(caps, Capabilities):
+            return caps
+        return super().capabilities
+
+    def with_backend(self, backend_class: Callable[[Callable[[], Any]], Backend], name: str) -> SqlHarness:
+        """The same database and tables under another backend class (a fork, a deliberately broken one).
+
+        The copy has no factory: a separate process rebuilding it would get the original backend.
+        """
+        return SqlHarness(
+            name,
+            dialect=self.dialect,
+            connect=self._connect,
+            backend_class=backend_class,
+            job_table=self.job_table,
+            archived_job_table=self.archived_job_table,
+        )
 
     def _session(self, cursor: Any) -> None:
-        # Read TIMESTAMP columns as UTC wall-clock time, as the MySQL backend writes them.
         if self.dialect == "mysql":
+            # Read TIMESTAMP columns as UTC wall-clock time, as the MySQL backend writes them.
             cursor.execute("SET time_zone = '+00:00'")
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {_HARNESS_LOCK_TIMEOUT_S}")
+        elif self.dialect == "postgresql":
+            cursor.execute(f"SET lock_timeout = '{_HARNESS_LOCK_TIMEOUT_S}s'")
+
+    @contextmanager
+    def _own_connection(self) -> Iterator[Any]:
+        with self._own_lock:
+            if self._own is None:
+                conn = self._connect()
+                cursor = conn.cursor()
+                try:
+                    self._session(cursor)
+                finally:
+                    cursor.close()
+                conn.commit()
+                self._own = conn
+            try:
+                yield self._own
+            except BaseException:
+                # Whatever went wrong, the next use starts from a fresh connection.
+                conn, self._own = self._own, None
+                try:
+                    conn.close()
+                except Exception:
+                    pass  # It is being dropped because it failed; closing is only tidying up.
+                raise
 
     def execute(self, statement: str, params: Any = None) -> None:
         """Run one statement in its own committed transaction."""
-        conn = self._connect()
-        try:
+        with self._own_connection() as conn:
             cursor = conn.cursor()
-            self._session(cursor)
-            cursor.execute(statement, params)
-            cursor.close()
+            try:
+                cursor.execute(statement, params)
+            finally:
+                cursor.close()
             conn.commit()
-        finally:
-            conn.close()
 
     def select(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
-        conn = self._connect()
-        try:
+        """Rows of one query, read in a transaction of their own (so they are the committed rows)."""
+        with self._own_connection() as conn:
             cursor = conn.cursor()
-            self._session(cursor)
-            cursor.execute(statement, params)
-            rows = [tuple(row) for row in cursor.fetchall()]
-            cursor.close()
+            try:
+                cursor.execute(statement, params)
+                rows = [tuple(row) for row in cursor.fetchall()]
+            finally:
+                cursor.close()
+            # Ending the transaction releases its snapshot (MySQL's REPEATABLE READ would keep showing
+            # these rows) and any metadata lock that would hold up a later DROP or DELETE.
             conn.rollback()
             return rows
-        finally:
-            conn.close()
 
     def jobs(self) -> list[JobRecord]:
         rows = self.select(
-            "SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at "
-            f"FROM {self.job_table}"
+            f"SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at FROM {self.job_table}"
         )
-        return [
-            JobRecord(
-                job_id=row[0],
-                queue=row[1],
-                job_type=row[2],
-                payload=row[3],
-                attempts=row[4],
-                enqueued_at=_utc(row[5]),
-                process_at=_utc(row[6]),
-            )
-            for row in rows
-        ]
+        return [_job_record(row) for row in rows]
 
     def archived_jobs(self) -> list[ArchivedJobRecord]:
         rows = self.select(
             "SELECT job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at "
             f"FROM {self.archived_job_table}"
         )
-        return [
-            ArchivedJobRecord(
-                job_id=row[0],
-                queue=row[1],
-                job_type=row[2],
-                payload=row[3],
-                attempts=row[4],
-                status=row[5],
-                enqueued_at=_utc(row[6]),
-                process_at=_utc(row[7]),
-                finished_at=_utc(row[8]),
-            )
-            for row in rows
-        ]
+        return [_archived_record(row) for row in rows]
 
     def install(self) -> None:
         for table in (self.job_table, self.archived_job_table):
@@ -196,26 +263,50 @@ class SqlHarness(Harness):
         self.execute(f"DELETE FROM {self.job_table}")
         self.execute(f"DELETE FROM {self.archived_job_table}")
 
+    def close(self) -> None:
+        super().close()
+        with self._own_lock:
+            conn, self._own = self._own, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass  # Closing at the end of a test; a broken connection is as good as closed.
+
 
 class MemoryHarness(Harness):
     """The in-memory backend: one MemoryDatabase shared by every backend and connection of the harness."""
 
     def __init__(
-        self, job_table: str = DEFAULT_JOB_TABLE, archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE
+        self,
+        job_table: str = DEFAULT_JOB_TABLE,
+        archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+        *,
+        backend_class: Callable[[MemoryDatabase], Backend] = MemoryBackend,
+        name: str = "memory",
+        memory: MemoryDatabase | None = None,
     ) -> None:
-        super().__init__("memory", job_table, archived_job_table)
+        super().__init__(name, job_table, archived_job_table)
         self.dialect = "memory"
-        self.memory = MemoryDatabase()
+        self.memory = memory if memory is not None else MemoryDatabase()
+        self._backend_class = backend_class
 
     def make_backend(self) -> Backend:
-        return MemoryBackend(self.memory)
+        return self._backend_class(self.memory)
 
     def connect(self) -> Any:
         return self.memory.connect()
 
     @property
     def capabilities(self) -> Capabilities:
-        return MemoryBackend.capabilities
+        caps = getattr(self._backend_class, "capabilities", None)
+        return caps if isinstance(caps, Capabilities) else MemoryBackend.capabilities
+
+    def with_backend(self, backend_class: Callable[[MemoryDatabase], Backend], name: str) -> MemoryHarness:
+        """The same in-memory database and tables under another backend class."""
+        return MemoryHarness(
+            self.job_table, self.archived_job_table, backend_class=backend_class, name=name, memory=self.memory
+        )
 
     def jobs(self) -> list[JobRecord]:
         return self.memory.jobs(self.job_table)
@@ -227,11 +318,16 @@ class MemoryHarness(Harness):
         self.clear()
 
     def clear(self) -> None:
-        self.memory.clear(self.job_table, self.archived_job_table)
+        with self.memory.lock:
+            self.memory.tables.pop(self.job_table, None)
+            self.memory.tables.pop(self.archived_job_table, None)
 
 
 def load_harness(spec: str, **kwargs: Any) -> Harness:
-    """Call the factory named "package.module:callable" (keyword arguments passed on) for a Harness."""
+    """Call the factory named "package.module:callable" (keyword arguments passed on) for a Harness.
+
+    The harness remembers the spec and arguments, so a worker process can build the same one.
+    """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f"backend factory {spec!r} must look like 'package.module:callable'")
@@ -241,4 +337,15 @@ def load_harness(spec: str, **kwargs: Any) -> Harness:
     harness = factory(**kwargs)
     if not isinstance(harness, Harness):
         raise TypeError(f"factory {spec!r} returned {type(harness).__name__}, not a conformance Harness")
+    harness.factory = HarnessFactory(spec, dict(kwargs))
     return harness
+
+
+@contextmanager
+def installed(harness: H) -> Iterator[H]:
+    """The harness with freshly created tables, closed afterwards: the body of a suite's harness fixture."""
+    harness.install()
+    try:
+        yield harness
+    finally:
+        harness.close()
