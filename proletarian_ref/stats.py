@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -13,6 +15,10 @@ from proletarian_ref.sql import parse_named_blocks, read_sql_file
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
 _MYSQL_UTC_SESSION: Final = "SET time_zone = '+00:00'"
+# Any constant will do, as long as it is the same for every proletarian-ref process.
+_SCHEMA_LOCK_KEY: Final = 0x70726F6C
+_SCHEMA_LOCK_NAME: Final = "proletarian_ref_schema"
+_SCHEMA_LOCK_TIMEOUT_S: Final = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +158,20 @@ def table_exists(conn: Any, table: str | TableName, *, dialect: str | None = Non
     return bool(rows and rows[0][0])
 
 
+@contextmanager
+def schema_lock(conn: Any, *, dialect: str | None = None) -> Iterator[None]:
+    """Hold a session-level lock so that concurrent commands check and install the schema one at a time."""
+    active = _dialect(conn, dialect)
+    params = {"key": _SCHEMA_LOCK_KEY, "name": _SCHEMA_LOCK_NAME, "timeout_s": _SCHEMA_LOCK_TIMEOUT_S}
+    _query(conn, active, _statements(active)["schema_lock"], params)
+    conn.commit()
+    try:
+        yield
+    finally:
+        _query(conn, active, _statements(active)["schema_unlock"], params)
+        conn.commit()
+
+
 def missing_tables(conn: Any, tables: list[TableName], *, dialect: str | None = None) -> list[TableName]:
     return [t for t in tables if not table_exists(conn, t, dialect=dialect)]
 
@@ -164,7 +184,7 @@ def queue_stats(
     dialect: str | None = None,
     clock: Clock | None = None,
 ) -> Stats:
-    """Per queue: jobs due now, jobs scheduled later, the age of the oldest due job, archived jobs by status."""
+    """Per queue: jobs due now, scheduled later, the age of the oldest due job, archived jobs by status."""
     job = table_name(job_table, option="job_table")
     archived = table_name(archived_job_table, option="archived_job_table")
     active = _dialect(conn, dialect)

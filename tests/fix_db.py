@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from conformance import builtin
-from conformance.harness import Harness, SqlHarness
+from conformance.harness import Harness, SqlHarness, load_harness
 
 ALL_BACKENDS = ("postgresql", "mysql", "memory")
 PG_ENV = builtin.PG_ENV
@@ -67,8 +70,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _docker_available() -> bool:
     try:
-        import docker
-
+        # Imported by name: docker is optional and ships no type stubs.
+        docker = importlib.import_module("docker")
         docker.from_env().ping()
     except Exception:
         return False
@@ -90,12 +93,25 @@ def pg_dsn() -> Iterator[str]:
     if dsn:
         yield dsn
         return
-    if not _docker_available():
-        _unavailable("PostgreSQL", PG_ENV)
-    from testcontainers.postgres import PostgresContainer
+    if _docker_available():
+        from testcontainers.postgres import PostgresContainer
 
-    with PostgresContainer("postgres:16-alpine", driver=None) as container:
-        yield container.get_connection_url()
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    # A fresh machine with neither a server nor Docker still tests PostgreSQL, on the same embedded
+    # server the CLI uses (shared by the xdist workers; the last one to release it stops it).
+    from proletarian_ref.embedded import EmbeddedServerError, start
+
+    try:
+        server = start(Path(tempfile.gettempdir()) / "proletarian-ref-tests-pg")
+    except EmbeddedServerError as exc:
+        _unavailable("PostgreSQL", f"{PG_ENV} ({exc})")
+        return
+    try:
+        yield server.dsn
+    finally:
+        server.release()
 
 
 @pytest.fixture(scope="session")
@@ -152,20 +168,28 @@ def _installed(harness: SqlHarness) -> SqlHarness:
     return harness
 
 
+def _load(factory: str, dsn: str) -> SqlHarness:
+    # Through load_harness, so the harness remembers how it was made and a worker process of the
+    # conformance suite can build the same one.
+    suffix = table_suffix()
+    harness = load_harness(
+        factory,
+        dsn=dsn,
+        job_table=f"proletarian.job_{suffix}",
+        archived_job_table=f"proletarian.archived_job_{suffix}",
+    )
+    assert isinstance(harness, SqlHarness)
+    return harness
+
+
 @pytest.fixture(scope="session")
 def pg_harness(pg_dsn: str) -> SqlHarness:
-    suffix = table_suffix()
-    return _installed(
-        builtin.postgresql(pg_dsn, f"proletarian.job_{suffix}", f"proletarian.archived_job_{suffix}")
-    )
+    return _installed(_load("conformance.builtin:postgresql", pg_dsn))
 
 
 @pytest.fixture(scope="session")
 def mysql_harness(mysql_dsn: str) -> SqlHarness:
-    suffix = table_suffix()
-    return _installed(
-        builtin.mysql(mysql_dsn, f"proletarian.job_{suffix}", f"proletarian.archived_job_{suffix}")
-    )
+    return _installed(_load("conformance.builtin:mysql", mysql_dsn))
 
 
 @pytest.fixture

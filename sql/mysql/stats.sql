@@ -9,6 +9,13 @@ SELECT COUNT(*) > 0
 FROM information_schema.tables
 WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(name)s
 
+-- name: schema_lock
+-- A session lock that serialises "check the tables, install the missing ones" between commands starting at once.
+SELECT GET_LOCK(%(name)s, %(timeout_s)s)
+
+-- name: schema_unlock
+SELECT RELEASE_LOCK(%(name)s)
+
 -- name: queue_stats
 -- Per queue: jobs due at %(now)s, jobs scheduled after it, and the process_at of the oldest due job.
 SELECT queue,

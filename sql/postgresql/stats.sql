@@ -7,6 +7,13 @@
 -- True when the table exists; an unqualified name is looked up on the search_path, as the core's SQL is.
 SELECT to_regclass(%(qualified)s) IS NOT NULL
 
+-- name: schema_lock
+-- A session lock that serialises "check the tables, install the missing ones" between commands starting at once.
+SELECT pg_advisory_lock(%(key)s)
+
+-- name: schema_unlock
+SELECT pg_advisory_unlock(%(key)s)
+
 -- name: queue_stats
 -- Per queue: jobs due at %(now)s, jobs scheduled after it, and the process_at of the oldest due job.
 SELECT queue,

@@ -1,0 +1,79 @@
+"""The argument parser and main(): one subcommand per module, errors mapped to documented exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from proletarian_ref import __version__
+from proletarian_ref.cli import demo, embedded, enqueue, schema, stats, worker
+from proletarian_ref.cli.database import is_driver_error
+from proletarian_ref.cli.errors import CliError, ExitCode
+from proletarian_ref.embedded import EmbeddedServerError
+from proletarian_ref.errors import (
+    ConfigurationError,
+    DatabaseError,
+    ProletarianError,
+    SchemaMissingError,
+    SerializationError,
+)
+
+PROG = "proletarian-ref"
+
+EPILOG = """\
+database: --dsn, else $PROLETARIAN_DSN, else the embedded PostgreSQL (started on demand in the user data
+directory, schema installed, stopped when the last command using it ends).
+
+exit codes: 0 ok, 1 runtime error, 2 usage error, 3 cannot connect to the database, 4 schema missing,
+130 interrupted. See docs/cli.md.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Proletarian's durable job queue on PostgreSQL and MySQL, from the command line.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (schema, enqueue, worker, stats, demo, embedded):
+        module.add_parser(subparsers)
+    return parser
+
+
+def _error(message: str, code: ExitCode) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    return int(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (docs/cli.md) instead of exiting."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        # argparse exits 2 on a usage error and 0 after --help or --version.
+        return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE_ERROR)
+    try:
+        return int(args.run(args))
+    except CliError as exc:
+        return _error(str(exc), exc.exit_code)
+    except EmbeddedServerError as exc:
+        return _error(str(exc), ExitCode.CANNOT_CONNECT)
+    except SchemaMissingError as exc:
+        return _error(str(exc), ExitCode.SCHEMA_MISSING)
+    except (ConfigurationError, SerializationError) as exc:
+        return _error(str(exc), ExitCode.USAGE_ERROR)
+    except (DatabaseError, ProletarianError) as exc:
+        return _error(f"{type(exc).__name__}: {exc}", ExitCode.RUNTIME_ERROR)
+    except KeyboardInterrupt:
+        return _error("interrupted", ExitCode.INTERRUPTED)
+    except Exception as exc:
+        if is_driver_error(exc):
+            return _error(
+                f"database error: {type(exc).__name__}: {' '.join(str(exc).split())}", ExitCode.RUNTIME_ERROR
+            )
+        raise

@@ -1,0 +1,239 @@
+"""Choosing the database of a command (--dsn, PROLETARIAN_DSN, else embedded PostgreSQL) and connecting."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import unquote, urlsplit
+
+from proletarian_ref import embedded, schema
+from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact
+from proletarian_ref.cli.errors import CannotConnectError, CliError, SchemaMissingCliError, UsageError
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.stats import missing_tables, schema_lock
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+
+DSN_ENV: Final = "PROLETARIAN_DSN"
+CONNECT_TIMEOUT_S: Final = 10
+_DRIVER_EXTRAS: Final = {"postgresql": ("psycopg", "postgresql"), "mysql": ("PyMySQL", "mysql")}
+
+
+def add_database_options(parser: argparse.ArgumentParser, *, dsn: bool = True) -> None:
+    group = parser.add_argument_group("database")
+    if dsn:
+        group.add_argument(
+            "--dsn",
+            help=f"postgresql://... or mysql://... (default: ${DSN_ENV}, else the embedded PostgreSQL)",
+        )
+    group.add_argument("--job-table", default=DEFAULT_JOB_TABLE, help="job table (default: %(default)s)")
+    group.add_argument(
+        "--archived-job-table",
+        default=DEFAULT_ARCHIVED_JOB_TABLE,
+        help="archived job table (default: %(default)s)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    job: TableName
+    archived: TableName
+
+    @property
+    def as_list(self) -> list[TableName]:
+        return [self.job, self.archived]
+
+    @property
+    def are_default(self) -> bool:
+        return (str(self.job), str(self.archived)) == (DEFAULT_JOB_TABLE, DEFAULT_ARCHIVED_JOB_TABLE)
+
+
+def tables_from(args: argparse.Namespace) -> Tables:
+    try:
+        job = table_name(args.job_table, option="--job-table")
+        archived = table_name(args.archived_job_table, option="--archived-job-table")
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from exc
+    if job == archived:
+        raise UsageError(f"--job-table and --archived-job-table must differ, both are {job}")
+    return Tables(job, archived)
+
+
+def shown(dsn: str) -> str:
+    """The DSN for messages: the password hidden, an empty one left as it is."""
+    return redact(dsn) if urlsplit(dsn).password else dsn
+
+
+def _scrub(text: str, dsn: str) -> str:
+    password = urlsplit(dsn).password
+    if not password:
+        return text
+    return text.replace(password, "***").replace(unquote(password), "***")
+
+
+def given_dsn(args: argparse.Namespace, *, ignore_env: bool = False) -> tuple[str | None, str]:
+    """The DSN given and its origin: (dsn, "--dsn"), (dsn, "PROLETARIAN_DSN") or (None, "")."""
+    if getattr(args, "dsn", None):
+        return str(args.dsn), "--dsn"
+    from_env = None if ignore_env else os.environ.get(DSN_ENV)
+    if from_env:
+        return from_env, DSN_ENV
+    return None, ""
+
+
+@dataclass(slots=True)
+class Database:
+    """The database a command works on, with a way to open connections to it."""
+
+    dsn: str
+    dialect: str
+    source: str
+    tables: Tables
+    factory: Callable[[], Any]
+    server: embedded.EmbeddedServer | None = None
+
+    def describe(self) -> str:
+        origin = "the embedded PostgreSQL" if self.server is not None else self.source
+        return f"{shown(self.dsn)} ({origin})"
+
+    def connect(self) -> Any:
+        """A new connection; a failure is a CannotConnectError naming the (redacted) DSN."""
+        try:
+            return self.factory()
+        except Exception as exc:
+            raise cannot_connect(self, exc) from exc
+
+    def install_command(self) -> str:
+        """The command that installs the missing tables, with the options this command was given."""
+        parts = ["proletarian-ref schema install"]
+        if self.source == "--dsn":
+            parts.append(f"--dsn {shlex.quote(shown(self.dsn))}")
+        if str(self.tables.job) != DEFAULT_JOB_TABLE:
+            parts.append(f"--job-table {self.tables.job}")
+        if str(self.tables.archived) != DEFAULT_ARCHIVED_JOB_TABLE:
+            parts.append(f"--archived-job-table {self.tables.archived}")
+        command = " ".join(parts)
+        if self.source == "--dsn" and shown(self.dsn) != self.dsn:
+            command += "   (with the real password in place of ***)"
+        return command
+
+
+def cannot_connect(db: Database, exc: BaseException) -> CannotConnectError:
+    detail = _scrub(" ".join(str(exc).split()), db.dsn)
+    return CannotConnectError(f"cannot connect to {db.describe()}: {type(exc).__name__}: {detail}")
+
+
+def is_driver_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool", "pymysql")
+
+
+def _factory(dsn: str, dialect: str) -> Callable[[], Any]:
+    try:
+        return connection_factory(dsn, connect_timeout=CONNECT_TIMEOUT_S)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from exc
+    except ImportError as exc:
+        package, extra = _DRIVER_EXTRAS[dialect]
+        raise CliError(
+            f"a {dialect} DSN needs the {package} driver: pip install 'proletarian-ref[{extra}]' ({exc})"
+        ) from exc
+
+
+def _notice(message: str) -> None:
+    print(f"proletarian-ref: {message}", file=sys.stderr, flush=True)
+
+
+def _start_embedded(tables: Tables, *, keep_running: bool = False) -> Database:
+    try:
+        server = embedded.start(keep_running=keep_running)
+    except embedded.EmbeddedServerError as exc:
+        raise CannotConnectError(str(exc)) from exc
+    if server.kept:
+        lifetime = "it keeps running until: proletarian-ref embedded stop"
+    else:
+        lifetime = "it stops when the last command using it ends"
+    state = "started" if server.started_here else "already running"
+    _notice(
+        f"no --dsn or {DSN_ENV} given: using the embedded PostgreSQL in {server.data_dir} "
+        f"({state}; {lifetime})"
+    )
+    try:
+        return Database(
+            dsn=server.dsn,
+            dialect="postgresql",
+            source="embedded",
+            tables=tables,
+            factory=_factory(server.dsn, "postgresql"),
+            server=server,
+        )
+    except BaseException:
+        server.release()
+        raise
+
+
+def _install_once(conn: Any, db: Database) -> None:
+    # Commands started together on a new embedded server would otherwise race on CREATE SCHEMA.
+    with schema_lock(conn, dialect=db.dialect):
+        if missing_tables(conn, db.tables.as_list, dialect=db.dialect):
+            schema.install(
+                conn, job_table=db.tables.job, archived_job_table=db.tables.archived, dialect=db.dialect
+            )
+            _notice(
+                f"installed the schema ({db.tables.job}, {db.tables.archived}) in the embedded PostgreSQL"
+            )
+
+
+def _check_schema(db: Database, *, install_if_missing: bool) -> None:
+    conn = db.connect()
+    try:
+        missing = missing_tables(conn, db.tables.as_list, dialect=db.dialect)
+        if missing and install_if_missing:
+            _install_once(conn, db)
+            return
+    finally:
+        conn.close()
+    if missing:
+        names = " and ".join(str(t) for t in missing)
+        raise SchemaMissingCliError(
+            f"{names} {'does' if len(missing) == 1 else 'do'} not exist in {db.describe()}; "
+            f"install the schema with:\n  {db.install_command()}"
+        )
+
+
+@contextmanager
+def open_database(
+    args: argparse.Namespace,
+    tables: Tables,
+    *,
+    check_schema: bool = True,
+    keep_embedded: bool = False,
+    ignore_env: bool = False,
+) -> Iterator[Database]:
+    """The database for `args`, checked to connect and (with `check_schema`) to have both tables.
+
+    With no DSN the embedded PostgreSQL is started or joined, the schema installed if missing, and
+    released when the block ends.
+    """
+    dsn, source = given_dsn(args, ignore_env=ignore_env)
+    if dsn is None:
+        db = _start_embedded(tables, keep_running=keep_embedded)
+    else:
+        try:
+            dialect = dialect_of_dsn(dsn)
+        except ConfigurationError as exc:
+            raise UsageError(f"{exc} (from {source})") from exc
+        db = Database(dsn=dsn, dialect=dialect, source=source, tables=tables, factory=_factory(dsn, dialect))
+    try:
+        if check_schema:
+            _check_schema(db, install_if_missing=db.server is not None)
+        else:
+            db.connect().close()
+        yield db
+    finally:
+        if db.server is not None:
+            db.server.release()

@@ -1,0 +1,70 @@
+"""`proletarian-ref schema print|install`: the DDL of both tables, printed or run (idempotently)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from proletarian_ref import schema
+from proletarian_ref.backends.dsn import dialect_of_dsn
+from proletarian_ref.cli.database import add_database_options, given_dsn, open_database, tables_from
+from proletarian_ref.cli.errors import ExitCode, UsageError
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.sql import DIALECTS
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser("schema", help="print or install the job and archive tables")
+    actions = parser.add_subparsers(dest="schema_action", metavar="{print,install}", required=True)
+
+    printer = actions.add_parser(
+        "print",
+        help="print the DDL",
+        description="Print the DDL. The dialect is --dialect, else the DSN's, else postgresql.",
+    )
+    printer.add_argument("--dialect", choices=DIALECTS, help="postgresql or mysql (default: from the DSN)")
+    add_database_options(printer)
+    printer.set_defaults(run=run_print)
+
+    installer = actions.add_parser(
+        "install",
+        help="create the schema, tables and index if missing (safe to run again)",
+        description="Create the schema, tables and index where missing; existing tables and rows are kept.",
+    )
+    add_database_options(installer)
+    installer.set_defaults(run=run_install)
+
+
+def render(statements: list[str]) -> str:
+    return "".join(f"{statement};\n\n" for statement in statements).rstrip("\n") + "\n"
+
+
+def run_print(args: argparse.Namespace) -> int:
+    tables = tables_from(args)
+    dialect = args.dialect
+    if dialect is None:
+        dsn, source = given_dsn(args)
+        try:
+            dialect = dialect_of_dsn(dsn) if dsn is not None else "postgresql"
+        except ConfigurationError as exc:
+            raise UsageError(f"{exc} (from {source}); or pass --dialect") from exc
+    statements = schema.schema_statements(dialect, job_table=tables.job, archived_job_table=tables.archived)
+    sys.stdout.write(f"-- proletarian-ref schema for {dialect}: {tables.job} and {tables.archived}\n\n")
+    sys.stdout.write(render(statements))
+    return ExitCode.OK
+
+
+def run_install(args: argparse.Namespace) -> int:
+    tables = tables_from(args)
+    with open_database(args, tables, check_schema=False) as db:
+        conn = db.connect()
+        try:
+            schema.install(conn, job_table=tables.job, archived_job_table=tables.archived, dialect=db.dialect)
+        finally:
+            conn.close()
+        print(
+            f"proletarian-ref: schema installed in {db.describe()}: {tables.job}, {tables.archived}",
+            file=sys.stderr,
+        )
+    return ExitCode.OK

@@ -1,0 +1,48 @@
+"""Job handlers that the CLI tests name with --handler cli_handlers:<name> (tests/ is put on PYTHONPATH)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import proletarian_ref
+from proletarian_ref import Job
+
+
+class PlannedFailure(Exception):
+    """Raised on purpose by `fails_when_asked`."""
+
+
+def _started(payload: Mapping[str, Any]) -> None:
+    Path(str(payload["marker"])).write_text("started", encoding="utf-8")
+
+
+def ignores_stop(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Sleeps without looking at interrupted(), then records whether the worker was stopping meanwhile."""
+    _started(payload)
+    time.sleep(float(payload["seconds"]))
+    Path(str(payload["marker"]) + ".interrupted").write_text(
+        str(proletarian_ref.interrupted()), encoding="utf-8"
+    )
+
+
+def honours_stop(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Sleeps with proletarian_ref.sleep, which raises JobInterrupted as soon as the worker stops."""
+    _started(payload)
+    proletarian_ref.sleep(float(payload["seconds"]))
+
+
+def fails_when_asked(job_type: str, payload: Mapping[str, Any]) -> None:
+    if payload.get("fail"):
+        raise PlannedFailure(f"job {payload.get('n')} fails, as asked")
+
+
+def by_job(job: Job) -> None:
+    """An advanced-mode handler: fails on its first attempt only."""
+    if job.attempts == 1:
+        raise PlannedFailure(f"{job.job_type} fails on attempt 1")
+
+
+NOT_CALLABLE = 42

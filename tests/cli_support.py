@@ -1,0 +1,182 @@
+"""What the CLI tests share: tables of their own per xdist worker, main() in-process, and subprocesses."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from fix_db import selected_backends, table_suffix
+
+from conformance import builtin
+from conformance.harness import SqlHarness
+from proletarian_ref.backend import ArchivedJobRecord, JobRecord
+from proletarian_ref.cli import main
+from proletarian_ref.cli.demo import RETRIES, plan
+
+TESTS_DIR: Final = Path(__file__).resolve().parent
+DIALECTS: Final = ("postgresql", "mysql")
+_installed: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@dataclass
+class Target:
+    """A database with the test module's own tables (names contain "cli"; unqualified: no CREATE SCHEMA)."""
+
+    dialect: str
+    dsn: str
+    harness: SqlHarness
+
+    @property
+    def job_table(self) -> str:
+        return self.harness.job_table
+
+    @property
+    def archived_job_table(self) -> str:
+        return self.harness.archived_job_table
+
+    @property
+    def tables(self) -> list[str]:
+        return ["--job-table", self.job_table, "--archived-job-table", self.archived_job_table]
+
+    @property
+    def args(self) -> list[str]:
+        return ["--dsn", self.dsn, *self.tables]
+
+    def jobs(self) -> list[JobRecord]:
+        return self.harness.jobs()
+
+    def archived_jobs(self) -> list[ArchivedJobRecord]:
+        return self.harness.archived_jobs()
+
+
+def table_names(name: str) -> tuple[str, str]:
+    base = f"cli_{table_suffix()}_{name}"
+    return f"{base}_job", f"{base}_archived"
+
+
+def harness_for(dialect: str, dsn: str, name: str) -> SqlHarness:
+    job, archived = table_names(name)
+    factory = builtin.postgresql if dialect == "postgresql" else builtin.mysql
+    return factory(dsn, job, archived)
+
+
+def parametrize_dialects(metafunc: pytest.Metafunc) -> None:
+    """A module's pytest_generate_tests: `database` and `fresh` run on each chosen --backends SQL dialect."""
+    chosen = [d for d in DIALECTS if d in selected_backends(metafunc.config)]
+    for name in ("database", "fresh"):
+        if name in metafunc.fixturenames:
+            metafunc.parametrize(name, chosen, indirect=True)
+
+
+def dsn_for(request: pytest.FixtureRequest, dialect: str) -> str:
+    return str(request.getfixturevalue("pg_dsn" if dialect == "postgresql" else "mysql_dsn"))
+
+
+def target(request: pytest.FixtureRequest, name: str) -> Iterator[Target]:
+    """The parametrised database (request.param) with tables `name`, installed once per worker and emptied."""
+    dialect = str(request.param)
+    dsn = dsn_for(request, dialect)
+    harness = harness_for(dialect, dsn, name)
+    if (dialect, name) not in _installed:
+        harness.install()
+        _installed.add((dialect, name))
+    harness.clear()
+    try:
+        yield Target(dialect, dsn, harness)
+    finally:
+        harness.close()
+
+
+def drop_tables(harness: SqlHarness) -> None:
+    for table in (harness.job_table, harness.archived_job_table):
+        harness.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test may reach a developer's PROLETARIAN_DSN or their real embedded data directory."""
+    monkeypatch.delenv("PROLETARIAN_DSN", raising=False)
+    monkeypatch.setenv("PROLETARIAN_EMBEDDED_DIR", str(tmp_path / "embedded-pg"))
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
+    """main(argv) in this process, with what it printed."""
+    capsys.readouterr()
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return Result(code, captured.out, captured.err)
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PROLETARIAN_DSN"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def start_cli(*argv: str, env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "proletarian_ref", *argv],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_cli(*argv: str, env: dict[str, str], timeout: float = 120, cwd: Path | None = None) -> Result:
+    process = start_cli(*argv, env=env, cwd=cwd)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate(timeout=10)
+        pytest.fail(f"proletarian-ref {' '.join(argv)} did not finish in {timeout} s:\n{err}")
+    return Result(process.returncode, out, err)
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float, what: str, process: Any = None) -> Any:
+    """Poll `condition` until it is truthy; fail after `timeout` s, or as soon as `process` has exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            out, err = process.communicate(timeout=10)
+            pytest.fail(f"the CLI exited with {process.returncode} while waiting for {what}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def summary_numbers(out: str) -> dict[str, int]:
+    """The counts of the summary lines, e.g. {"processed": 40, "failed": 4, ...}."""
+    found = re.finditer(r"^  (\w+) +(\d+)\b", out, flags=re.MULTILINE)
+    return {m[1]: int(m[2]) for m in found if m[1] != "throughput"}
+
+
+def expected_numbers(jobs: int) -> dict[str, int]:
+    fails = [p["fail-attempts"] for p in plan(jobs)]
+    return {
+        "processed": jobs,
+        "succeeded": sum(1 for f in fails if f <= RETRIES),
+        "failed": sum(1 for f in fails if f > RETRIES),
+        "retried": sum(1 for f in fails if f > 0),
+        "attempts": sum(min(f, RETRIES) + 1 for f in fails),
+    }

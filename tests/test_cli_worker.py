@@ -1,0 +1,354 @@
+"""`proletarian-ref worker`: handler loading, retries, and what SIGTERM/SIGINT do to jobs in flight."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+from cli_support import (
+    Target,
+    drop_tables,
+    harness_for,
+    isolate,
+    parametrize_dialects,
+    run,
+    start_cli,
+    subprocess_env,
+    table_names,
+    target,
+    wait_for,
+)
+
+from proletarian_ref.cli import ExitCode
+
+pytest_generate_tests = parametrize_dialects
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    isolate(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest) -> Iterator[Target]:
+    yield from target(request, "worker")
+
+
+@pytest.fixture
+def sigterm_to_self() -> Iterator[None]:
+    """SIGTERM is harmless to the test process even outside main(), so a late signal cannot kill pytest."""
+
+    def ignore(signum: int, frame: FrameType | None) -> None:
+        return None
+
+    previous = signal.signal(signal.SIGTERM, ignore)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _enqueue(
+    capsys: pytest.CaptureFixture[str], database: Target, payload: object, job_type: str = "t/job"
+) -> str:
+    result = run(capsys, "enqueue", job_type, json.dumps(payload), *database.args)
+    assert result.code == ExitCode.OK, result.err
+    return result.out.strip()
+
+
+# -- handler paths and options that are wrong ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("handler", "message"),
+    [
+        ("cli_handlers", "must look like 'package.module:function'"),
+        ("no_such_module_cli:handle", "no module named 'no_such_module_cli'"),
+        ("cli_handlers:no_such_function", "has no attribute 'no_such_function'"),
+        ("cli_handlers:NOT_CALLABLE", "is a int, not a function"),
+    ],
+)
+def test_a_handler_that_does_not_resolve_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], database: Target, handler: str, message: str
+) -> None:
+    result = run(capsys, "worker", "--handler", handler, *database.args)
+    assert result.code == ExitCode.USAGE_ERROR
+    assert message in result.err
+
+
+def test_a_handler_module_that_raises_on_import_is_reported(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, database: Target
+) -> None:
+    (tmp_path / "cli_broken_jobs.py").write_text(
+        "raise RuntimeError('refuses to import')\n", encoding="utf-8"
+    )
+    # The current directory is on the import path, as for `python -m`.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = run(capsys, "worker", "--handler", "cli_broken_jobs:handle", *database.args)
+    assert result.code == ExitCode.USAGE_ERROR
+    assert "importing 'cli_broken_jobs' failed: RuntimeError: refuses to import" in result.err
+
+
+def test_delays_without_retries_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    result = run(capsys, "worker", "--handler", "cli_handlers:by_job", "--delays", "10,20", *database.args)
+    assert result.code == ExitCode.USAGE_ERROR
+    assert "--delays needs --retries" in result.err
+
+
+@pytest.mark.parametrize("delays", ["10,,20", "-5", "ten"])
+def test_malformed_delays_are_a_usage_error(
+    capsys: pytest.CaptureFixture[str], database: Target, delays: str
+) -> None:
+    result = run(
+        capsys,
+        "worker",
+        "--handler",
+        "cli_handlers:by_job",
+        "--retries",
+        "1",
+        f"--delays={delays}",
+        *database.args,
+    )
+    assert result.code == ExitCode.USAGE_ERROR
+
+
+def test_an_invalid_queue_is_a_usage_error(capsys: pytest.CaptureFixture[str], database: Target) -> None:
+    result = run(capsys, "worker", "--handler", "cli_handlers:by_job", "--queue", "a b", *database.args)
+    assert result.code == ExitCode.USAGE_ERROR
+    assert "invalid --queue" in result.err
+
+
+def test_missing_tables_exit_4_before_the_worker_starts(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    job, archived = table_names("absent")
+    result = run(
+        capsys,
+        "worker",
+        "--handler",
+        "cli_handlers:by_job",
+        "--dsn",
+        database.dsn,
+        "--job-table",
+        job,
+        "--archived-job-table",
+        archived,
+    )
+    assert result.code == ExitCode.SCHEMA_MISSING
+    assert "install the schema with" in result.err
+    assert "worker running" not in result.err
+
+
+# -- running jobs -------------------------------------------------------------------------------------
+
+
+def _stop_when(condition: Callable[[], object], timeout: float) -> threading.Thread:
+    """SIGTERM this process once `condition()` holds, as a service manager would stop the worker."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.usefixtures("sigterm_to_self")
+def test_worker_runs_jobs_retries_failures_and_stops_on_sigterm(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    _enqueue(capsys, database, {"n": 1})
+    _enqueue(capsys, database, {"n": 2, "fail": True})
+    watcher = _stop_when(lambda: len(database.archived_jobs()) == 2, timeout=30)
+    result = run(
+        capsys,
+        "worker",
+        "--handler",
+        "cli_handlers:fails_when_asked",
+        "--retries",
+        "2",
+        "--delays",
+        "0",
+        "--polling-interval-ms",
+        "20",
+        "--threads",
+        "2",
+        *database.args,
+    )
+    watcher.join(timeout=5)
+    assert result.code == ExitCode.OK, result.err
+    archived = sorted((a.status, a.attempts) for a in database.archived_jobs())
+    assert archived == [(":failure", 3), (":success", 1)]
+    assert database.jobs() == []
+    assert "SIGTERM: stopping" in result.err
+    assert "worker stopped" in result.err
+
+
+@pytest.mark.usefixtures("sigterm_to_self")
+def test_advanced_handler_mode_passes_the_job(capsys: pytest.CaptureFixture[str], database: Target) -> None:
+    _enqueue(capsys, database, {}, job_type="my.app/advanced")
+    watcher = _stop_when(lambda: len(database.archived_jobs()) == 1, timeout=30)
+    result = run(
+        capsys,
+        "worker",
+        "--handler",
+        "cli_handlers:by_job",
+        "--handler-mode",
+        "advanced",
+        "--retries",
+        "1",
+        "--polling-interval-ms",
+        "20",
+        *database.args,
+    )
+    watcher.join(timeout=5)
+    assert result.code == ExitCode.OK, result.err
+    [archived] = database.archived_jobs()
+    assert (archived.status, archived.attempts) == (":success", 2)
+
+
+# -- signals and jobs in flight (a real process) ------------------------------------------------------
+
+
+def _start_worker(database: Target, handler: str, *extra: str) -> subprocess.Popen[str]:
+    return start_cli(
+        "worker",
+        "--handler",
+        f"cli_handlers:{handler}",
+        "--polling-interval-ms",
+        "50",
+        *extra,
+        *database.args,
+        env=subprocess_env(),
+    )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_handler_that_ignores_the_stop_finishes_and_its_job_is_archived(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path, signum: signal.Signals
+) -> None:
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 1.5})
+    process = _start_worker(database, "ignores_stop")
+    wait_for(marker.exists, timeout=30, what="the job to start", process=process)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert f"{signum.name}: stopping" in err
+    # The handler saw proletarian_ref.interrupted() turn true, ignored it, and its job still counts.
+    assert Path(str(marker) + ".interrupted").read_text(encoding="utf-8") == "True"
+    assert database.jobs() == []
+    [archived] = database.archived_jobs()
+    assert (archived.status, archived.attempts) == (":success", 1)
+
+
+def test_a_handler_that_honours_the_stop_leaves_its_job_queued_with_attempts_unchanged(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
+    process = _start_worker(database, "honours_stop")
+    wait_for(marker.exists, timeout=30, what="the job to start", process=process)
+    stopped_at = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert time.monotonic() - stopped_at < 10, "proletarian_ref.sleep must wake up at the stop"
+    [job] = database.jobs()
+    assert job.attempts == 0
+    assert database.archived_jobs() == []
+
+
+def test_a_handler_running_past_the_shutdown_timeout_exits_1_and_its_job_stays_queued(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 20})
+    process = _start_worker(database, "ignores_stop", "--shutdown-timeout-ms", "300")
+    wait_for(marker.exists, timeout=30, what="the job to start", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=15)
+    assert process.returncode == ExitCode.RUNTIME_ERROR, err
+    assert "Could not shut down the queue worker within 300 ms" in err
+    # Its transaction never committed, so the job is as it was before the attempt.
+    [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
+    assert job.attempts == 0
+    assert database.archived_jobs() == []
+
+
+def test_a_second_signal_exits_at_once(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 20})
+    process = _start_worker(database, "ignores_stop")
+    wait_for(marker.exists, timeout=30, what="the job to start", process=process)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=15)
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    [job] = database.jobs()
+    assert job.attempts == 0
+
+
+@pytest.mark.usefixtures("sigterm_to_self")
+def test_a_worker_whose_tables_disappear_stops_with_exit_4(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    harness = harness_for(database.dialect, database.dsn, "dropped")
+    harness.install()
+    argv = [
+        "--dsn",
+        database.dsn,
+        "--job-table",
+        harness.job_table,
+        "--archived-job-table",
+        harness.archived_job_table,
+    ]
+    try:
+        assert run(capsys, "enqueue", "t/job", "{}", *argv).code == ExitCode.OK
+
+        def drop_after_first_job() -> None:
+            try:
+                wait_for(harness.archived_jobs, timeout=30, what="the first job")
+                drop_tables(harness)
+            except BaseException:
+                # Never leave the worker running: stop it, and the exit code assertion fails instead.
+                os.kill(os.getpid(), signal.SIGTERM)
+                raise
+
+        dropper = threading.Thread(target=drop_after_first_job, daemon=True)
+        dropper.start()
+        result = run(
+            capsys,
+            "worker",
+            "--handler",
+            "cli_handlers:fails_when_asked",
+            "--polling-interval-ms",
+            "20",
+            *argv,
+        )
+        dropper.join(timeout=10)
+        assert result.code == ExitCode.SCHEMA_MISSING, result.err
+        assert "the worker stopped" in result.err
+        assert "install the schema with" in result.err
+    finally:
+        drop_tables(harness)
+        harness.close()
