@@ -8,15 +8,25 @@ venv="${PROLETARIAN_VENV:-.venv}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
+venv="$(cd "$venv" && pwd)"
 py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --upgrade pip
-# A wheel, not an editable install: the tests then prove the SQL files ship inside the package.
+# A wheel, not an editable install, so the check below proves the SQL files ship inside the package.
 "$py" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
 "$py" -m pip install --quiet --disable-pip-version-check '.[test,lint]'
 
 eval "$(bash ci/services.sh)"
 
+echo "== the installed wheel carries its SQL"
+(cd "${TMPDIR:-/tmp}" && "$py" -c "
+from proletarian_ref import sql
+assert 'site-packages' in str(sql.sql_dir('mysql')), sql.sql_dir('mysql')
+assert set(sql.queries('postgresql')) == set(sql.queries('mysql'))
+")
+
 echo "== ruff" && "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check .
 echo "== mypy --strict" && "$venv/bin/mypy"
+echo "== benchmarks, quick mode"
+"$py" -m benchmarks run --quick --no-progress --out "${TMPDIR:-/tmp}/proletarian-ref-bench"
 echo "== pytest"
 exec "$venv/bin/pytest" -n 2 -p no:cacheprovider "$@"

@@ -25,12 +25,21 @@ def dialect_of_connection(conn: Any) -> str:
     )
 
 
+# One backend a dialect serves every enqueue: it has no data source, and it remembers which callers'
+# connections it already prepared, so an enqueue costs one round trip, not two.
+_ENQUEUE_BACKENDS: dict[str, Backend] = {}
+
+
 def backend_for_connection(conn: Any) -> Backend:
     """The backend that runs enqueue on `conn`; a connection may name its own via proletarian_backend()."""
     own = getattr(conn, "proletarian_backend", None)
     if callable(own):
         return _checked(own())
-    return _backend_class(dialect_of_connection(conn))(None)
+    dialect = dialect_of_connection(conn)
+    backend = _ENQUEUE_BACKENDS.get(dialect)
+    if backend is None:
+        backend = _ENQUEUE_BACKENDS.setdefault(dialect, _backend_class(dialect)(None))
+    return backend
 
 
 def backend_for_data_source(data_source: Any) -> Backend:

@@ -1,0 +1,149 @@
+"""The ceiling: Proletarian's statements in a plain loop on the raw driver, no library code in the loop.
+
+The SQL text is read from sql/<dialect>/queries.sql once, before any loop starts, so the ceiling runs the
+very statements the backends run; after that only psycopg or PyMySQL is called.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from benchmarks.common import BENCH_QUEUE_TEXT, Dialect, archived_table_of, db_now, job_table_of
+from conformance.harness import SqlHarness
+from proletarian_ref.sql import render
+
+STATUS_SUCCESS = ":success"
+RAW_PAYLOAD = '["^ ","~:i",1]'
+RAW_JOB_TYPE = ":bench/job"
+
+
+@dataclass(frozen=True, slots=True)
+class RawStatements:
+    claim: str
+    archive: str
+    delete: str
+    enqueue: str
+
+    @classmethod
+    def of(cls, harness: SqlHarness, dialect: Dialect) -> RawStatements:
+        job, archived = job_table_of(harness), archived_table_of(harness)
+        return cls(
+            claim=render(dialect, "get_next_job", job),
+            archive=render(dialect, "archive_job", job, archived),
+            delete=render(dialect, "delete_job", job),
+            enqueue=render(dialect, "enqueue", job),
+        )
+
+
+def raw_connection(harness: SqlHarness, dialect: Dialect) -> Any:
+    """A driver connection set up as the backend sets up a worker's (MySQL: UTC, READ COMMITTED)."""
+    conn = harness.connect()
+    if dialect == "mysql":
+        cursor = conn.cursor()
+        cursor.execute("SET time_zone = '+00:00'")
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        cursor.close()
+        conn.commit()
+    return conn
+
+
+class RawDrainer:
+    """`threads` threads, each claiming, archiving, deleting and committing on its own connection."""
+
+    def __init__(
+        self,
+        harness: SqlHarness,
+        dialect: Dialect,
+        threads: int,
+        polling_interval_ms: float,
+        on_job: Callable[[], Any],
+    ) -> None:
+        self._dialect: Dialect = dialect
+        self._statements = RawStatements.of(harness, dialect)
+        self._interval = polling_interval_ms / 1000
+        self._on_job = on_job
+        self._stop = threading.Event()
+        # Connections are opened before the clock starts, as the library's worker keeps one per thread.
+        self._connections = [raw_connection(harness, dialect) for _ in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._loop, args=(conn,), name=f"raw-drain-{n}", daemon=True)
+            for n, conn in enumerate(self._connections, 1)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for conn in self._connections:
+            # Tidying up after the measurement; a broken connection is as good as closed.
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _loop(self, conn: Any) -> None:
+        cursor = conn.cursor()
+        while not self._stop.is_set():
+            if not claim_one(conn, cursor, self._statements, self._dialect, self._on_job):
+                self._stop.wait(self._interval)
+        cursor.close()
+
+
+def claim_one(conn: Any, cursor: Any, s: RawStatements, dialect: Dialect, on_job: Callable[[], Any]) -> bool:
+    """One poll, one transaction: claim, on_job, archive, delete, commit; False when none was due."""
+    cursor.execute(s.claim, {"queue": BENCH_QUEUE_TEXT, "now": db_now(dialect)})
+    row = cursor.fetchone()
+    if row is None:
+        conn.commit()
+        return False
+    on_job()
+    cursor.execute(s.archive, {"job_id": row[0], "status": STATUS_SUCCESS, "finished_at": db_now(dialect)})
+    cursor.execute(s.delete, {"job_id": row[0]})
+    conn.commit()
+    return True
+
+
+def raw_enqueue(
+    harness: SqlHarness, dialect: Dialect, per_transaction: int, window_s: float, max_jobs: int
+) -> tuple[int, float]:
+    """Jobs inserted and seconds taken, `per_transaction` INSERTs per COMMIT, bounded by count and time."""
+    statement = RawStatements.of(harness, dialect).enqueue
+    conn = raw_connection(harness, dialect)
+    try:
+        cursor = conn.cursor()
+        count = 0
+        start = time.perf_counter()
+        deadline = start + window_s
+        while count < max_jobs and time.perf_counter() < deadline:
+            for _ in range(per_transaction):
+                now = datetime.now(UTC)
+                job_id = uuid.uuid4()
+                cursor.execute(
+                    statement,
+                    {
+                        "job_id": job_id if dialect == "postgresql" else job_id.bytes,
+                        "queue": BENCH_QUEUE_TEXT,
+                        "job_type": RAW_JOB_TYPE,
+                        "payload": RAW_PAYLOAD,
+                        "attempts": 0,
+                        "enqueued_at": db_now(dialect, now),
+                        "process_at": db_now(dialect, now),
+                    },
+                )
+            conn.commit()
+            count += per_transaction
+        elapsed = time.perf_counter() - start
+        cursor.close()
+        return count, elapsed
+    finally:
+        conn.close()

@@ -1,0 +1,446 @@
+"""Writes a run's results.json, results.md (the README snippet) and PNG charts (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+# The Agg backend must be chosen before pyplot loads, so no display is ever needed.
+import matplotlib.pyplot as plt
+
+POLL_CHART = "poll_latency.png"
+THROUGHPUT_CHART = "throughput.png"
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "pass" if value else "FAIL"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_num(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _entries(results: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = results.get("benchmarks", {}).get(name, [])
+    return entries
+
+
+def _problem(entry: dict[str, Any]) -> str | None:
+    if "error" in entry:
+        return f"{entry.get('backend', entry.get('factory'))}: error: {entry['error']}"
+    if "skipped" in entry and "rows" not in entry and "cells" not in entry:
+        return f"{entry.get('backend', entry.get('factory'))}: skipped: {entry['skipped']}"
+    return None
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The Markdown snippet: one table per benchmark, the machine named at the top."""
+    meta = results.get("meta", {})
+    m = meta.get("machine", {})
+    v = meta.get("versions", {})
+    git = meta.get("git", {})
+    out = [
+        f"Benchmark run ({results.get('settings', {}).get('mode', '?')} mode), "
+        f"{m.get('cpu_model', '?')}, {m.get('logical_cores', '?')} cores, {m.get('ram_gib', '?')} GiB RAM; "
+        f"Python {v.get('python')}, psycopg {v.get('psycopg')}, PyMySQL {v.get('PyMySQL')}; "
+        f"git {str(git.get('commit') or '?')[:10]}{' (dirty)' if git.get('dirty') else ''}; "
+        f"load average at start {m.get('load_average')}.",
+        "",
+    ]
+    for factory, version in meta.get("servers", {}).items():
+        out.append(f"- `{factory}`: {version}")
+    out.append("")
+    out += _poll_section(results)
+    out += _throughput_section(results)
+    out += _enqueue_section(results)
+    out += _latency_section(results)
+    out += _memory_section(results)
+    out += _locust_section(results)
+    out += _profile_section(results)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _notes(entries: list[dict[str, Any]]) -> list[str]:
+    notes = [p for p in map(_problem, entries) if p]
+    return [*(f"- {n}" for n in notes), ""] if notes else []
+
+
+def _poll_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "poll_latency")
+    if not entries:
+        return []
+    out = ["### Poll latency against table depth", ""]
+    out.append(
+        "The claim (`get_next_job` in a transaction, rolled back) on a job table of N rows: half in other "
+        "queues, 49% not yet due, 1% due. Milliseconds."
+    )
+    out.append("")
+    rows: list[list[Any]] = []
+    for e in entries:
+        for c in e.get("cells", []):
+            index = {True: "yes", False: "**no**", None: "as installed"}[c["indexed"]]
+            rows.append(
+                [
+                    e["backend"],
+                    c["depth"],
+                    index,
+                    c["p50_ms"],
+                    c["p95_ms"],
+                    c["p99_ms"],
+                    c["n"],
+                    c.get("plan_summary", "-"),
+                ]
+            )
+    out += _table(["backend", "rows", "index", "p50", "p95", "p99", "samples", "plan"], rows)
+    out.append("")
+    checks: list[list[Any]] = []
+    for e in entries:
+        for label, key in (
+            ("with index", "indexed"),
+            ("without index", "no_index"),
+            ("as installed", "as_installed"),
+        ):
+            c = e.get("index_check", {}).get(key)
+            if c:
+                checks.append(
+                    [
+                        e["backend"],
+                        label,
+                        f"{c['from_depth']:,} -> {c['to_depth']:,}",
+                        c["p99_from_ms"],
+                        c["p99_to_ms"],
+                        c["ratio"],
+                        c.get("p50_ratio"),
+                        c["pass"] if key != "no_index" else ("within 2x" if c["pass"] else "grows"),
+                    ]
+                )
+    if checks:
+        out.append("p99 at the deepest table over p99 at the shallowest (target with the index: at most 2x):")
+        out.append("")
+        out += _table(
+            ["backend", "", "rows", "p99 from", "p99 to", "p99 ratio", "p50 ratio", "verdict"], checks
+        )
+        out.append("")
+    return out + _notes(entries)
+
+
+def _throughput_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "throughput")
+    if not entries:
+        return []
+    out = ["### Throughput (no-op handler)", ""]
+    out.append(
+        "Jobs per second, median of rounds; *raw* is the same statements in a plain psycopg/PyMySQL loop at "
+        "the same concurrency (the ceiling). Target: library / raw >= 0.9."
+    )
+    out.append("")
+    rows: list[list[Any]] = []
+    for e in entries:
+        for r in e.get("rows", []):
+            if "skipped" in r:
+                rows.append([e["backend"], f"{r['processes']} x {r['threads']}", "-", "-", "-", "skipped"])
+                continue
+            rows.append(
+                [
+                    e["backend"],
+                    f"{r['processes']} x {r['threads']}",
+                    r.get("library_jobs_per_s"),
+                    r.get("raw_jobs_per_s"),
+                    r.get("ratio"),
+                    r.get("pass", "no ceiling"),
+                ]
+            )
+    out += _table(
+        ["backend", "processes x threads", "library jobs/s", "raw jobs/s", "ratio", "verdict"], rows
+    )
+    out.append("")
+    return out + _notes(entries)
+
+
+def _enqueue_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "enqueue_rate")
+    if not entries:
+        return []
+    out = ["### Enqueue rate (one connection)", ""]
+    out.append(
+        "Jobs per second. *library*: `enqueue(conn, ...)` as an application calls it; *reused backend*: the "
+        "same with `backend=` passed once; *raw*: the INSERT on the driver."
+    )
+    out.append("")
+    rows: list[list[Any]] = []
+    for e in entries:
+        for r in e.get("rows", []):
+            rows.append(
+                [
+                    e["backend"],
+                    r["jobs_per_transaction"],
+                    r.get("library_jobs_per_s"),
+                    r.get("library_backend_reused_jobs_per_s"),
+                    r.get("raw_jobs_per_s"),
+                    r.get("ratio"),
+                ]
+            )
+    out += _table(["backend", "jobs/txn", "library", "reused backend", "raw", "library / raw"], rows)
+    out.append("")
+    return out + _notes(entries)
+
+
+def _latency_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "latency")
+    if not entries:
+        return []
+    out = ["### Enqueue-to-start latency and the idle worker's cost", ""]
+    rows: list[list[Any]] = []
+    for e in entries:
+        if "enqueue_to_start" not in e:
+            continue
+        lat, idle = e["enqueue_to_start"], e["idle"]
+        server = idle.get("server_per_s", {})
+        rows.append(
+            [
+                e["backend"],
+                lat["p50_ms"],
+                lat["p95_ms"],
+                lat["p99_ms"],
+                idle["client_polls_per_s"],
+                "; ".join(f"{k} {v:.1f}/s" for k, v in server.items()) or "-",
+                idle["client_cpu_percent"],
+            ]
+        )
+    out += _table(
+        [
+            "backend",
+            "latency p50 ms",
+            "p95 ms",
+            "p99 ms",
+            "idle polls/s",
+            "server, idle worker",
+            "client CPU %",
+        ],
+        rows,
+    )
+    out.append("")
+    out.append(
+        "At the default 100 ms interval the expected latency is about half the interval. The server's "
+        "figures are the worker's alone: scans of its job table (PostgreSQL), its connection's session "
+        "counters (MySQL)."
+    )
+    out.append("")
+    return out + _notes(entries)
+
+
+def _memory_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "memory")
+    if not entries:
+        return []
+    out = ["### Worker memory over a long drain", ""]
+    rows: list[list[Any]] = []
+    for e in entries:
+        if "rss_start_mib" not in e:
+            continue
+        rows.append(
+            [
+                e["backend"],
+                e["jobs"],
+                e["threads"],
+                e["rss_start_mib"],
+                e["rss_middle_mib"],
+                e["rss_end_mib"],
+                e["rss_peak_sampled_mib"],
+                e["growth_mib"],
+                e["flat"] and e["finished"],
+            ]
+        )
+    out += _table(
+        ["backend", "jobs", "threads", "RSS start MiB", "middle", "end", "peak", "growth MiB", "flat"], rows
+    )
+    out.append("")
+    return out + _notes(entries)
+
+
+def _locust_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "locust")
+    if not entries:
+        return []
+    out = ["### Locust: enqueuers and workers together", ""]
+    rows: list[list[Any]] = []
+    for e in entries:
+        if "verification" not in e:
+            continue
+        q, ver = e.get("enqueue", {}), e["verification"]
+        rows.append(
+            [
+                e["backend"],
+                f"{e['users']} x {e['user_rate_per_s']:g}/s",
+                e["worker_threads"],
+                q.get("requests"),
+                q.get("p50_ms"),
+                q.get("p95_ms"),
+                e["jobs_per_s"],
+                "exactly once" if ver["ok"] else "FAIL: " + "; ".join(ver["problems"]),
+            ]
+        )
+    out += _table(
+        [
+            "backend",
+            "users x rate",
+            "worker threads",
+            "enqueued",
+            "enqueue p50 ms",
+            "p95 ms",
+            "jobs/s",
+            "archived",
+        ],
+        rows,
+    )
+    out.append("")
+    return out + _notes(entries)
+
+
+def _profile_section(results: dict[str, Any]) -> list[str]:
+    rows: list[list[Any]] = []
+    for e in _entries(results, "throughput"):
+        p = e.get("profile")
+        if not p:
+            continue
+        top = [
+            (k, v)
+            for k, v in p["library"]["tottime_us_per_job_by_source"].items()
+            if not k.startswith("waiting") and "socket" not in k
+        ][:4]
+        rows.append(
+            [
+                e["backend"],
+                p["library"]["us_per_job"],
+                p["raw"]["us_per_job"],
+                p["library"]["cpu_us_per_job"],
+                p["raw"]["cpu_us_per_job"],
+                p["library_cpu_over_raw_us_per_job"],
+                ", ".join(f"{k} {v:.0f}" for k, v in top),
+            ]
+        )
+    if not rows:
+        return []
+    out = ["### Where a job's time goes (one thread, cProfile)", ""]
+    out += _table(
+        [
+            "backend",
+            "library wall µs/job",
+            "raw wall µs/job",
+            "library CPU µs/job",
+            "raw CPU µs/job",
+            "CPU difference",
+            "library, own time by source (profiled, µs/job)",
+        ],
+        rows,
+    )
+    out.append("")
+    return out
+
+
+def poll_chart(results: dict[str, Any], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    for e in _entries(results, "poll_latency"):
+        for indexed, style in ((True, "-o"), (False, "--s"), (None, ":^")):
+            cells = sorted(
+                (c for c in e.get("cells", []) if c["indexed"] is indexed), key=lambda c: c["depth"]
+            )
+            if cells:
+                label = (
+                    f"{e['backend']}, " + {True: "index", False: "no index", None: "as installed"}[indexed]
+                )
+                ax.plot(
+                    [c["depth"] for c in cells], [c["p99_ms"] for c in cells], style, label=f"{label} (p99)"
+                )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("rows in the job table")
+    ax.set_ylabel("claim latency p99 (ms)")
+    ax.set_title("Poll (claim) latency against table depth")
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def throughput_chart(results: dict[str, Any], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=110)
+    labels: list[str] = []
+    for e in _entries(results, "throughput"):
+        rows = [r for r in e.get("rows", []) if "skipped" not in r]
+        names = [f"{r['processes']}x{r['threads']}" for r in rows]
+        for name in names:
+            if name not in labels:
+                labels.append(name)
+        xs = [labels.index(n) for n in names]
+        ax.plot(xs, [r["library_jobs_per_s"] for r in rows], "-o", label=f"{e['backend']}, proletarian-ref")
+        if rows and "raw_jobs_per_s" in rows[0]:
+            ax.plot(xs, [r["raw_jobs_per_s"] for r in rows], "--s", label=f"{e['backend']}, raw driver loop")
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlabel("worker processes x threads")
+    ax.set_ylabel("jobs per second (no-op handler)")
+    ax.set_title("Throughput against workers")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def write(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """results.json, results.md, the two charts, and each backend's profile text; returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "json": out_dir / "results.json",
+        "markdown": out_dir / "results.md",
+        "poll_chart": out_dir / POLL_CHART,
+        "throughput_chart": out_dir / THROUGHPUT_CHART,
+    }
+    for e in _entries(results, "throughput"):
+        profile = e.get("profile")
+        if profile and "text" in profile:
+            text = profile.pop("text")
+            path = out_dir / f"profile_{e['backend']}.txt"
+            path.write_text(
+                "\n".join(f"===== {name}\n{body}" for name, body in text.items()), encoding="utf-8"
+            )
+            paths[f"profile_{e['backend']}"] = path
+    paths["json"].write_text(json.dumps(_jsonable(results), indent=2, default=str) + "\n", encoding="utf-8")
+    paths["markdown"].write_text(markdown(results), encoding="utf-8")
+    poll_chart(results, paths["poll_chart"])
+    throughput_chart(results, paths["throughput_chart"])
+    return paths

@@ -1,0 +1,150 @@
+"""Sizes, sample counts and time bounds of a benchmark run: the quick, full and tiny presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+ALL_BENCHMARKS: Final = ("poll_latency", "throughput", "enqueue_rate", "latency", "memory", "locust")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything a run may vary; every loop below is bounded by one of these counts and one time limit."""
+
+    mode: str
+    # Poll latency: total rows in the job table, and samples per (depth, index) cell.
+    depths: tuple[int, ...]
+    claim_samples: int
+    claim_budget_s: float
+    noindex_samples: int
+    noindex_budget_s: float
+    # Throughput: thread counts in one process, then (processes, threads per process).
+    thread_counts: tuple[int, ...]
+    process_configs: tuple[tuple[int, int], ...]
+    throughput_warmup_s: float
+    throughput_window_s: float
+    throughput_preload: int
+    throughput_rounds: int
+    # Enqueue rate, one thread: jobs per transaction of the batched figure.
+    enqueue_window_s: float
+    enqueue_max_jobs: int
+    enqueue_batch: int
+    # Enqueue-to-start latency at low load, and the idle worker's cost.
+    latency_jobs: int
+    latency_gap_ms: tuple[float, float]
+    idle_window_s: float
+    # Memory over a long drain.
+    memory_jobs: int
+    memory_threads: int
+    memory_timeout_s: float
+    # Locust: users, jobs per second per user, run time, and how long the workers may take to catch up.
+    locust_users: int
+    locust_user_rate: float
+    locust_run_time_s: int
+    locust_worker_threads: int
+    locust_drain_timeout_s: float
+    # Profile the library's and the raw loop's per-job path with cProfile after the throughput runs.
+    profile_jobs: int
+    benchmarks: tuple[str, ...] = ALL_BENCHMARKS
+    profile: bool = True
+    polling_interval_ms: float = 100.0
+    table_suffix: str = ""
+
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+
+FULL: Final = Settings(
+    mode="full",
+    depths=(1_000, 10_000, 100_000, 1_000_000),
+    claim_samples=1_000,
+    claim_budget_s=8.0,
+    noindex_samples=200,
+    noindex_budget_s=12.0,
+    thread_counts=(1, 2, 4, 8),
+    process_configs=((2, 4),),
+    throughput_warmup_s=0.5,
+    throughput_window_s=2.0,
+    throughput_preload=40_000,
+    throughput_rounds=3,
+    enqueue_window_s=4.0,
+    enqueue_max_jobs=50_000,
+    enqueue_batch=100,
+    latency_jobs=100,
+    latency_gap_ms=(20.0, 200.0),
+    idle_window_s=10.0,
+    memory_jobs=100_000,
+    memory_threads=4,
+    memory_timeout_s=240.0,
+    locust_users=8,
+    locust_user_rate=40.0,
+    locust_run_time_s=20,
+    locust_worker_threads=4,
+    locust_drain_timeout_s=60.0,
+    profile_jobs=3_000,
+)
+
+QUICK: Final = Settings(
+    mode="quick",
+    depths=(1_000, 10_000),
+    claim_samples=200,
+    claim_budget_s=1.5,
+    noindex_samples=100,
+    noindex_budget_s=1.5,
+    thread_counts=(1, 4),
+    process_configs=((2, 2),),
+    throughput_warmup_s=0.3,
+    throughput_window_s=1.0,
+    throughput_preload=10_000,
+    throughput_rounds=1,
+    enqueue_window_s=0.6,
+    enqueue_max_jobs=10_000,
+    enqueue_batch=100,
+    latency_jobs=20,
+    latency_gap_ms=(20.0, 120.0),
+    idle_window_s=1.5,
+    memory_jobs=10_000,
+    memory_threads=4,
+    memory_timeout_s=60.0,
+    locust_users=4,
+    locust_user_rate=40.0,
+    locust_run_time_s=5,
+    locust_worker_threads=2,
+    locust_drain_timeout_s=30.0,
+    profile_jobs=500,
+    profile=False,
+)
+
+# For the smoke test: the quick machinery on sizes that say nothing about speed but finish in seconds.
+TINY: Final = QUICK.with_(
+    mode="tiny",
+    depths=(100, 300),
+    claim_samples=10,
+    claim_budget_s=0.5,
+    noindex_samples=10,
+    noindex_budget_s=0.5,
+    thread_counts=(1, 2),
+    process_configs=((2, 1),),
+    throughput_warmup_s=0.1,
+    throughput_window_s=0.3,
+    throughput_preload=2_000,
+    throughput_rounds=1,
+    enqueue_window_s=0.2,
+    enqueue_max_jobs=300,
+    enqueue_batch=10,
+    latency_jobs=3,
+    latency_gap_ms=(5.0, 20.0),
+    idle_window_s=0.5,
+    memory_jobs=300,
+    memory_threads=2,
+    memory_timeout_s=30.0,
+    locust_users=2,
+    locust_user_rate=20.0,
+    locust_run_time_s=2,
+    locust_drain_timeout_s=20.0,
+    profile_jobs=50,
+    profile=True,
+)
+
+PRESETS: Final = {"full": FULL, "quick": QUICK, "tiny": TINY}

@@ -1,0 +1,112 @@
+"""Jobs per second, no-op handler, 1..8 threads and several processes, against the raw-loop ceiling."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from benchmarks.common import (
+    BackendSpec,
+    analyze,
+    bulk_load,
+    closing_harness,
+    count_rows,
+    open_harness,
+    truncate,
+)
+from benchmarks.profiling import profile_paths
+from benchmarks.progress import Progress
+from benchmarks.settings import Settings
+from benchmarks.workers import DrainRun, Mode, measure_rate, processes_skip_reason, raw_skip_reason
+from conformance.harness import Harness
+
+# The target: our worker reaches this fraction of the raw driver's loop at the same concurrency.
+TARGET_RATIO = 0.9
+
+
+class QueueFiller:
+    """Keeps enough due jobs in the queue so no measurement window can run it dry, reloading only when low."""
+
+    def __init__(self, harness: Harness, size: int) -> None:
+        self.harness = harness
+        self.size = size
+        self._next = 0
+
+    def top_up(self) -> None:
+        remaining = count_rows(self.harness)
+        if remaining >= self.size // 2:
+            return
+        bulk_load(self.harness, self._next, self._next + self.size - remaining, "due")
+        self._next += self.size - remaining
+        analyze(self.harness)
+
+
+def drain_rate(
+    filler: QueueFiller, spec: BackendSpec, mode: Mode, processes: int, threads: int, settings: Settings
+) -> dict[str, Any]:
+    """Drain the (topped-up) queue with `processes` x `threads` and return the measured window."""
+    filler.top_up()
+    run = DrainRun(filler.harness, spec, mode, processes, threads, settings.polling_interval_ms)
+    try:
+        return measure_rate(
+            run, count_rows(filler.harness), settings.throughput_warmup_s, settings.throughput_window_s
+        )
+    finally:
+        run.stop()
+
+
+def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
+    harness = open_harness(spec, "tput", settings.table_suffix)
+    with closing_harness(harness):
+        configs = [(1, t) for t in settings.thread_counts] + list(settings.process_configs)
+        raw_reason = raw_skip_reason(harness)
+        proc_reason = processes_skip_reason(harness)
+        modes: list[Mode] = ["library"] if raw_reason else ["library", "raw"]
+        task = progress.task(
+            f"{harness.name}: throughput", len(configs) * len(modes) * settings.throughput_rounds
+        )
+        filler = QueueFiller(harness, settings.throughput_preload)
+        rows: list[dict[str, Any]] = []
+        for processes, threads in configs:
+            row: dict[str, Any] = {
+                "processes": processes,
+                "threads": threads,
+                "concurrency": processes * threads,
+            }
+            if processes > 1 and proc_reason:
+                row["skipped"] = proc_reason
+                progress.advance(task, len(modes) * settings.throughput_rounds)
+                rows.append(row)
+                continue
+            # Rounds alternate the order of library and raw so that drift in a shared machine's load (other
+            # tests, the disk's fsync queue) falls on both alike; the median of the rounds is the figure.
+            for round_ in range(settings.throughput_rounds):
+                for mode in modes if round_ % 2 == 0 else modes[::-1]:
+                    progress.describe(
+                        task, f"{harness.name}: throughput, {processes}x{threads} {mode} #{round_ + 1}"
+                    )
+                    row.setdefault(f"{mode}_rounds", []).append(
+                        drain_rate(filler, spec, mode, processes, threads, settings)
+                    )
+                    progress.advance(task)
+            for mode in modes:
+                row[f"{mode}_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row[f"{mode}_rounds"])
+            if "raw_jobs_per_s" in row and row["raw_jobs_per_s"] > 0:
+                row["ratio"] = row["library_jobs_per_s"] / row["raw_jobs_per_s"]
+                row["pass"] = row["ratio"] >= TARGET_RATIO
+            rows.append(row)
+        progress.done(task)
+        result: dict[str, Any] = {
+            "backend": harness.name,
+            "factory": spec.factory,
+            "target_ratio": TARGET_RATIO,
+            "rows": rows,
+        }
+        if raw_reason:
+            result["raw_skipped"] = raw_reason
+        if settings.profile and not raw_reason:
+            ptask = progress.task(f"{harness.name}: profile", 1)
+            truncate(harness)
+            result["profile"] = profile_paths(harness, settings.profile_jobs)
+            progress.done(ptask)
+        return result

@@ -1,0 +1,215 @@
+"""Smoke test of the benchmark machinery on tiny sizes: outputs exist and are well formed, never timings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fix_db import table_suffix
+
+# The bench extra (locust, matplotlib, psutil, rich); without it there is nothing to smoke-test, and
+# the benchmarks package would not import, hence the imports after this check. locust is only looked
+# up, never imported: importing it monkey-patches the whole process with gevent (the benchmarks run it
+# in a subprocess).
+for _module in ("locust", "matplotlib", "psutil", "rich"):
+    if importlib.util.find_spec(_module) is None:
+        pytest.skip(f"needs the bench extra ({_module}): pip install -e '.[bench]'", allow_module_level=True)
+
+from benchmarks.__main__ import main  # noqa: E402
+from benchmarks.common import BackendSpec, BenchmarkFailure, percentile, summarize_ms  # noqa: E402
+from benchmarks.load_test import verify  # noqa: E402
+from benchmarks.poll_latency import index_check  # noqa: E402
+from benchmarks.progress import Progress  # noqa: E402
+from benchmarks.runner import failures, run_all  # noqa: E402
+from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _run(spec: BackendSpec, out: Path) -> dict[str, Any]:
+    settings = TINY.with_(table_suffix=f"_smoke_{table_suffix()}")
+    return run_all([spec], settings, out, Progress())
+
+
+def _check_outputs(out: Path, backend: str, sql: bool) -> dict[str, Any]:
+    results: dict[str, Any] = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    meta = results["meta"]
+    assert meta["machine"]["cpu_model"] and meta["machine"]["logical_cores"] >= 1
+    assert meta["machine"]["ram_gib"] > 0
+    assert meta["versions"]["python"] and "psycopg" in meta["versions"] and "PyMySQL" in meta["versions"]
+    assert "commit" in meta["git"]
+    assert results["failures"] == []
+    assert set(results["benchmarks"]) == set(ALL_BENCHMARKS)
+    for name, entries in results["benchmarks"].items():
+        assert len(entries) == 1, name
+        assert "error" not in entries[0], entries[0].get("traceback")
+
+    _check_poll_and_throughput(results, out, backend, sql)
+    _check_the_rest(results, sql)
+    _check_files(out, backend)
+    return results
+
+
+def _check_poll_and_throughput(results: dict[str, Any], out: Path, backend: str, sql: bool) -> None:
+    poll = results["benchmarks"]["poll_latency"][0]
+    assert poll["backend"] == backend
+    assert len(poll["cells"]) == len(TINY.depths) * (2 if sql else 1)
+    for cell in poll["cells"]:
+        assert cell["n"] >= 5 and cell["p50_ms"] <= cell["p99_ms"]
+        if sql:
+            assert cell["plan"] and cell["plan_summary"]
+    check = poll["index_check"]["indexed" if sql else "as_installed"]
+    assert isinstance(check["pass"], bool) and check["ratio"] > 0
+
+    throughput = results["benchmarks"]["throughput"][0]
+    assert [(r["processes"], r["threads"]) for r in throughput["rows"]] == [
+        *((1, t) for t in TINY.thread_counts),
+        *TINY.process_configs,
+    ]
+    for row in throughput["rows"]:
+        if "skipped" in row:
+            assert not sql
+            continue
+        assert row["library_jobs_per_s"] > 0
+        if sql:
+            assert row["raw_jobs_per_s"] > 0 and row["ratio"] > 0
+    if sql:
+        profile = throughput["profile"]
+        assert profile["library"]["us_per_job"] > 0 and profile["raw"]["us_per_job"] > 0
+        assert (out / f"profile_{backend}.txt").read_text(encoding="utf-8").startswith("===== library")
+    else:
+        assert "raw_skipped" in throughput
+
+
+def _check_the_rest(results: dict[str, Any], sql: bool) -> None:
+    enqueue_rows = results["benchmarks"]["enqueue_rate"][0]["rows"]
+    assert [r["jobs_per_transaction"] for r in enqueue_rows] == [1, TINY.enqueue_batch]
+    assert all(r["library_jobs_per_s"] > 0 for r in enqueue_rows)
+
+    latency = results["benchmarks"]["latency"][0]
+    assert latency["enqueue_to_start"]["started"] == TINY.latency_jobs
+    assert latency["idle"]["client_polls_per_s"] > 0
+    assert bool(latency["idle"]["server_per_s"]) is sql
+
+    memory = results["benchmarks"]["memory"][0]
+    assert memory["finished"] and memory["rss_start_mib"] > 0 and isinstance(memory["flat"], bool)
+    assert memory["separate_process"] is sql
+
+    locust = results["benchmarks"]["locust"][0]
+    if sql:
+        assert locust["verification"]["ok"], locust["verification"]
+        assert locust["enqueue"]["requests"] > 0 and locust["enqueue"]["p50_ms"] > 0
+    else:
+        assert "skipped" in locust
+
+
+def _check_files(out: Path, backend: str) -> None:
+    markdown = (out / "results.md").read_text(encoding="utf-8")
+    for heading in ("### Poll latency", "### Throughput", "### Enqueue rate", "### Worker memory"):
+        assert heading in markdown
+    assert f"| {backend} |" in markdown
+    for chart in ("poll_latency.png", "throughput.png"):
+        data = (out / chart).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 5_000
+
+
+@pytest.mark.postgresql
+def test_quick_machinery_postgresql(pg_dsn: str, tmp_path: Path) -> None:
+    _run(BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn}), tmp_path)
+    _check_outputs(tmp_path, "postgresql", sql=True)
+
+
+@pytest.mark.mysql
+def test_quick_machinery_mysql(mysql_dsn: str, tmp_path: Path) -> None:
+    _run(BackendSpec("conformance.builtin:mysql", {"dsn": mysql_dsn}), tmp_path)
+    _check_outputs(tmp_path, "mysql", sql=True)
+
+
+def test_quick_machinery_memory(tmp_path: Path) -> None:
+    _run(BackendSpec("conformance.builtin:memory"), tmp_path)
+    _check_outputs(tmp_path, "memory", sql=False)
+
+
+def test_report_command_rerenders(tmp_path: Path) -> None:
+    _run(BackendSpec("conformance.builtin:memory"), tmp_path / "run")
+    for produced in ("results.md", "poll_latency.png", "throughput.png"):
+        (tmp_path / "run" / produced).unlink()
+    assert main(["report", str(tmp_path / "run" / "results.json"), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "results.md").read_text(encoding="utf-8").startswith("Benchmark run")
+    assert (tmp_path / "again" / "poll_latency.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_cli_rejects_unknown_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--tiny", "--backends", "conformance.builtin:memory", "--only", "nope"]) == 2
+    assert "unknown benchmarks" in capsys.readouterr().err
+
+
+def test_a_failed_benchmark_fails_the_run_after_writing_results(tmp_path: Path) -> None:
+    with pytest.raises(BenchmarkFailure, match="no_such_module"):
+        run_all(
+            [BackendSpec("no_such_module:factory")], TINY.with_(benchmarks=("memory",)), tmp_path, Progress()
+        )
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert results["failures"] and "error" in results["benchmarks"]["memory"][0]
+
+
+def test_verification_reports_lost_doubled_and_unknown_jobs(tmp_path: Path) -> None:
+    """The locust verifier against a harness whose archive disagrees with what was committed."""
+    from collections import Counter
+    from uuid import uuid4
+
+    from conformance.builtin import memory as memory_harness
+    from proletarian_ref import enqueue
+
+    harness = memory_harness("proletarian.v_job", "proletarian.v_archived")
+    conn = harness.connect()
+    archived_id = enqueue(conn, "bench/job", 1, queue="bench/q", job_table=harness.job_table)
+    conn.commit()
+    harness.memory.tables[harness.archived_job_table] = {
+        archived_id: _archived(harness.jobs()[0]),
+        "x": _archived(harness.jobs()[0], job_id=uuid4()),
+    }
+    lost = str(uuid4())
+    ids_file = tmp_path / "ids.json"
+    ids_file.write_text(json.dumps({"committed": [str(archived_id), lost], "pending": []}), encoding="utf-8")
+    result = verify(harness, ids_file, Counter({str(archived_id): 2}))
+    text = " ".join(result["problems"])
+    assert not result["ok"]
+    assert "never archived" in text and "nobody enqueued" in text and "not handled exactly once" in text
+    assert "still in the job table" in text
+    assert failures({"benchmarks": {"locust": [{"backend": "memory", "verification": result}]}})
+
+
+def _archived(job: Any, job_id: Any = None) -> Any:
+    from proletarian_ref.backend import ArchivedJobRecord
+
+    return ArchivedJobRecord(
+        job_id=job.job_id if job_id is None else job_id,
+        queue=job.queue,
+        job_type=job.job_type,
+        payload=job.payload,
+        attempts=1,
+        status=":success",
+        enqueued_at=job.enqueued_at,
+        process_at=job.process_at,
+        finished_at=job.process_at,
+    )
+
+
+def test_statistics_helpers() -> None:
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([5.0], 99) == 5.0
+    summary = summarize_ms([0.001, 0.002, 0.003])
+    assert summary["n"] == 3 and summary["p50_ms"] == pytest.approx(2.0)
+    cells = [
+        {"depth": 1_000, "indexed": True, "p50_ms": 1.0, "p99_ms": 2.0},
+        {"depth": 1_000_000, "indexed": True, "p50_ms": 1.1, "p99_ms": 3.0},
+        {"depth": 1_000, "indexed": False, "p50_ms": 1.0, "p99_ms": 2.0},
+        {"depth": 1_000_000, "indexed": False, "p50_ms": 500.0, "p99_ms": 900.0},
+    ]
+    check = index_check(cells)
+    assert check["indexed"]["pass"] is True and check["indexed"]["ratio"] == pytest.approx(1.5)
+    assert check["no_index"]["pass"] is False
