@@ -1,5 +1,32 @@
 """The proletarian-ref conformance suite: proof that a backend behaves as Proletarian's database does."""
 
-from conformance.harness import Harness, MemoryHarness, SqlHarness, load_harness
+from __future__ import annotations
 
-__all__ = ["Harness", "MemoryHarness", "SqlHarness", "load_harness"]
+from typing import TYPE_CHECKING, Any
+
+from conformance.capabilities import requires
+from conformance.harness import Harness, HarnessFactory, MemoryHarness, SqlHarness, installed, load_harness
+
+if TYPE_CHECKING:
+    from conformance.suite import BackendSuite
+
+__all__ = [
+    "BackendSuite",
+    "Harness",
+    "HarnessFactory",
+    "MemoryHarness",
+    "SqlHarness",
+    "installed",
+    "load_harness",
+    "requires",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The suite module reads the hypothesis profile when it is imported; importing it lazily lets a
+    # conftest import conformance (for harnesses) before it loads its profile.
+    if name == "BackendSuite":
+        from conformance.suite import BackendSuite
+
+        return BackendSuite
+    raise AttributeError(f"module 'conformance' has no attribute {name!r}")

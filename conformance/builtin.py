@@ -1,4 +1,4 @@
-"""Harnesses of our own backends, named as a third party names theirs: "conformance.builtin:mysql"."""
+"""Harness factories for the project's own backends, named as a third party names theirs ("module:fn")."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ PG_ENV: Final = "PROLETARIAN_TEST_PG_DSN"
 MYSQL_ENV: Final = "PROLETARIAN_TEST_MYSQL_DSN"
 DEFAULT_PG_DSN: Final = "postgresql://postgres@127.0.0.1:5432/test"
 DEFAULT_MYSQL_DSN: Final = "mysql://root@127.0.0.1:3306/test"
+
+# The drivers are imported inside the factories: importing the suite must not need every driver installed.
 
 
 def postgresql(
@@ -44,7 +46,7 @@ def mysql(
     from proletarian_ref.backends.mysql import MySQLBackend
 
     target = dsn or os.environ.get(MYSQL_ENV) or DEFAULT_MYSQL_DSN
-    return SqlHarness(
+    harness = SqlHarness(
         "mysql",
         dialect="mysql",
         connect=connection_factory(target),
@@ -52,6 +54,7 @@ def mysql(
         job_table=job_table,
         archived_job_table=archived_job_table,
     )
+    return harness
 
 
 def memory(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 from collections.abc import Callable, Iterator
@@ -77,6 +78,13 @@ class Harness:
         """Empty both tables."""
         raise NotImplementedError
 
+    def analyze(self) -> None:
+        """Refresh the planner's statistics of the job table, as autovacuum would in production.
+
+        The plan can change with them: PostgreSQL reads a small table in heap order once it knows how
+        few rows there are, and only an ORDER BY then keeps the claim oldest-first. Does nothing here.
+        """
+
     # -- given -----------------------------------------------------------------------------------------
 
     @property
@@ -126,7 +134,15 @@ def _job_record(row: tuple[Any, ...]) -> JobRecord:
 def _archived_record(row: tuple[Any, ...]) -> ArchivedJobRecord:
     job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at = row
     return ArchivedJobRecord(
-        job_id, queue, job_type, payload, int(attempts), status, _utc(enqueued_at), _utc(process_at), _utc(finished_at)
+        job_id,
+        queue,
+        job_type,
+        payload,
+        int(attempts),
+        status,
+        _utc(enqueued_at),
+        _utc(process_at),
+        _utc(finished_at),
     )
 
 
@@ -174,7 +190,7 @@ class SqlHarness(Harness):
 
         The copy has no factory: a separate process rebuilding it would get the original backend.
         """
-        return SqlHarness(
+        copy = SqlHarness(
             name,
             dialect=self.dialect,
             connect=self._connect,
@@ -182,6 +198,7 @@ class SqlHarness(Harness):
             job_table=self.job_table,
             archived_job_table=self.archived_job_table,
         )
+        return copy
 
     def _session(self, cursor: Any) -> None:
         if self.dialect == "mysql":
@@ -208,10 +225,9 @@ class SqlHarness(Harness):
             except BaseException:
                 # Whatever went wrong, the next use starts from a fresh connection.
                 conn, self._own = self._own, None
-                try:
+                # It is being dropped because it failed; closing is only tidying up.
+                with contextlib.suppress(Exception):
                     conn.close()
-                except Exception:
-                    pass  # It is being dropped because it failed; closing is only tidying up.
                 raise
 
     def execute(self, statement: str, params: Any = None) -> None:
@@ -240,7 +256,8 @@ class SqlHarness(Harness):
 
     def jobs(self) -> list[JobRecord]:
         rows = self.select(
-            f"SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at FROM {self.job_table}"
+            "SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at "
+            f"FROM {self.job_table}"
         )
         return [_job_record(row) for row in rows]
 
@@ -263,15 +280,20 @@ class SqlHarness(Harness):
         self.execute(f"DELETE FROM {self.job_table}")
         self.execute(f"DELETE FROM {self.archived_job_table}")
 
+    def analyze(self) -> None:
+        if self.dialect == "postgresql":
+            self.execute(f"ANALYZE {self.job_table}")
+        elif self.dialect == "mysql":
+            self.select(f"ANALYZE TABLE {self.job_table}")
+
     def close(self) -> None:
         super().close()
         with self._own_lock:
             conn, self._own = self._own, None
         if conn is not None:
-            try:
+            # Closing at the end of a test; a broken connection is as good as closed.
+            with contextlib.suppress(Exception):
                 conn.close()
-            except Exception:
-                pass  # Closing at the end of a test; a broken connection is as good as closed.
 
 
 class MemoryHarness(Harness):
@@ -305,7 +327,11 @@ class MemoryHarness(Harness):
     def with_backend(self, backend_class: Callable[[MemoryDatabase], Backend], name: str) -> MemoryHarness:
         """The same in-memory database and tables under another backend class."""
         return MemoryHarness(
-            self.job_table, self.archived_job_table, backend_class=backend_class, name=name, memory=self.memory
+            self.job_table,
+            self.archived_job_table,
+            backend_class=backend_class,
+            name=name,
+            memory=self.memory,
         )
 
     def jobs(self) -> list[JobRecord]:
@@ -318,9 +344,7 @@ class MemoryHarness(Harness):
         self.clear()
 
     def clear(self) -> None:
-        with self.memory.lock:
-            self.memory.tables.pop(self.job_table, None)
-            self.memory.tables.pop(self.archived_job_table, None)
+        self.memory.clear(self.job_table, self.archived_job_table)
 
 
 def load_harness(spec: str, **kwargs: Any) -> Harness:

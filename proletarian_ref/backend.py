@@ -24,6 +24,10 @@ class Capabilities:
     transactional_enqueue: bool = True
     # Whether separate OS processes can share the queue (an in-memory store cannot).
     multi_process: bool = True
+    # Whether a claim locks only the row it returns. InnoDB also locks the index record where the scan
+    # stops, so an empty poll of one queue can hide the oldest job of the next queue in index order for
+    # the length of that poll's transaction (MySQL and MariaDB, Proletarian included).
+    claim_locks_only_the_claimed_row: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,15 @@ from collections.abc import Callable
 from typing import Any
 
 from proletarian_ref.backend import Backend
+from proletarian_ref.backends._dbapi import SqlBackend
 from proletarian_ref.errors import ConfigurationError
+
+__all__ = [
+    "SqlBackend",
+    "backend_for_connection",
+    "backend_for_data_source",
+    "dialect_of_connection",
+]
 
 
 def _driver_of(obj: Any) -> str:

@@ -35,7 +35,9 @@ class MySQLBackend(SqlBackend):
     """Proletarian's statements on MySQL 8.0.1+ / MariaDB 10.6+ (SKIP LOCKED), ids as BINARY(16)."""
 
     dialect: ClassVar[str] = "mysql"
-    capabilities: ClassVar[Capabilities] = Capabilities(time_precision=timedelta(seconds=1))
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        time_precision=timedelta(seconds=1), claim_locks_only_the_claimed_row=False
+    )
 
     def __init__(self, data_source: Any = None, *, first_connection: Any = None) -> None:
         super().__init__(data_source, first_connection=first_connection)

@@ -1,0 +1,175 @@
+"""Property tests: random workloads drained by competing workers, a killed worker, the model test."""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import queue as queue_module
+import signal
+import threading
+from datetime import timedelta
+from typing import Any, ClassVar, Final
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from conformance.base import SUPPRESSED, SuiteBase, no_log, property_test, scaled_examples
+from conformance.capabilities import NEEDS_FACTORY, NEEDS_SIGKILL, capability, requires
+from conformance.clocks import EPOCH, ManualClock, VirtualClock
+from conformance.drain import (
+    PROCESS_START_S,
+    crash_child,
+    drain_in_processes,
+    drain_in_threads,
+    process_context,
+)
+from conformance.harness import Harness
+from conformance.model import model_machine
+from conformance.strategies import process_workloads, thread_workloads
+from conformance.workload import Outcome, Workload, check_outcome
+from proletarian_ref.backend import STATUS_SUCCESS
+from proletarian_ref.job import Job
+from proletarian_ref.worker import create_queue_worker
+
+# Examples per test as a share of the profile's max_examples: processes cost most, the model least.
+THREAD_WEIGHT: Final = 2.0
+PROCESS_WEIGHT: Final = 0.7
+MODEL_WEIGHT: Final = 3.0
+MODEL_STEPS: Final = 40
+# Set by conformance.runner to run the model test briefly against a mutant.
+model_settings_override: contextvars.ContextVar[settings | None] = contextvars.ContextVar(
+    "model_settings_override", default=None
+)
+_MODEL_EXAMPLES: Final = scaled_examples(MODEL_WEIGHT)
+
+
+def _report(problems: list[str], outcome: Outcome) -> str:
+    shown = "\n  ".join(problems[:20])
+    more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+    return (
+        f"{len(problems)} broken invariants after draining {len(outcome.enqueued)} jobs "
+        f"({len(outcome.calls)} handler calls):\n  {shown}{more}"
+    )
+
+
+class PropertyTests(SuiteBase):
+    """Invariants that must survive any workload, any number of workers, threads or processes, and crashes."""
+
+    __test__ = False
+    # Virtual seconds per real second for the workers' shared clock: a job due in 90 s is due in 0.15 s.
+    virtual_speed: ClassVar[float] = 600.0
+
+    def _check(self, harness: Harness, workload: Workload, outcome: Outcome) -> None:
+        ordered = bool(capability(harness, "claim_locks_only_the_claimed_row"))
+        problems = check_outcome(
+            outcome, workload, harness.job_id_strategy(), self.precision(harness), ordered=ordered
+        )
+        assert not problems, _report(problems, outcome)
+
+    @property_test(THREAD_WEIGHT, workload=thread_workloads())
+    def test_competing_worker_threads_run_every_job_as_planned(
+        self, harness: Harness, workload: Workload
+    ) -> None:
+        """P1 (threads): no overlap, archived once with the right status, never early, nothing lost, in order.
+
+        P-overlap: no two executions of one job overlap. P-once/P-status: each job is archived exactly once,
+        with the status, attempts and payload its script implies. P-early: no job runs before its
+        process_at (to within the time precision). P-lost: job table + archive = everything enqueued.
+        P-order: a queue's only worker runs its jobs in process_at order (where claims lock only the row
+        they claim; see S7). P-queue: queues stay apart.
+        """
+        harness.clear()
+        try:
+            outcome = drain_in_threads(harness, workload, VirtualClock.start(speed=self.virtual_speed))
+            self._check(harness, workload, outcome)
+        finally:
+            harness.close()
+
+    @requires(NEEDS_FACTORY, multi_process=True)
+    @property_test(PROCESS_WEIGHT, workload=process_workloads())
+    def test_competing_worker_processes_run_every_job_as_planned(
+        self, harness: Harness, workload: Workload
+    ) -> None:
+        """P2 (processes): the invariants of P1, with the workers in separate processes."""
+        harness.clear()
+        try:
+            outcome = drain_in_processes(harness, workload, VirtualClock.start(speed=self.virtual_speed))
+            self._check(harness, workload, outcome)
+        finally:
+            harness.close()
+
+    @requires(NEEDS_FACTORY, NEEDS_SIGKILL, multi_process=True)
+    def test_a_worker_killed_mid_handler_leaves_its_job_to_another_worker(self, harness: Harness) -> None:
+        """T5 (crash): a SIGKILLed worker's job goes to the next worker, attempts unchanged; one archive."""
+        assert harness.factory is not None
+        queue = "conformance/crash"
+        job_id = self.enqueue_job(harness, EPOCH, queue=queue, payload={"crash": "😀"})
+        stored = self.only_job(harness)
+        context = process_context(harness)
+        outbox: Any = context.Queue()
+        process = context.Process(
+            target=crash_child,
+            args=(harness.factory, queue, EPOCH + timedelta(seconds=1), outbox),
+            name="conformance-crash",
+            daemon=True,
+        )
+        process.start()
+        try:
+            try:
+                message = outbox.get(timeout=PROCESS_START_S)
+            except queue_module.Empty:
+                pytest.fail(f"T5: the worker process did not start the job within {PROCESS_START_S:g} s")
+            assert message[0] == "started", f"T5: the worker process failed: {message}"
+            assert tuple(message[1:]) == (str(job_id), 1)
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(10)
+            assert process.exitcode == -signal.SIGKILL
+        finally:
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+            outbox.close()
+        left = self.only_job(harness)
+        assert left.attempts == 0, f"T5: the killed attempt was counted: attempts {left.attempts}"
+        assert harness.archived_jobs() == [], "T5: the killed worker archived its job"
+
+        taken = threading.Event()
+        seen: list[int] = []
+
+        def handler(job: Job) -> None:
+            seen.append(job.attempts)
+            taken.set()
+
+        worker = create_queue_worker(
+            None,
+            handler,
+            backend=harness.backend(),
+            queue=queue,
+            job_table=harness.job_table,
+            archived_job_table=harness.archived_job_table,
+            job_id_strategy=harness.job_id_strategy(),
+            handler_fn_mode="advanced",
+            polling_interval_ms=10,
+            clock=ManualClock(EPOCH + timedelta(seconds=2)),
+            log=no_log,
+        )
+        with worker:
+            assert taken.wait(15), "T5: no other worker got the job of the killed worker within 15 s"
+        assert seen == [1], f"T5: the next worker saw attempts {seen}, expected [1]"
+        row = self.only_archived(harness)
+        assert (row.status, row.attempts, row.payload) == (STATUS_SUCCESS, 1, stored.payload)
+        assert harness.jobs() == []
+
+    def test_the_backend_matches_the_memory_model(self, harness: Harness) -> None:
+        """M1 (model): random enqueue/claim/retry/archive/delete/commit/rollback over up to three open
+        transactions leave the backend and the in-memory reference with the same claims and tables."""
+        override = model_settings_override.get()
+        chosen = settings(
+            parent=override,
+            max_examples=_MODEL_EXAMPLES if override is None else override.max_examples,
+            stateful_step_count=MODEL_STEPS,
+            deadline=None,
+            suppress_health_check=SUPPRESSED if override is None else override.suppress_health_check,
+        )
+        run_state_machine_as_test(model_machine(harness, self.step_timeout), settings=chosen)

@@ -1,0 +1,38 @@
+"""BackendSuite: the whole conformance suite as one base class; subclass it, give it a `harness` fixture."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+from conformance.contract import ContractTests
+from conformance.properties import PropertyTests
+
+
+class BackendSuite(ContractTests, PropertyTests):
+    """Proof that a backend behaves as Proletarian's database does.
+
+    Subclass it in a test module and override the `harness` fixture to yield your installed Harness;
+    the subclass is collected as a test class, the base is not. See docs/conformance.md.
+    """
+
+    __test__ = False
+
+
+_CLAUSE = re.compile(r"([A-Z]\d+)\b")
+
+
+def clauses() -> dict[str, tuple[str, str]]:
+    """Clause id ("S5") -> (the BackendSuite test that proves it, the first line of its docstring)."""
+    found: dict[str, tuple[str, str]] = {}
+    for name in sorted(dir(BackendSuite)):
+        if not name.startswith("test_"):
+            continue
+        doc = inspect.getdoc(getattr(BackendSuite, name)) or ""
+        match = _CLAUSE.match(doc)
+        if match is None:
+            raise ValueError(f"BackendSuite.{name} does not name its clause at the start of its docstring")
+        if match.group(1) in found:
+            raise ValueError(f"clause {match.group(1)} is claimed by {found[match.group(1)][0]} and {name}")
+        found[match.group(1)] = (name, doc.splitlines()[0])
+    return found

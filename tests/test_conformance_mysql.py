@@ -1,0 +1,35 @@
+"""The MySQL/MariaDB backend (PyMySQL) through the conformance suite, exactly as a third party runs it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from conformance import BackendSuite, SqlHarness
+from conformance.runner import run_suite_test
+from conformance.suite import clauses
+from proletarian_ref.backends.mysql import MySQLBackend
+
+
+class _AssumedPrecise(MySQLBackend):
+    capabilities = dataclasses.replace(MySQLBackend.capabilities, claim_locks_only_the_claimed_row=True)
+
+
+class TestMySQL(BackendSuite):
+    @pytest.fixture
+    def harness(self, mysql_db: SqlHarness) -> SqlHarness:
+        return mysql_db
+
+
+def test_innodb_claims_keep_the_lock_on_the_record_that_ends_their_scan(mysql_db: SqlHarness) -> None:
+    """Why MySQLBackend declares claim_locks_only_the_claimed_row False, so S7 and P-order skip.
+
+    An empty poll of one queue keeps the lock on the next queue's oldest job until it commits, and that
+    queue's worker takes a later job first. Should this test fail, the server no longer does that:
+    declare the capability True and let S7 and P-order run on MySQL.
+    """
+    assumed_precise = mysql_db.with_backend(_AssumedPrecise, name="mysql, assumed to lock only claimed rows")
+    result = run_suite_test(BackendSuite, clauses()["S7"][0], assumed_precise)
+    assert result.outcome == "failed", f"S7 {result.outcome} on this server: {result.message}"
+    assert "S7: an open empty poll of another queue hid this queue's oldest job" in result.message

@@ -1,0 +1,13 @@
+"""The PostgreSQL backend (psycopg 3) through the conformance suite, exactly as a third party runs it."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance import BackendSuite, SqlHarness
+
+
+class TestPostgreSQL(BackendSuite):
+    @pytest.fixture
+    def harness(self, pg_db: SqlHarness) -> SqlHarness:
+        return pg_db

@@ -1,0 +1,104 @@
+"""The conformance suite has teeth: every deliberately broken backend fails the tests named to catch it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import ClassVar, Final
+
+import pytest
+from mutants import MEMORY_MUTANTS, POSTGRESQL_MUTANTS, Mutant
+
+from conformance import MemoryHarness, SqlHarness, load_harness
+from conformance.harness import Harness
+from conformance.runner import run_suite_test
+from conformance.suite import BackendSuite, clauses
+
+# Enough generated examples for every property test named below to meet its mutant; measured, with
+# room to spare (most fail on their first or second example).
+EXAMPLES: Final = 8
+DOCS: Final = Path(__file__).resolve().parent.parent / "docs" / "conformance.md"
+
+
+class BriefSuite(BackendSuite):
+    """The suite with a shorter wait before a blocked step counts as blocked: mutants that block are
+    caught in a second, and a correct backend answers a step in milliseconds."""
+
+    __test__ = False
+    step_timeout: ClassVar[float] = 1.5
+
+
+def _survivors(mutant: Mutant, harness: Harness) -> list[str]:
+    tests = clauses()
+    survived = []
+    for clause in mutant.killed_by:
+        name = tests[clause][0]
+        result = run_suite_test(BriefSuite, name, harness, max_examples=EXAMPLES)
+        if result.outcome != "failed":
+            survived.append(f"{clause} {name}: {result.outcome} {result.message}".strip())
+    return survived
+
+
+@pytest.mark.parametrize("mutant", POSTGRESQL_MUTANTS, ids=lambda m: m.name)
+def test_the_suite_catches_the_postgresql_mutant(mutant: Mutant, pg_db: SqlHarness) -> None:
+    harness = pg_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
+    survived = _survivors(mutant, harness)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize("mutant", MEMORY_MUTANTS, ids=lambda m: m.name)
+def test_the_suite_catches_the_in_memory_mutant(mutant: Mutant) -> None:
+    base = load_harness("conformance.builtin:memory")
+    assert isinstance(base, MemoryHarness)
+    harness = base.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
+    survived = _survivors(mutant, harness)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+def _catching_tests(mutants: tuple[Mutant, ...]) -> list[str]:
+    tests = clauses()
+    return sorted({tests[clause][0] for mutant in mutants for clause in mutant.killed_by})
+
+
+@pytest.mark.parametrize("test", _catching_tests(POSTGRESQL_MUTANTS))
+def test_each_catching_test_passes_on_the_real_postgresql_backend(test: str, pg_db: SqlHarness) -> None:
+    """The control: run the same way, the unbroken backend passes, so the mutant is what fails a test."""
+    result = run_suite_test(BriefSuite, test, pg_db, max_examples=EXAMPLES)
+    assert result.outcome == "passed", f"{test}: {result.outcome} {result.message}"
+
+
+@pytest.mark.parametrize("test", _catching_tests(MEMORY_MUTANTS))
+def test_each_catching_test_passes_on_the_real_in_memory_backend(test: str) -> None:
+    result = run_suite_test(
+        BriefSuite, test, load_harness("conformance.builtin:memory"), max_examples=EXAMPLES
+    )
+    assert result.outcome == "passed", f"{test}: {result.outcome} {result.message}"
+
+
+def test_every_suite_test_names_one_clause() -> None:
+    names = sorted(n for n in dir(BackendSuite) if n.startswith("test_"))
+    assert sorted(name for name, _ in clauses().values()) == names
+
+
+def test_every_mutant_names_known_clauses_and_a_unique_name() -> None:
+    known = clauses()
+    everything = POSTGRESQL_MUTANTS + MEMORY_MUTANTS
+    assert len({m.name for m in everything}) == len(everything)
+    for mutant in everything:
+        assert mutant.killed_by, f"{mutant.name} names no clause that catches it"
+        assert set(mutant.killed_by) <= set(known), f"{mutant.name}: unknown clauses"
+
+
+def test_the_docs_list_every_mutant_with_the_clauses_that_catch_it() -> None:
+    rows = dict(
+        re.findall(r"^\| `(\w+)` \|[^\n]*\| ([A-Z0-9, ]+) \|$", DOCS.read_text(encoding="utf-8"), re.M)
+    )
+    documented = {name: tuple(c.strip() for c in killers.split(",")) for name, killers in rows.items()}
+    expected = {m.name: m.killed_by for m in POSTGRESQL_MUTANTS + MEMORY_MUTANTS}
+    assert documented == expected, "docs/conformance.md's mutant table is out of date with tests/mutants.py"
+
+
+def test_the_docs_list_every_clause() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    missing = [clause for clause in clauses() if f"| {clause} |" not in text]
+    assert not missing, f"docs/conformance.md does not list clauses {missing}"
