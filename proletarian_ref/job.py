@@ -48,7 +48,13 @@ def to_process_at(now: datetime, process_at: datetime | None, process_in: timede
             raise ConfigurationError(
                 f"process_at={process_at!r} is a naive datetime; pass an aware one, e.g. with tzinfo=UTC"
             )
-        return max(process_at.astimezone(now.tzinfo), now)
+        try:
+            return max(process_at.astimezone(now.tzinfo), now)
+        except OverflowError:
+            # Within a day of datetime.min or datetime.max, UTC falls outside years 1 to 9999.
+            if process_at.year == 1:
+                return now
+            raise ConfigurationError(f"process_at={process_at!r} is past year 9999 in UTC") from None
     if process_in is not None:
         if not isinstance(process_in, timedelta):
             raise ConfigurationError(f"process_in must be a timedelta, got {type(process_in).__name__}")
@@ -116,4 +122,14 @@ def encode_payload(serializer: Serializer, payload: Any) -> str:
         ) from exc
     if not isinstance(text, str):
         raise SerializationError(f"serializer.encode must return str, got {type(text).__name__}")
+    if not text.isascii():
+        # The drivers encode to UTF-8 only when sending; a custom serializer's lone surrogate would fail
+        # there with an error that names neither the payload nor the serializer.
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SerializationError(
+                f"serializer.encode returned text that is not valid Unicode ({exc.reason} at index "
+                f"{exc.start}), which no database column can store"
+            ) from None
     return text

@@ -25,6 +25,11 @@ SHUTTING_DOWN: Final = "proletarian.executor/shutting-down"
 COMPLETED_SHUTDOWN: Final = "proletarian.executor/completed-shutdown"
 ALREADY_SHUT_DOWN: Final = "proletarian.executor/already-shut-down"
 INTERRUPTED_WHILE_SHUTTING_DOWN: Final = "proletarian.executor/interrupted-while-shutting-down"
+# Events Proletarian has no name for, because it cannot release a job (docs/failure-modes.md): stop()
+# gave up waiting for a handler and released its job back to the queue, and later that handler returned
+# (or raised) with nothing of its outcome written.
+JOB_RELEASED: Final = "proletarian.worker/job-released"
+RELEASED_JOB_RETURNED: Final = "proletarian.worker/released-job-returned"
 
 # Data keys, as Proletarian names them (note the singular "attempt").
 QUEUE_WORKER_ID: Final = "proletarian.worker/queue-worker-id"
@@ -46,6 +51,8 @@ _ERROR_EVENTS: Final = frozenset(
         HANDLE_JOB_EXCEPTION,
         JOB_WORKER_ERROR,
         NOT_RETRYING,
+        JOB_RELEASED,
+        RELEASED_JOB_RETURNED,
     }
 )
 _DEBUG_EVENTS: Final = frozenset({POLLING_FOR_JOBS})

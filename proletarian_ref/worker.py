@@ -36,6 +36,15 @@ HandlerFnMode = Literal["default", "advanced"]
 HandlerFn = Callable[..., object]
 HANDLER_FN_MODES: Final = ("default", "advanced")
 
+# After consecutive failed polling runs a thread waits twice as long each time, from the polling
+# interval up to these caps (or the interval, if longer): a job that fails the same way on every run
+# (Proletarian #30 with on_polling_error returning false) then cannot spin, and a database that is down
+# is not hammered, yet one that comes back is polled again within a second.
+MAX_ERROR_BACKOFF_S: Final = 30.0
+MAX_TRANSIENT_BACKOFF_S: Final = 1.0
+_MIN_BACKOFF_S: Final = 0.01
+_JOB_KEYS: Final = (ev.JOB_ID, ev.JOB_TYPE, ev.ATTEMPT)
+
 
 @dataclass(frozen=True, slots=True)
 class JobSettings:
@@ -258,6 +267,9 @@ class QueueWorker:
         self._started = False
         self._stopped = False
         self._previous_sigterm: Any = None
+        # Per thread number: the job it is running (for logs and release) and whether stop() released it.
+        self._current_jobs: dict[int, dict[str, Any]] = {}
+        self._released: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -278,11 +290,15 @@ class QueueWorker:
             return True
 
     def stop(self) -> bool | None:
-        """Ask every thread to stop, wait await_termination_timeout_ms for them, then call on_shutdown.
+        """Stop polling, let running jobs drain for await_termination_timeout_ms, then release the rest.
 
-        A handler sees the request through proletarian_ref.interrupted() / sleep(); one that ignores it
-        runs to completion and its job is archived. Raises ShutdownTimeoutError (and skips on_shutdown)
-        when threads are still running at the deadline.
+        Every thread stops claiming jobs at once. A handler sees the request through
+        proletarian_ref.interrupted() / sleep() and may give its job back (JobInterrupted: attempts
+        unchanged); one that ignores it may finish, and its job is archived. Threads still running a job
+        at the deadline have it released: their connection is closed, so the database rolls their
+        transaction back and another worker can claim the job with attempts unchanged, and whatever the
+        handler does when it returns is not written. Then stop() raises ShutdownTimeoutError and skips
+        on_shutdown, as Proletarian does, because those handlers are still running.
         """
         with self._lock:
             if not self._started:
@@ -301,16 +317,43 @@ class QueueWorker:
             for thread in self._threads:
                 if thread is not current:
                     thread.join(max(0.0, deadline - time.monotonic()))
-            alive = [t.name for t in self._threads if t.is_alive() and t is not current]
-            if alive:
+            stuck = [
+                (n, thread)
+                for n, thread in enumerate(self._threads, 1)
+                if thread.is_alive() and thread is not current
+            ]
+            released = self._release(stuck) if stuck else []
+            self.backend.close()
+            if stuck:
+                names = ", ".join(thread.name for _, thread in stuck)
+                outcome = (
+                    f"released their jobs {', '.join(map(str, released))} back to the queue"
+                    if released
+                    else "no job of theirs could be released"
+                )
                 raise ShutdownTimeoutError(
                     f"Could not shut down the queue worker within {self._await_timeout * 1000:g} ms; "
-                    f"still running: {', '.join(alive)}"
+                    f"still running: {names}; {outcome}"
                 )
-            self.backend.close()
             self._safe_log(ev.COMPLETED_SHUTDOWN, context)
         self._on_shutdown()
         return True
+
+    def _release(self, stuck: list[tuple[int, threading.Thread]]) -> list[Any]:
+        """Release the jobs of threads still running at the deadline; returns their job ids."""
+        release = getattr(self.backend, "release_connection", None)
+        released: list[Any] = []
+        for n, thread in stuck:
+            with self._lock:
+                self._released.add(n)
+                job = dict(self._current_jobs.get(n, {}))
+            if release is None or thread.ident is None or not release(thread.ident):
+                continue
+            released.append(job.get(ev.JOB_ID))
+            self._safe_log(
+                ev.JOB_RELEASED, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job}
+            )
+        return released
 
     def __enter__(self) -> QueueWorker:
         self.start()
@@ -331,34 +374,57 @@ class QueueWorker:
         bind_stop_event(self._stop_event)
         outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
         context = {**outer, ev.WORKER_THREAD_ID: n}
+        job: dict[str, Any] = {}
+        with self._lock:
+            self._current_jobs[n] = job
+
+        def log(event: str, data: Mapping[str, Any]) -> None:
+            # Remember the running job so that an error escaping the run, or a release, can name it.
+            if event == ev.HANDLING_JOB:
+                with self._lock:
+                    job.update({key: data[key] for key in _JOB_KEYS if key in data})
+            self._log_fn(event, data)
+
         # Spread the threads' idle polls over the interval, as Proletarian's start-up jitter does, but
         # without blocking start().
         if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
             return
+        failures = 0
         while not self._stop_event.is_set():
+            delay = self._interval
             try:
                 self._log_fn(ev.POLLING_FOR_JOBS, context)
                 while not self._stop_event.is_set():
-                    if (
-                        run_next_job(
-                            self.backend,
-                            self.settings,
-                            self.handler_fn,
-                            self._log_fn,
-                            context,
-                            self._stop_event,
-                        )
-                        is not True
-                    ):
+                    with self._lock:
+                        job.clear()
+                    ran = run_next_job(
+                        self.backend, self.settings, self.handler_fn, log, context, self._stop_event
+                    )
+                    if ran is not True:
                         break
-            except TransientDatabaseError as exc:
-                self._safe_log(ev.SQL_TRANSIENT_EXCEPTION, {**outer, ev.THROWABLE: exc})
+                failures = 0
             except BaseException as exc:
-                self._safe_log(ev.JOB_WORKER_ERROR, {**outer, ev.THROWABLE: exc})
-                if self._polling_error_stops(exc):
-                    self._stop_async()
+                with self._lock:
+                    released, running = n in self._released, dict(job)
+                if released:
+                    self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
                     return
-            self._stop_event.wait(self._interval)
+                failures += 1
+                if isinstance(exc, TransientDatabaseError):
+                    self._safe_log(ev.SQL_TRANSIENT_EXCEPTION, {**outer, **running, ev.THROWABLE: exc})
+                    delay = self._backoff(failures, MAX_TRANSIENT_BACKOFF_S)
+                else:
+                    self._safe_log(ev.JOB_WORKER_ERROR, {**outer, **running, ev.THROWABLE: exc})
+                    if self._polling_error_stops(exc):
+                        self._stop_async()
+                        return
+                    delay = self._backoff(failures, MAX_ERROR_BACKOFF_S)
+            self._stop_event.wait(delay)
+
+    def _backoff(self, failures: int, cap: float) -> float:
+        # From at least 10 ms, so that even a zero polling interval cannot spin on a failing job.
+        first = max(self._interval, _MIN_BACKOFF_S)
+        return min(first * 2.0 ** min(failures - 1, 32), max(cap, self._interval))
 
     def _polling_error_stops(self, exc: BaseException) -> bool:
         try:
@@ -460,6 +526,10 @@ def create_queue_worker(
     for name, fn in (("log", log), ("on_polling_error", on_polling_error), ("on_shutdown", on_shutdown)):
         if fn is not None and not callable(fn):
             raise ConfigurationError(f"{name} must be callable, got {fn!r}")
+    # Names are checked before the data source is asked for a connection: a bad one opens nothing.
+    table_name(job_table, option="job_table")
+    table_name(archived_job_table, option="archived_job_table")
+    to_keyword_text(queue, what="queue")
     active = backend if backend is not None else backend_for_data_source(data_source)
     settings = job_settings(
         active,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Final
 
 import psycopg
 import psycopg.errors
+from psycopg.abc import Buffer
 from psycopg.rows import tuple_row
+from psycopg.types.datetime import TimestampLoader, TimestamptzLoader
 
 from proletarian_ref.backend import Capabilities
 from proletarian_ref.backends._dbapi import SqlBackend
@@ -23,6 +25,37 @@ except ImportError:  # pragma: no cover - psycopg_pool is optional; without it n
 # shutdown, server restart), lock_not_available and idle_in_transaction_session_timeout.
 _TRANSIENT_CLASSES: Final = frozenset({"08", "40", "53", "57"})
 _TRANSIENT_CODES: Final = frozenset({"55P03", "25P03"})
+
+
+def _out_of_range(data: Buffer, tz: tzinfo | None) -> datetime:
+    # psycopg refuses what Python cannot hold: 'infinity', '-infinity', BC years and years after 9999.
+    low = bytes(data).startswith(b"-") or bytes(data).endswith(b"BC")
+    return (datetime.min if low else datetime.max).replace(tzinfo=tz)
+
+
+class _LenientTimestamptzLoader(TimestamptzLoader):
+    """Reads a timestamp Python cannot hold, which SQL can write, as the nearest datetime.
+
+    Without it such a row could never be claimed: the claim itself would fail on every poll, the row
+    would stay the oldest due one, and no other job of the queue would run (docs/failure-modes.md).
+    The stored value is left as it is; the archive copies it unchanged.
+    """
+
+    def load(self, data: Buffer) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return _out_of_range(data, UTC)
+
+
+class _LenientTimestampLoader(TimestampLoader):
+    """The same for a legacy TIMESTAMP column (UTC wall-clock time, naive until _from_db_time)."""
+
+    def load(self, data: Buffer) -> datetime:
+        try:
+            return super().load(data)
+        except psycopg.DataError:
+            return _out_of_range(data, None)
 
 
 class PostgresBackend(SqlBackend):
@@ -58,11 +91,17 @@ class PostgresBackend(SqlBackend):
             return TransientDatabaseError(message)
         return DatabaseError(message)
 
-    def _cursor(self, conn: Any) -> Any:
+    def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
         # The caller's connection may have a dict row factory; the backend reads rows by position.
-        return conn.cursor(row_factory=tuple_row)
+        cursor = conn.cursor(row_factory=tuple_row)
+        if not reads_rows:
+            return cursor  # registering loaders copies the adapters map: only the claim reads times
+        # On this cursor only, so callers' connections keep their own adapters.
+        cursor.adapters.register_loader("timestamptz", _LenientTimestamptzLoader)
+        cursor.adapters.register_loader("timestamp", _LenientTimestampLoader)
+        return cursor
 
-    def _db_time(self, value: datetime, *, scheduled: bool = False) -> Any:
+    def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
         # Text with an explicit offset and no declared type (psycopg sends str as "unknown"): PostgreSQL
         # takes the exact instant into TIMESTAMPTZ and the UTC wall clock into a legacy TIMESTAMP column,
         # whatever the session TimeZone, just as pgjdbc's setTimestamp with a UTC Calendar does.

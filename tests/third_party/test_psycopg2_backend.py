@@ -50,7 +50,7 @@ class Psycopg2Backend(SqlBackend):
             return TransientDatabaseError(message)
         return DatabaseError(message)
 
-    def _cursor(self, conn: Any) -> Any:
+    def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
         return conn.cursor()
 
     def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
