@@ -211,6 +211,31 @@ def queue_stats(
     return Stats(job_table=job, archived_job_table=archived, now=now, queues=ordered)
 
 
+def _archive_rows(
+    conn: Any,
+    name: str,
+    *,
+    queue: str,
+    since: datetime,
+    job_table: str | TableName,
+    archived_job_table: str | TableName,
+    dialect: str | None,
+) -> list[tuple[Any, ...]]:
+    """Rows of the named archive query for the jobs of `queue` enqueued since `since`."""
+    job = table_name(job_table, option="job_table")
+    archived = table_name(archived_job_table, option="archived_job_table")
+    active = _dialect(conn, dialect)
+    try:
+        return _query(
+            conn,
+            active,
+            _render(active, name, job, archived),
+            {"queue": queue, "since": _db_time(active, since)},
+        )
+    finally:
+        _end_read(conn)
+
+
 def archived_count(
     conn: Any,
     *,
@@ -221,18 +246,15 @@ def archived_count(
     dialect: str | None = None,
 ) -> int:
     """How many jobs of `queue` (keyword text, e.g. ":a/b") enqueued since `since` are archived."""
-    job = table_name(job_table, option="job_table")
-    archived = table_name(archived_job_table, option="archived_job_table")
-    active = _dialect(conn, dialect)
-    try:
-        rows = _query(
-            conn,
-            active,
-            _render(active, "archived_count", job, archived),
-            {"queue": queue, "since": _db_time(active, since)},
-        )
-    finally:
-        _end_read(conn)
+    rows = _archive_rows(
+        conn,
+        "archived_count",
+        queue=queue,
+        since=since,
+        job_table=job_table,
+        archived_job_table=archived_job_table,
+        dialect=dialect,
+    )
     return int(rows[0][0]) if rows else 0
 
 
@@ -246,18 +268,15 @@ def archive_summary(
     dialect: str | None = None,
 ) -> ArchiveSummary:
     """Processed, succeeded, failed and retried jobs of `queue` (keyword text) enqueued since `since`."""
-    job = table_name(job_table, option="job_table")
-    archived = table_name(archived_job_table, option="archived_job_table")
-    active = _dialect(conn, dialect)
-    try:
-        rows = _query(
-            conn,
-            active,
-            _render(active, "archive_summary", job, archived),
-            {"queue": queue, "since": _db_time(active, since)},
-        )
-    finally:
-        _end_read(conn)
+    rows = _archive_rows(
+        conn,
+        "archive_summary",
+        queue=queue,
+        since=since,
+        job_table=job_table,
+        archived_job_table=archived_job_table,
+        dialect=dialect,
+    )
     by_status: dict[str, int] = {}
     retried = attempts = 0
     first: datetime | None = None

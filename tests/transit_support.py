@@ -1,0 +1,48 @@
+"""Shared by the Transit tests: a type-strict comparable form of decoded values, and UTC datetimes."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from transit.transit_types import Boolean, Keyword, List, Symbol, TaggedValue, frozendict
+
+from proletarian_ref.serializers import FrozenMap
+
+UTC = datetime.UTC
+
+
+def canon(value: Any) -> Any:
+    """A hashable, type-strict form of a decoded value: True differs from 1, a list from a tuple."""
+    kind = type(value)
+    if value is None:
+        return ("nil",)
+    if kind in (bool, int, str):
+        return (kind.__name__, value)
+    if kind is float:
+        return ("float", repr(value))  # NaN equals NaN, -0.0 differs from 0.0
+    if kind is Boolean:
+        return ("Boolean", bool(value))
+    if kind in (Keyword, Symbol):
+        return (kind.__name__, value.str)
+    if kind in (Decimal, uuid.UUID):
+        return (kind.__name__, str(value))
+    if kind is datetime.datetime:
+        return ("datetime", value.isoformat())
+    if kind in (list, tuple):
+        return (kind.__name__, tuple(canon(item) for item in value))
+    if kind is List:
+        return ("List", tuple(canon(item) for item in value.rep))
+    if kind in (dict, frozendict, FrozenMap):
+        return (kind.__name__, frozenset((canon(key), canon(item)) for key, item in value.items()))
+    if kind in (set, frozenset):
+        return (kind.__name__, frozenset(canon(element) for element in value))
+    if isinstance(value, TaggedValue):
+        return ("tagged", value.tag, canon(value.rep))
+    raise TypeError(f"canon: unexpected {kind}")
+
+
+def utc(iso: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(iso).replace(tzinfo=UTC)
