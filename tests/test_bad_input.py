@@ -333,14 +333,8 @@ def test_a_negative_attempts_count_runs_and_is_archived_one_higher(db: Harness) 
     assert [row.attempts for row in db.archived_jobs()] == [-4]
 
 
-@pytest.mark.sql_only
-def test_an_attempts_count_at_the_integer_limit_cannot_be_archived_and_stops_the_worker(db: Harness) -> None:
-    """Known limit: archiving writes attempts + 1, which overflows INTEGER. The database refuses, the
-    claim rolls back, the row stays as it was and job-worker-error names the job; by default the
-    worker stops, as for any error it cannot classify. Fix the row (UPDATE ... SET attempts = 0).
-    """
-    assert isinstance(db, SqlHarness)
-    key = insert_row(db, attempts=2**31 - 1)
+def assert_worker_stops_naming(db: Harness, key: object) -> None:
+    """A worker over `db` stops by default on the row `key`, and its job-worker-error names that job."""
     log = RecordingLog()
     stopped = threading.Event()
     worker = create_queue_worker(
@@ -355,6 +349,17 @@ def test_an_attempts_count_at_the_integer_limit_cannot_be_archived_and_stops_the
     assert stopped.wait(20)
     (error,) = log.named(ev.JOB_WORKER_ERROR)
     assert error[ev.JOB_ID] == default_job_id_strategy(db.dialect).decode_id(key)
+
+
+@pytest.mark.sql_only
+def test_an_attempts_count_at_the_integer_limit_cannot_be_archived_and_stops_the_worker(db: Harness) -> None:
+    """Known limit: archiving writes attempts + 1, which overflows INTEGER. The database refuses, the
+    claim rolls back, the row stays as it was and job-worker-error names the job; by default the
+    worker stops, as for any error it cannot classify. Fix the row (UPDATE ... SET attempts = 0).
+    """
+    assert isinstance(db, SqlHarness)
+    key = insert_row(db, attempts=2**31 - 1)
+    assert_worker_stops_naming(db, key)
     assert [(job.job_id, job.attempts) for job in db.jobs()] == [(key, 2**31 - 1)]
     assert db.archived_jobs() == []
 
@@ -385,20 +390,7 @@ def test_a_job_already_in_the_archive_stays_queued_and_is_reported(db: Harness) 
         "'2020-01-01 00:00:00', '2020-01-01 00:00:00', '2020-01-01 00:00:00')",
         (key,),
     )
-    log = RecordingLog()
-    stopped = threading.Event()
-    worker = create_queue_worker(
-        db.data_source,
-        lambda *_: None,
-        polling_interval_ms=10,
-        log=log,
-        on_shutdown=stopped.set,
-        **db.table_options,
-    )
-    worker.start()
-    assert stopped.wait(20)
-    (error,) = log.named(ev.JOB_WORKER_ERROR)
-    assert error[ev.JOB_ID] == default_job_id_strategy(db.dialect).decode_id(key)
+    assert_worker_stops_naming(db, key)
     assert [(job.job_id, job.attempts) for job in db.jobs()] == [(key, 0)]
     assert len(db.archived_jobs()) == 1
 
