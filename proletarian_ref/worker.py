@@ -436,16 +436,10 @@ class QueueWorker:
             return True
 
     def _stop_async(self) -> None:
-        def stop() -> None:
-            try:
-                self.stop()
-            except BaseException as exc:
-                self._safe_log(
-                    ev.QUEUE_WORKER_SHUTDOWN_ERROR,
-                    {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc},
-                )
-
-        threading.Thread(target=stop, name=f"{self.queue_worker_id}-stop", daemon=True).start()
+        # A polling thread cannot join itself, so another thread stops the worker.
+        threading.Thread(
+            target=self._stop_logging_errors, name=f"{self.queue_worker_id}-stop", daemon=True
+        ).start()
 
     def _safe_log(self, event: str, data: Mapping[str, Any]) -> None:
         # Outside a job nothing else would catch a failing log function, and a polling thread must not
@@ -458,7 +452,7 @@ class QueueWorker:
     # -- shutdown hooks --------------------------------------------------------------------------------
 
     def _add_shutdown_hooks(self) -> None:
-        atexit.register(self._stop_at_exit)
+        atexit.register(self._stop_logging_errors)
         on_main_thread = threading.current_thread() is threading.main_thread()
         if on_main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             self._previous_sigterm = signal.SIG_DFL
@@ -467,13 +461,14 @@ class QueueWorker:
     def _remove_shutdown_hooks(self) -> None:
         if not self._install_shutdown_hook:
             return
-        atexit.unregister(self._stop_at_exit)
+        atexit.unregister(self._stop_logging_errors)
         if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
             if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
             self._previous_sigterm = None
 
-    def _stop_at_exit(self) -> None:
+    def _stop_logging_errors(self) -> None:
+        """stop() where no caller could catch its error (at exit, or after an error on a polling thread)."""
         try:
             self.stop()
         except BaseException as exc:
