@@ -133,11 +133,24 @@ def truncate(harness: Harness) -> None:
         run_sql(sql_harness, f"TRUNCATE TABLE {table}")
 
 
-def analyze(harness: Harness) -> None:
+def analyze(harness: Harness, *, vacuum: bool = False) -> None:
+    """Fresh planner statistics for the job table; with `vacuum`, PostgreSQL also clears its dead rows.
+
+    A drain leaves a dead row per job, which later claims must step over until autovacuum comes by at a
+    moment of its own choosing; vacuuming before each measured drain starts every one from the same state.
+    """
     dialect = sql_dialect(harness)
     if dialect is None:
         return
     sql_harness, _ = require_sql(harness)
+    if vacuum and dialect == "postgresql":
+        conn = sql_harness.connect()
+        try:
+            conn.autocommit = True  # VACUUM cannot run in a transaction
+            conn.execute(f"VACUUM ANALYZE {harness.job_table}")
+        finally:
+            conn.close()
+        return
     run_sql(sql_harness, f"ANALYZE {'TABLE ' if dialect == 'mysql' else ''}{harness.job_table}")
 
 

@@ -43,29 +43,28 @@ RETRY_AT: Final = "retry-at"
 RETRIES_LEFT: Final = "retries-left"
 RETRY_SPEC: Final = "retry-spec"
 
-# The levels Proletarian's README suggests for each event.
-_ERROR_EVENTS: Final = frozenset(
-    {
-        QUEUE_WORKER_SHUTDOWN_ERROR,
-        HANDLE_JOB_EXCEPTION_WITH_INTERRUPT,
-        HANDLE_JOB_EXCEPTION,
-        JOB_WORKER_ERROR,
-        NOT_RETRYING,
-        JOB_RELEASED,
-        RELEASED_JOB_RETURNED,
-    }
-)
-_DEBUG_EVENTS: Final = frozenset({POLLING_FOR_JOBS})
+# The levels Proletarian's README suggests for each event; any other is INFO.
+_LEVELS: Final = {
+    **dict.fromkeys(
+        (
+            QUEUE_WORKER_SHUTDOWN_ERROR,
+            HANDLE_JOB_EXCEPTION_WITH_INTERRUPT,
+            HANDLE_JOB_EXCEPTION,
+            JOB_WORKER_ERROR,
+            NOT_RETRYING,
+            JOB_RELEASED,
+            RELEASED_JOB_RETURNED,
+        ),
+        logging.ERROR,
+    ),
+    POLLING_FOR_JOBS: logging.DEBUG,
+}
 
 logger = logging.getLogger("proletarian_ref")
 
 
 def level_of(event: str) -> int:
-    if event in _ERROR_EVENTS:
-        return logging.ERROR
-    if event in _DEBUG_EVENTS:
-        return logging.DEBUG
-    return logging.INFO
+    return _LEVELS.get(event, logging.INFO)
 
 
 def stdlib_logger(event: str, data: Mapping[str, Any]) -> None:
@@ -74,7 +73,7 @@ def stdlib_logger(event: str, data: Mapping[str, Any]) -> None:
     The data map travels in `extra["proletarian"]` for structured handlers, and the exception, if any,
     as exc_info so tracebacks are not lost.
     """
-    level = level_of(event)
+    level = _LEVELS.get(event, logging.INFO)  # not level_of(): this runs twice for every job
     if not logger.isEnabledFor(level):
         return
     error = data.get(EXCEPTION) or data.get(THROWABLE)

@@ -72,7 +72,8 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal
-from typing import Any, Final, Protocol, runtime_checkable
+from json.scanner import make_scanner
+from typing import Any, Final, Protocol, cast, runtime_checkable
 
 from transit import transit_types
 from transit.constants import MAP_AS_ARR
@@ -264,9 +265,14 @@ def _excerpt(text: str) -> str:
     return repr(text if len(text) <= _EXCERPT_CHARS else text[:_EXCERPT_CHARS] + "...")
 
 
+_JSON: Final = json.JSONDecoder(parse_constant=_refuse_json_constant)
+# The scanner JSONDecoder.decode runs, with the same settings, minus decode's whitespace handling.
+_SCAN_JSON: Final = make_scanner(cast(Any, _JSON))
+
+
 def _read_exact(text: str) -> Any:
     try:
-        node = json.loads(text, parse_constant=_refuse_json_constant)
+        node = _JSON.decode(text)
         return _DECODER.decode(node, _JavaRollingCache())
     except RecursionError:
         raise PayloadDecodeError(
@@ -276,6 +282,58 @@ def _read_exact(text: str) -> Any:
         raise PayloadDecodeError(
             f"payload is not valid Transit JSON ({type(error).__name__}: {error}); payload: {_excerpt(text)}"
         ) from error
+
+
+class _NotPlainJson(Exception):
+    """The payload uses more of Transit than _plain_json reads; the exact decoder must read it."""
+
+
+_NOT_PLAIN_JSON: Final = _NotPlainJson()
+
+
+def _read_plain(text: str) -> Any:
+    """Plain decoding in one pass, for the payloads most jobs carry; the same result as the exact path.
+
+    Maps written as ``["^ ", k, v, ...]``, arrays, keywords, strings, numbers, booleans and null are read
+    straight from the JSON. A payload with anything else (a tag, an escaped or cached string, a JSON
+    object, a key that would merge with another) or that is not valid goes through the exact decoder, so
+    results and error messages never depend on which path read it.
+    """
+    if text[:1] == "[":
+        try:
+            # Whitespace around the payload, or text after it, is left to the exact path.
+            node, end = _SCAN_JSON(text, 0)
+            if end == len(text):
+                return _plain_json(node, False)
+        except (_NotPlainJson, StopIteration, ValueError, RecursionError):
+            pass
+    return _plain(_read_exact(text), False)
+
+
+def _plain_json(node: Any, hashable: bool) -> Any:
+    kind = type(node)
+    if kind is str:
+        if node[:1] in ("~", "^"):
+            if node[:2] == "~:":
+                return node[2:]
+            raise _NOT_PLAIN_JSON
+        return node
+    if kind is list:
+        size = len(node)
+        if size and node[0] == "^ ":
+            if size % 2 == 0:
+                raise _NOT_PLAIN_JSON
+            converted = {}
+            for index in range(1, size, 2):
+                converted[_plain_json(node[index], True)] = _plain_json(node[index + 1], hashable)
+            if 2 * len(converted) < size - 1:
+                raise _NOT_PLAIN_JSON  # two keys became one
+            return FrozenMap(converted) if hashable else converted
+        items = [_plain_json(item, hashable) for item in node]
+        return tuple(items) if hashable else items
+    if kind is dict:
+        raise _NOT_PLAIN_JSON
+    return node  # int, float, bool or None, as the exact path also gives them
 
 
 def _plain(value: Any, hashable: bool) -> Any:
@@ -481,8 +539,9 @@ class TransitSerializer:
         """Return the value stored as Transit JSON ``text``; raises PayloadDecodeError if it is not."""
         if not isinstance(text, str):
             raise PayloadDecodeError(f"payload must be str, got {type(text).__name__}")
-        value = _read_exact(text)
-        return value if self._exact else _plain(value, False)
+        if self._exact:
+            return _read_exact(text)
+        return _read_plain(text)
 
 
 def create_serializer(*, exact: bool = False) -> TransitSerializer:

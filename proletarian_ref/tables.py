@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from proletarian_ref.errors import ConfigurationError
 
@@ -17,9 +16,12 @@ DEFAULT_ARCHIVED_JOB_TABLE: Final = "proletarian.archived_job"
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
-@dataclass(frozen=True, slots=True)
-class TableName:
-    """A table name, optionally schema-qualified, checked to be a plain SQL identifier."""
+class TableName(NamedTuple):
+    """A table name, optionally schema-qualified, checked to be a plain SQL identifier.
+
+    A tuple, so that hashing it (statements are cached by table name, once per statement run) costs no
+    Python call.
+    """
 
     schema: str | None
     name: str

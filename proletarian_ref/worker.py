@@ -43,7 +43,6 @@ HANDLER_FN_MODES: Final = ("default", "advanced")
 MAX_ERROR_BACKOFF_S: Final = 30.0
 MAX_TRANSIENT_BACKOFF_S: Final = 1.0
 _MIN_BACKOFF_S: Final = 0.01
-_JOB_KEYS: Final = (ev.JOB_ID, ev.JOB_TYPE, ev.ATTEMPT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +154,7 @@ def run_next_job(
             log(event, {**data, **job_context})
 
         try:
-            job_log(ev.HANDLING_JOB, {})
+            log(ev.HANDLING_JOB, job_context)
             if decode_error is not None:
                 raise decode_error
             if settings.handler_fn_mode == "advanced":
@@ -184,7 +183,7 @@ def run_next_job(
                 log=job_log,
             )
         else:
-            job_log(ev.JOB_FINISHED, {})
+            log(ev.JOB_FINISHED, job_context)
             finished_at = now_from(settings.clock)
             backend.archive_job(
                 conn,
@@ -374,15 +373,18 @@ class QueueWorker:
         bind_stop_event(self._stop_event)
         outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
         context = {**outer, ev.WORKER_THREAD_ID: n}
-        job: dict[str, Any] = {}
-        with self._lock:
-            self._current_jobs[n] = job
+        current = self._current_jobs
 
         def log(event: str, data: Mapping[str, Any]) -> None:
             # Remember the running job so that an error escaping the run, or a release, can name it.
             if event == ev.HANDLING_JOB:
+                running = {
+                    ev.JOB_ID: data[ev.JOB_ID],
+                    ev.JOB_TYPE: data[ev.JOB_TYPE],
+                    ev.ATTEMPT: data[ev.ATTEMPT],
+                }
                 with self._lock:
-                    job.update({key: data[key] for key in _JOB_KEYS if key in data})
+                    current[n] = running
             self._log_fn(event, data)
 
         # Spread the threads' idle polls over the interval, as Proletarian's start-up jitter does, but
@@ -396,7 +398,7 @@ class QueueWorker:
                 self._log_fn(ev.POLLING_FOR_JOBS, context)
                 while not self._stop_event.is_set():
                     with self._lock:
-                        job.clear()
+                        current.pop(n, None)
                     ran = run_next_job(
                         self.backend, self.settings, self.handler_fn, log, context, self._stop_event
                     )
@@ -405,7 +407,7 @@ class QueueWorker:
                 failures = 0
             except BaseException as exc:
                 with self._lock:
-                    released, running = n in self._released, dict(job)
+                    released, running = n in self._released, current.get(n, {})
                 if released:
                     self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
                     return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -104,7 +104,7 @@ class EnqueueIgnoresProcessAt(PostgresBackend):
     """Stores every job as due at once, whatever process_at it was given."""
 
     def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
-        return super().enqueue(conn, job_table, replace(job, process_at=job.enqueued_at))
+        return super().enqueue(conn, job_table, job._replace(process_at=job.enqueued_at))
 
 
 class ArchiveReencodesPayload(PostgresBackend):
@@ -142,7 +142,7 @@ class EnqueueMangles(PostgresBackend):
 
     def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
         text = job.payload.encode("ascii", "replace").decode("ascii")
-        return super().enqueue(conn, job_table, replace(job, payload=text))
+        return super().enqueue(conn, job_table, job._replace(payload=text))
 
 
 class Autocommit(PostgresBackend):

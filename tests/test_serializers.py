@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import json
 import math
 import uuid
 from collections import OrderedDict
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from transit.transit_types import Keyword, List, Symbol, TaggedValue, false, frozendict, true
 from transit_support import canon, utc
 
+from proletarian_ref import serializers
 from proletarian_ref.errors import PayloadDecodeError, ProletarianError, SerializationError
 from proletarian_ref.serializers import FrozenMap, Serializer, TransitSerializer, create_serializer
 
@@ -491,3 +493,58 @@ def test_exact_decoding_and_re_encoding_gives_the_same_transit(value: Any) -> No
     assert canon(EXACT.decode(again)) == canon(exact)
     if '"~#set"' not in text:  # set element order may change; everything else is written identically
         assert again == text
+
+
+# --- the one-pass plain path -------------------------------------------------------------------------
+
+
+def _two_pass(text: str) -> Any:
+    """Plain decoding as the exact decoder and the conversion give it, the reference for the one pass."""
+    return serializers._plain(serializers._read_exact(text), False)
+
+
+def test_plain_decoding_reads_simple_payloads_without_the_exact_decoder(monkeypatch: Any) -> None:
+    def refuse(text: str) -> Any:
+        raise AssertionError(f"the exact decoder read {text!r}")
+
+    monkeypatch.setattr(serializers, "_read_exact", refuse)
+    text = '["^ ","~:user/id",42,"~:tags",["~:a","b"],"~:meta",["^ ","ip",null,"ok",true],"~:x",[1.5,[]]]'
+    assert canon(PLAIN.decode(text)) == canon(
+        {"user/id": 42, "tags": ["a", "b"], "meta": {"ip": None, "ok": True}, "x": [1.5, []]}
+    )
+
+
+@given(TRANSIT_VALUES)
+def test_the_one_pass_plain_path_gives_what_the_exact_path_gives_for_written_payloads(value: Any) -> None:
+    try:
+        text = PLAIN.encode(value)
+    except SerializationError:
+        return
+    assert canon(PLAIN.decode(text)) == canon(_two_pass(text))
+
+
+# JSON the way a hostile or foreign writer could shape it: Transit's markers in odd places, cache codes,
+# escapes, objects, odd-length maps, keys that merge.
+MARKED_TEXT = st.sampled_from(["^ ", "^0", "^1", "~:a", "~:", "~$s", "~~x", "~^x", "~#set", "~#'", "a", ""])
+JSON_TREES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), MARKED_TEXT, TEXT),
+    lambda children: st.one_of(
+        st.lists(children, max_size=5),
+        st.lists(children, max_size=5).map(lambda items: ["^ ", *items]),
+        st.dictionaries(MARKED_TEXT, children, max_size=2),
+    ),
+    max_leaves=10,
+)
+
+
+@given(JSON_TREES)
+def test_the_one_pass_plain_path_gives_what_the_exact_path_gives_for_any_json(tree: Any) -> None:
+    text = json.dumps(tree)
+    try:
+        expected = canon(_two_pass(text))
+    except PayloadDecodeError as error:
+        with pytest.raises(PayloadDecodeError) as raised:
+            PLAIN.decode(text)
+        assert str(raised.value) == str(error)
+        return
+    assert canon(PLAIN.decode(text)) == expected

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
@@ -198,7 +197,7 @@ def _overwrite_payload(db: Harness, job_id: Any, payload: str) -> None:
     elif isinstance(db, MemoryHarness):
         with db.memory.lock:
             row = db.memory.tables[db.job_table][job_id]
-            db.memory._put(db.job_table, job_id, replace(row, payload=payload))
+            db.memory._put(db.job_table, job_id, row._replace(payload=payload))
 
 
 def test_advanced_mode_passes_the_whole_job(db: Harness) -> None:

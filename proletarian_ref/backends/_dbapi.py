@@ -5,15 +5,18 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.errors import ConfigurationError, DatabaseError
 from proletarian_ref.tables import TableName
+
+_T = TypeVar("_T")
 
 
 class ConnectionReleasedError(DatabaseError):
@@ -25,6 +28,8 @@ class _Lease:
     """A connection in use by one thread's transaction, as release_connection needs to see it."""
 
     conn: Any
+    # The cursors the thread keeps on its own connection, by reads_rows; None for a pool's connection.
+    cursors: dict[bool, Any] | None
     # True while the owning thread is talking to the server; a connection is never closed under it.
     busy: bool = True
     released: bool = False
@@ -98,17 +103,25 @@ class SqlBackend:
 
     # -- errors ----------------------------------------------------------------------------------------
 
+    def _raise_library_error(self, exc: Exception) -> NoReturn:
+        """Raise the library's exception for a driver's (from it), or `exc` itself if it is not one.
+
+        The hot paths call this from an inline except rather than use _errors(): every statement of every
+        job passes there, and an inline try costs nothing until something fails.
+        """
+        if isinstance(exc, DatabaseError):
+            raise exc
+        translated = self._translate(exc)
+        if translated is None:
+            raise exc
+        raise translated from exc
+
     @contextmanager
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except DatabaseError:
-            raise
         except Exception as exc:
-            translated = self._translate(exc)
-            if translated is None:
-                raise
-            raise translated from exc
+            self._raise_library_error(exc)
 
     # -- connections and transactions ------------------------------------------------------------------
 
@@ -127,37 +140,17 @@ class SqlBackend:
             with self._lock:
                 self._owned.append(conn)
         self._local.conn = conn
+        self._local.cursors = {}
         return conn
 
     def _discard_thread_connection(self, conn: Any) -> None:
         self._local.conn = None
+        self._local.cursors = {}
         with self._lock:
             if conn in self._owned:
                 self._owned.remove(conn)
         with contextlib.suppress(Exception):  # It is already broken; closing only tidies up.
             conn.close()
-
-    @contextmanager
-    def _using(self, lease: _Lease | None) -> Iterator[None]:
-        """Mark the lease busy around a round trip, refusing one on a released connection."""
-        if lease is None:
-            yield
-            return
-        with self._lock:
-            if lease.released:
-                raise ConnectionReleasedError(
-                    "the queue worker released this job while it ran; its outcome is not written"
-                )
-            lease.busy = True
-        try:
-            yield
-        finally:
-            with self._lock:
-                lease.busy = False
-
-    def _lease_of(self, conn: Any) -> _Lease | None:
-        lease = self._leases.get(threading.get_ident())
-        return lease if lease is not None and lease.conn is conn else None
 
     def _mark(self, lease: _Lease, *, busy: bool) -> bool:
         """Set whether the thread is talking to the server; False if the connection was released."""
@@ -165,58 +158,32 @@ class SqlBackend:
             lease.busy = busy
             return not lease.released
 
-    def _end_lease(self, lease: _Lease) -> bool:
-        """Forget the lease; True if it was released, after closing its connection."""
+    def _commit(self, conn: Any, lease: _Lease) -> None:
+        with self._lock:
+            if lease.released:
+                raise _released()
+            lease.busy = True
+        try:
+            conn.commit()
+        except Exception as exc:
+            self._raise_library_error(exc)
+
+    def _finish(self, lease: _Lease, *, pooled: bool, healthy: bool) -> None:
+        """Forget the lease and give the connection back, or drop it if it is broken or was released."""
         with self._lock:
             self._leases.pop(threading.get_ident(), None)
         if lease.released:
             # Released mid-statement (so not closed then) or closed already: either way the server must
             # see the connection go, which rolls the transaction back.
             _close_quietly(lease.conn)
-        return lease.released
+            healthy = False
+        if pooled:
+            self._checkin_pooled(lease.conn)
+        elif not healthy:
+            self._discard_thread_connection(lease.conn)
 
-    @contextmanager
-    def transaction(self) -> Iterator[Any]:
-        pooled = self._pooled
-        with self._errors():
-            conn = self._checkout_pooled() if pooled else self._thread_connection()
-        lease = _Lease(conn)
-        with self._lock:
-            self._leases[threading.get_ident()] = lease
-        healthy = True
-        try:
-            with self._errors():
-                self._prepare_session(conn, worker=True)
-                state = self._begin(conn)
-            self._mark(lease, busy=False)
-            try:
-                yield conn
-                with self._using(lease), self._errors():
-                    conn.commit()
-            except BaseException:
-                # From here on only this thread touches the connection: a release closes nothing.
-                if self._mark(lease, busy=True):
-                    try:
-                        conn.rollback()
-                    except Exception:
-                        healthy = False  # The original error matters more; the connection is dropped below.
-                raise
-            finally:
-                if self._mark(lease, busy=True):
-                    try:
-                        self._end(conn, state)
-                    except Exception:
-                        healthy = False
-        except BaseException:
-            healthy = healthy and not self._is_broken(conn)
-            raise
-        finally:
-            if self._end_lease(lease):
-                healthy = False
-            if pooled:
-                self._checkin_pooled(conn)
-            elif not healthy:
-                self._discard_thread_connection(conn)
+    def transaction(self) -> AbstractContextManager[Any]:
+        return _Transaction(self)
 
     def release_connection(self, thread_id: int) -> bool:
         """Abandon the transaction thread `thread_id` has open: its job becomes claimable again.
@@ -254,18 +221,53 @@ class SqlBackend:
 
     # -- statements ------------------------------------------------------------------------------------
 
-    def _execute(self, conn: Any, statement: str, params: dict[str, Any], fetch: bool = False) -> Any:
-        with self._using(self._lease_of(conn)), self._errors():
-            self._prepare_session(conn)
-            cursor = self._cursor(conn, reads_rows=fetch)
+    def _execute(
+        self,
+        conn: Any,
+        statement: str,
+        params: dict[str, Any],
+        read: Callable[[Any], _T],
+        *,
+        reads_rows: bool,
+    ) -> _T:
+        """Run one statement and return `read` of its cursor, with the driver's errors translated.
+
+        Five statements run per job, so this is written for speed: no helper calls on the way.
+        """
+        lease = self._leases.get(threading.get_ident())
+        if lease is not None and lease.conn is conn:
+            # transaction() has prepared this connection's session already.
+            with self._lock:
+                if lease.released:
+                    raise _released()
+                lease.busy = True
+            cursors = lease.cursors
+        else:
+            lease = cursors = None  # a caller's connection, not the transaction's
+        try:
+            if lease is None:
+                self._prepare_session(conn)
+            if cursors is not None:
+                # The thread's own connection keeps its cursors: making one (and registering the claim's
+                # loaders) costs more than a statement's own Python work.
+                cursor = cursors.get(reads_rows)
+                if cursor is None:
+                    cursor = cursors[reads_rows] = self._cursor(conn, reads_rows=reads_rows)
+                cursor.execute(statement, params)
+                return read(cursor)
+            # A caller's or a pool's connection: the backend cannot tell when it goes away.
+            cursor = self._cursor(conn, reads_rows=reads_rows)
             try:
                 cursor.execute(statement, params)
-                if fetch:
-                    return cursor.fetchone()
-                return cursor
+                return read(cursor)
             finally:
-                if fetch:
-                    cursor.close()
+                cursor.close()
+        except Exception as exc:
+            self._raise_library_error(exc)
+        finally:
+            if lease is not None:
+                with self._lock:
+                    lease.busy = False
 
     def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
         return sql.render(self.dialect, name, job_table, archived_job_table)
@@ -283,22 +285,19 @@ class SqlBackend:
             ),
         }
         if job.job_id is not None:
-            self._execute(conn, self._render("enqueue", job_table), params).close()
+            self._execute(conn, self._render("enqueue", job_table), params, _rowcount, reads_rows=False)
             return job.job_id
         del params["job_id"]
-        cursor = self._execute(conn, self._render("enqueue_db_generated", job_table), params)
-        try:
-            with self._errors():
-                return self._generated_id(cursor)
-        finally:
-            cursor.close()
+        statement = self._render("enqueue_db_generated", job_table)
+        return self._execute(conn, statement, params, self._generated_id, reads_rows=False)
 
     def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
         row = self._execute(
             conn,
             self._render("get_next_job", job_table),
             {"queue": queue, "now": self._db_time(now, what="now")},
-            fetch=True,
+            _fetchone,
+            reads_rows=True,
         )
         if row is None:
             return None
@@ -314,11 +313,7 @@ class SqlBackend:
         )
 
     def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
-        cursor = self._execute(conn, statement, params)
-        try:
-            count = cursor.rowcount
-        finally:
-            cursor.close()
+        count = self._execute(conn, statement, params, _rowcount, reads_rows=False)
         # The row is locked by this transaction, so anything but one row means the table is not what the
         # worker thinks it is; failing keeps the job rather than losing it.
         if count != 1:
@@ -341,7 +336,10 @@ class SqlBackend:
             "finished_at": self._db_time(finished_at, what="finished_at"),
         }
         self._write_one(
-            conn, self._render("archive_job", job_table, archived_job_table), params, "archive_job"
+            conn,
+            self._render("archive_job", job_table, archived_job_table),
+            params,
+            "archive_job",
         )
 
     def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None:
@@ -350,6 +348,88 @@ class SqlBackend:
     def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
         params = {"job_id": job_id, "retry_at": self._db_time(retry_at, scheduled=True, what="retry_at")}
         self._write_one(conn, self._render("retry_at", job_table), params, "retry_at")
+
+
+class _Transaction:
+    """SqlBackend.transaction(): commits when the block ends, rolls back on error, keeps the lease.
+
+    A class rather than a generator context manager, which costs as much again as all the rest of it, and
+    every job runs in one.
+    """
+
+    __slots__ = ("_backend", "_lease", "_pooled", "_state")
+
+    def __init__(self, backend: SqlBackend) -> None:
+        self._backend = backend
+
+    def __enter__(self) -> Any:
+        backend = self._backend
+        pooled = self._pooled = backend._pooled
+        try:
+            conn = backend._checkout_pooled() if pooled else backend._thread_connection()
+        except Exception as exc:
+            backend._raise_library_error(exc)
+        lease = self._lease = _Lease(conn, None if pooled else backend._local.cursors)
+        with backend._lock:
+            backend._leases[threading.get_ident()] = lease
+        try:
+            try:
+                backend._prepare_session(conn, worker=True)
+                self._state = backend._begin(conn)
+            except Exception as exc:
+                backend._raise_library_error(exc)
+        except BaseException:
+            backend._finish(lease, pooled=pooled, healthy=not backend._is_broken(conn))
+            raise
+        backend._mark(lease, busy=False)
+        return conn
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        backend, lease = self._backend, self._lease
+        conn = lease.conn
+        healthy = True
+        error = exc
+        try:
+            if error is None:
+                try:
+                    backend._commit(conn, lease)
+                except BaseException as commit_error:
+                    error = commit_error
+            # From here on only this thread touches the connection: a release closes nothing.
+            if error is not None and backend._mark(lease, busy=True):
+                try:
+                    conn.rollback()
+                except Exception:
+                    healthy = False  # The original error matters more; the connection is dropped below.
+            # The lease is busy on every path here, so a release cannot close the connection under _end; a
+            # released connection is closed and dropped by _finish instead.
+            if not lease.released:
+                try:
+                    backend._end(conn, self._state)
+                except Exception:
+                    healthy = False
+            if error is not None:
+                healthy = healthy and not backend._is_broken(conn)
+        finally:
+            backend._finish(lease, pooled=self._pooled, healthy=healthy)
+        if error is not None and error is not exc:
+            raise error  # the commit failed
+
+
+def _released() -> ConnectionReleasedError:
+    return ConnectionReleasedError(
+        "the queue worker released this job while it ran; its outcome is not written"
+    )
+
+
+def _rowcount(cursor: Any) -> int:
+    return int(cursor.rowcount)
+
+
+def _fetchone(cursor: Any) -> Any:
+    return cursor.fetchone()
 
 
 def _close_quietly(conn: Any) -> None:

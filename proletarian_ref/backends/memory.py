@@ -7,7 +7,6 @@ import itertools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -156,7 +155,7 @@ class MemoryBackend:
             job_id = job.job_id
             if job_id is None:
                 job_id = 1 + max((k for k in self.db.tables.get(table, {}) if isinstance(k, int)), default=0)
-                job = replace(job, job_id=job_id)
+                job = job._replace(job_id=job_id)
             if conn._get(table, job_id) is not None or (table, job_id) in self.db.row_locks:
                 raise DatabaseError(f"duplicate key: job {job_id!r} already exists in {table}")
             conn._lock_row(table, job_id)
@@ -234,7 +233,7 @@ class MemoryBackend:
         table = str(job_table)
         with self.db.lock:
             job = self._locked_job(conn, table, job_id)
-            conn._write(table, job_id, replace(job, process_at=retry_at, attempts=job.attempts + 1))
+            conn._write(table, job_id, job._replace(process_at=retry_at, attempts=job.attempts + 1))
 
     def close(self) -> None:
         return None

@@ -7,9 +7,11 @@ from typing import Any, ClassVar, Final
 
 import psycopg
 import psycopg.errors
-from psycopg.abc import Buffer
+from psycopg import postgres
+from psycopg.abc import AdaptContext, Buffer
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 from psycopg.rows import tuple_row
-from psycopg.types.datetime import TimestampLoader, TimestamptzLoader
 
 from proletarian_ref.backend import Capabilities
 from proletarian_ref.backends._dbapi import SqlBackend
@@ -27,35 +29,47 @@ _TRANSIENT_CLASSES: Final = frozenset({"08", "40", "53", "57"})
 _TRANSIENT_CODES: Final = frozenset({"55P03", "25P03"})
 
 
-def _out_of_range(data: Buffer, tz: tzinfo | None) -> datetime:
-    # psycopg refuses what Python cannot hold: 'infinity', '-infinity', BC years and years after 9999.
-    low = bytes(data).startswith(b"-") or bytes(data).endswith(b"BC")
-    return (datetime.min if low else datetime.max).replace(tzinfo=tz)
-
-
-class _LenientTimestamptzLoader(TimestamptzLoader):
+class _LenientLoader(Loader):
     """Reads a timestamp Python cannot hold, which SQL can write, as the nearest datetime.
 
     Without it such a row could never be claimed: the claim itself would fail on every poll, the row
     would stay the oldest due one, and no other job of the queue would run (docs/failure-modes.md).
-    The stored value is left as it is; the archive copies it unchanged.
+    The stored value is left as it is; the archive copies it unchanged. Every other value goes to the
+    loader psycopg has for the type (its C one, where psycopg_binary is installed), so the claim reads
+    times as fast as a plain cursor does.
     """
 
+    type_name: ClassVar[str]
+    tz: ClassVar[tzinfo | None]
+
+    def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+        super().__init__(oid, context)
+        loader_class = postgres.adapters.get_loader(oid, Format.TEXT)
+        if loader_class is None:  # pragma: no cover - psycopg always registers both time types
+            raise LookupError(f"psycopg has no text loader for {self.type_name}")
+        self._load = loader_class(oid, context).load
+
     def load(self, data: Buffer) -> datetime:
         try:
-            return super().load(data)
+            loaded: datetime = self._load(data)
         except psycopg.DataError:
-            return _out_of_range(data, UTC)
+            # psycopg refuses what Python cannot hold: 'infinity', '-infinity', BC years and years after
+            # 9999.
+            low = bytes(data).startswith(b"-") or bytes(data).endswith(b"BC")
+            return (datetime.min if low else datetime.max).replace(tzinfo=self.tz)
+        return loaded
 
 
-class _LenientTimestampLoader(TimestampLoader):
+class _LenientTimestamptzLoader(_LenientLoader):
+    type_name = "timestamptz"
+    tz = UTC
+
+
+class _LenientTimestampLoader(_LenientLoader):
     """The same for a legacy TIMESTAMP column (UTC wall-clock time, naive until _from_db_time)."""
 
-    def load(self, data: Buffer) -> datetime:
-        try:
-            return super().load(data)
-        except psycopg.DataError:
-            return _out_of_range(data, None)
+    type_name = "timestamp"
+    tz = None
 
 
 class PostgresBackend(SqlBackend):
@@ -64,9 +78,13 @@ class PostgresBackend(SqlBackend):
     dialect: ClassVar[str] = "postgresql"
     capabilities: ClassVar[Capabilities] = Capabilities()
 
+    def __init__(self, data_source: Any = None, *, first_connection: Any = None) -> None:
+        super().__init__(data_source, first_connection=first_connection)
+        self._from_pool = type(data_source).__module__.split(".", 1)[0] == "psycopg_pool"
+
     @property
     def _pooled(self) -> bool:
-        return type(self._data_source).__module__.split(".", 1)[0] == "psycopg_pool"
+        return self._from_pool
 
     def _checkout_pooled(self) -> Any:
         return self._data_source.getconn()
