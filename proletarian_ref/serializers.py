@@ -289,6 +289,9 @@ class _NotPlainJson(Exception):
 
 
 _NOT_PLAIN_JSON: Final = _NotPlainJson()
+# What a JSON string starts with when it means more than itself in Transit.
+_MARKERS: Final = ("~", "^")
+_JSON_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def _read_plain(text: str) -> Any:
@@ -313,7 +316,7 @@ def _read_plain(text: str) -> Any:
 def _plain_json(node: Any, hashable: bool) -> Any:
     kind = type(node)
     if kind is str:
-        if node[:1] in ("~", "^"):
+        if node[:1] in _MARKERS:
             if node[:2] == "~:":
                 return node[2:]
             raise _NOT_PLAIN_JSON
@@ -325,7 +328,14 @@ def _plain_json(node: Any, hashable: bool) -> Any:
                 raise _NOT_PLAIN_JSON
             converted = {}
             for index in range(1, size, 2):
-                converted[_plain_json(node[index], True)] = _plain_json(node[index + 1], hashable)
+                # Keyword keys and unmarked scalar values, nearly all of a payload, without a call each.
+                key = node[index]
+                key = key[2:] if type(key) is str and key[:2] == "~:" else _plain_json(key, True)
+                value = node[index + 1]
+                kind = type(value)
+                if kind not in _JSON_SCALARS or (kind is str and value[:1] in _MARKERS):
+                    value = _plain_json(value, hashable)
+                converted[key] = value
             if 2 * len(converted) < size - 1:
                 raise _NOT_PLAIN_JSON  # two keys became one
             return FrozenMap(converted) if hashable else converted
