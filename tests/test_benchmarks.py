@@ -18,6 +18,7 @@ for _module in ("locust", "matplotlib", "psutil", "rich"):
     if importlib.util.find_spec(_module) is None:
         pytest.skip(f"needs the bench extra ({_module}): pip install -e '.[bench]'", allow_module_level=True)
 
+from benchmarks import instructions  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks.common import BackendSpec, BenchmarkFailure, percentile, summarize_ms  # noqa: E402
 from benchmarks.load_test import verify  # noqa: E402
@@ -213,3 +214,26 @@ def test_statistics_helpers() -> None:
     check = index_check(cells)
     assert check["indexed"]["pass"] is True and check["indexed"]["ratio"] == pytest.approx(1.5)
     assert check["no_index"]["pass"] is False
+
+
+@pytest.mark.postgresql
+@pytest.mark.mysql
+@pytest.mark.parametrize("mode", ["library", "raw"])
+def test_instruction_count_children_run_and_archive_their_jobs(
+    pg_dsn: str, mysql_dsn: str, mode: str
+) -> None:
+    # What valgrind counts is these runs; the count itself is too slow for the suite (python starts
+    # at a fiftieth of its speed under valgrind).
+    for factory, dsn in (
+        ("conformance.builtin:postgresql", pg_dsn),
+        ("conformance.builtin:mysql", mysql_dsn),
+    ):
+        instructions.run_jobs(BackendSpec(factory, {"dsn": dsn}), mode, 5, suffix=f"_smoke_{table_suffix()}")
+
+
+def test_instruction_count_says_when_valgrind_is_missing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert instructions.main([]) == 2
+    assert "valgrind is not installed" in capsys.readouterr().out

@@ -1,0 +1,128 @@
+"""Client instructions per job, library against the raw loop, counted by valgrind: a figure free of noise.
+
+    python -m benchmarks.instructions [--backends module:factory,...] [--jobs 500]
+
+Throughput on a shared machine moves by 10-20% from one second to the next; the instructions the client
+executes per job do not. Each path runs in a child process under `valgrind --tool=callgrind` twice, with
+a few jobs and with `--jobs` more, so that start-up cancels out of the difference. The database servers
+run outside valgrind, so only the client's own work is counted: the library's Python and the driver's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from benchmarks.common import (
+    BENCH_QUEUE,
+    DEFAULT_BACKENDS,
+    BackendSpec,
+    analyze,
+    bulk_load,
+    closing_harness,
+    open_harness,
+    parse_backends,
+    require_sql,
+    truncate,
+)
+from benchmarks.raw import RawStatements, claim_one, raw_connection
+from proletarian_ref.log import stdlib_logger
+from proletarian_ref.worker import job_settings, run_next_job
+
+BASE_JOBS = 50
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def run_jobs(spec: BackendSpec, mode: str, jobs: int, suffix: str = "") -> None:
+    """Claim, run and archive `jobs` jobs one at a time with the library or the raw loop."""
+    harness = open_harness(spec, "instr", f"_{mode}{suffix}")
+    with closing_harness(harness):
+        bulk_load(harness, 0, jobs + 1, "due")
+        analyze(harness)
+        if mode == "library":
+            backend = harness.backend()
+            settings = job_settings(backend, queue=BENCH_QUEUE, **harness.table_options)
+            stop = threading.Event()
+
+            def handler(job_type: str, payload: Any) -> None:
+                return None
+
+            def once() -> bool:
+                return run_next_job(backend, settings, handler, stdlib_logger, {}, stop) is not None
+
+        else:
+            sql_harness, dialect = require_sql(harness)
+            conn = raw_connection(sql_harness, dialect)
+            cursor = conn.cursor()
+            statements = RawStatements.of(sql_harness, dialect)
+
+            def once() -> bool:
+                return claim_one(conn, cursor, statements, dialect, lambda: None)
+
+        for _ in range(jobs + 1):
+            if not once():
+                raise RuntimeError(f"{mode}: ran out of jobs")
+        truncate(harness)
+
+
+def _count(spec: BackendSpec, mode: str, jobs: int) -> int:
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        "-m",
+        "benchmarks.instructions",
+        "--child",
+        json.dumps({"factory": spec.factory, "options": spec.options, "mode": mode, "jobs": jobs}),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    match = _COLLECTED.search(done.stderr)
+    if done.returncode != 0 or match is None:
+        raise RuntimeError(f"valgrind run of {spec.factory} {mode} failed:\n{done.stderr[-2000:]}")
+    return int(match.group(1))
+
+
+def per_job(spec: BackendSpec, mode: str, jobs: int) -> float:
+    return (_count(spec, mode, BASE_JOBS + jobs) - _count(spec, mode, BASE_JOBS)) / jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__)
+    parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS))
+    parser.add_argument("--jobs", type=int, default=500, help="jobs counted per path (default: 500)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keyword argument passed to every backend factory (e.g. dsn=postgresql://...); repeatable",
+    )
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        task = json.loads(args.child)
+        run_jobs(BackendSpec(task["factory"], task["options"]), task["mode"], task["jobs"])
+        return 0
+    options = dict(item.split("=", 1) for item in args.option)
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind); nothing was counted")
+        return 2
+    print("| backend | library instructions/job | raw instructions/job | library / raw | raw / library |")
+    print("|---|---|---|---|---|")
+    for parsed in parse_backends(args.backends):
+        spec = BackendSpec(parsed.factory, {**parsed.options, **options})
+        library = per_job(spec, "library", args.jobs)
+        raw = per_job(spec, "raw", args.jobs)
+        print(f"| {spec.factory} | {library:,.0f} | {raw:,.0f} | {library / raw:.2f} | {raw / library:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
