@@ -16,11 +16,8 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
-from typing import Any
 
 from benchmarks.common import (
-    BENCH_QUEUE,
     DEFAULT_BACKENDS,
     BackendSpec,
     analyze,
@@ -28,12 +25,9 @@ from benchmarks.common import (
     closing_harness,
     open_harness,
     parse_backends,
-    require_sql,
     truncate,
 )
-from benchmarks.raw import RawStatements, claim_one, raw_connection
-from proletarian_ref.log import stdlib_logger
-from proletarian_ref.worker import job_settings, run_next_job
+from benchmarks.profiling import OneJob
 
 BASE_JOBS = 50
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
@@ -45,29 +39,14 @@ def run_jobs(spec: BackendSpec, mode: str, jobs: int, suffix: str = "") -> None:
     with closing_harness(harness):
         bulk_load(harness, 0, jobs + 1, "due")
         analyze(harness)
-        if mode == "library":
-            backend = harness.backend()
-            settings = job_settings(backend, queue=BENCH_QUEUE, **harness.table_options)
-            stop = threading.Event()
-
-            def handler(job_type: str, payload: Any) -> None:
-                return None
-
-            def once() -> bool:
-                return run_next_job(backend, settings, handler, stdlib_logger, {}, stop) is not None
-
-        else:
-            sql_harness, dialect = require_sql(harness)
-            conn = raw_connection(sql_harness, dialect)
-            cursor = conn.cursor()
-            statements = RawStatements.of(sql_harness, dialect)
-
-            def once() -> bool:
-                return claim_one(conn, cursor, statements, dialect, lambda: None)
-
-        for _ in range(jobs + 1):
-            if not once():
-                raise RuntimeError(f"{mode}: ran out of jobs")
+        one_job = OneJob(harness)
+        once = one_job.library if mode == "library" else one_job.raw
+        try:
+            for _ in range(jobs + 1):
+                if not once():
+                    raise RuntimeError(f"{mode}: ran out of jobs")
+        finally:
+            one_job.close()
         truncate(harness)
 
 

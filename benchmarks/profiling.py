@@ -18,6 +18,39 @@ from proletarian_ref.worker import job_settings, run_next_job
 
 TOP = 30
 
+
+class OneJob:
+    """One job, claimed, run by a no-op handler and archived, on the library's path or the raw loop's.
+
+    Each method returns False when no job was due.
+    """
+
+    def __init__(self, harness: Harness) -> None:
+        sql_harness, self._dialect = require_sql(harness)
+        self._backend = harness.backend()
+        self._settings = job_settings(self._backend, queue=BENCH_QUEUE, **harness.table_options)
+        self._stop = threading.Event()
+        self._conn = raw_connection(sql_harness, self._dialect)
+        self._cursor = self._conn.cursor()
+        self._statements = RawStatements.of(sql_harness, self._dialect)
+
+    @staticmethod
+    def _handler(job_type: str, payload: Any) -> None:
+        return None
+
+    def library(self) -> bool:
+        ran = run_next_job(self._backend, self._settings, self._handler, stdlib_logger, {}, self._stop)
+        return ran is not None
+
+    def raw(self) -> bool:
+        return claim_one(self._conn, self._cursor, self._statements, self._dialect, lambda: None)
+
+    def close(self) -> None:
+        self._cursor.close()
+        self._conn.close()
+        self._backend.close()
+
+
 # Buckets by source file, so "where the time goes" reads as library / driver / waiting on the server.
 _BUCKETS = (
     ("proletarian_ref/", "proletarian_ref"),
@@ -87,27 +120,17 @@ def _interleaved(
 
 def profile_paths(harness: Harness, jobs: int) -> dict[str, Any]:
     """µs per job on one thread, unprofiled, for the library and the raw loop; then cProfile of each."""
-    sql_harness, dialect = require_sql(harness)
     result: dict[str, Any] = {"jobs": jobs}
     texts: dict[str, str] = {}
 
-    backend = harness.backend()
-    settings = job_settings(backend, queue=BENCH_QUEUE, **harness.table_options)
-    stop = threading.Event()
-
-    def handler(job_type: str, payload: Any) -> None:
-        return None
+    one_job = OneJob(harness)
 
     def library_once() -> None:
-        if run_next_job(backend, settings, handler, stdlib_logger, {}, stop) is None:
+        if not one_job.library():
             raise RuntimeError("profiling ran out of jobs")
 
-    conn = raw_connection(sql_harness, dialect)
-    cursor = conn.cursor()
-    statements = RawStatements.of(sql_harness, dialect)
-
     def raw_once() -> None:
-        if not claim_one(conn, cursor, statements, dialect, lambda: None):
+        if not one_job.raw():
             raise RuntimeError("profiling ran out of jobs")
 
     paths = {"library": library_once, "raw": raw_once}
@@ -133,8 +156,7 @@ def profile_paths(harness: Harness, jobs: int) -> dict[str, Any]:
                 "tottime_us_per_job_by_source": buckets,
             }
     finally:
-        cursor.close()
-        conn.close()
+        one_job.close()
         truncate(harness)
     result["library_cpu_over_raw_us_per_job"] = round(
         result["library"]["cpu_us_per_job"] - result["raw"]["cpu_us_per_job"], 1
