@@ -140,14 +140,19 @@ def test_every_job_is_archived_exactly_once_across_a_database_restart(
 
     runs = Counter(run.n for run in recorder.runs)
     assert set(runs) == set(range(jobs))
-    twice = {n for n, count in runs.items() if count > 1}
-    assert all(runs[n] == 2 for n in twice)
-    assert len(twice) <= WORKERS * THREADS, f"{len(twice)} jobs ran twice"
-    for n in twice:
-        first = min((run for run in recorder.runs if run.n == n), key=lambda run: run.started)
-        # In flight at the restart: its first run ended no earlier than just before the server went
-        # down (its commit was cut off) and began before it was back.
-        assert first.ended >= down - 3.0 and first.started <= up, (first, down, up)
+    # A thread loses at most one run, the one in flight when its connection is cut, and cannot connect
+    # again until the server is back. One job can be lost twice, though: the server ends its backends one
+    # by one, so a thread whose backend is still alive can claim the job another thread just lost.
+    extra_runs = sum(count - 1 for count in runs.values())
+    assert extra_runs <= WORKERS * THREADS, f"{extra_runs} runs were lost to the restart"
+    for n, count in runs.items():
+        if count == 1:
+            continue
+        lost = sorted((run for run in recorder.runs if run.n == n), key=lambda run: run.started)[:-1]
+        for run in lost:
+            # In flight at the restart: it ended no earlier than just before the server went down (its
+            # commit was cut off) and began before the server was back.
+            assert run.ended >= down - 3.0 and run.started <= up, (run, down, up)
 
     assert log.named(ev.SQL_TRANSIENT_EXCEPTION), "the restart should have been noticed"
     assert not log.named(ev.JOB_WORKER_ERROR), log.named(ev.JOB_WORKER_ERROR)[:3]
