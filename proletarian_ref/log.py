@@ -63,17 +63,13 @@ _LEVELS: Final = {
 logger = logging.getLogger("proletarian_ref")
 
 
-def level_of(event: str) -> int:
-    return _LEVELS.get(event, logging.INFO)
-
-
 def stdlib_logger(event: str, data: Mapping[str, Any]) -> None:
     """The default `log`: the event at its suggested level on the `proletarian_ref` logger.
 
     The data map travels in `extra["proletarian"]` for structured handlers, and the exception, if any,
     as exc_info so tracebacks are not lost.
     """
-    level = _LEVELS.get(event, logging.INFO)  # not level_of(): this runs twice for every job
+    level = _LEVELS.get(event, logging.INFO)
     if not logger.isEnabledFor(level):
         return
     error = data.get(EXCEPTION) or data.get(THROWABLE)

@@ -332,8 +332,8 @@ def _plain_json(node: Any, hashable: bool) -> Any:
                 key = node[index]
                 key = key[2:] if type(key) is str and key[:2] == "~:" else _plain_json(key, True)
                 value = node[index + 1]
-                kind = type(value)
-                if kind not in _JSON_SCALARS or (kind is str and value[:1] in _MARKERS):
+                value_kind = type(value)
+                if value_kind not in _JSON_SCALARS or (value_kind is str and value[:1] in _MARKERS):
                     value = _plain_json(value, hashable)
                 converted[key] = value
             if 2 * len(converted) < size - 1:

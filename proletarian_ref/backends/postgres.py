@@ -39,14 +39,13 @@ class _LenientLoader(Loader):
     times as fast as a plain cursor does.
     """
 
-    type_name: ClassVar[str]
     tz: ClassVar[tzinfo | None]
 
     def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
         super().__init__(oid, context)
         loader_class = postgres.adapters.get_loader(oid, Format.TEXT)
         if loader_class is None:  # pragma: no cover - psycopg always registers both time types
-            raise LookupError(f"psycopg has no text loader for {self.type_name}")
+            raise LookupError(f"psycopg has no text loader for type oid {oid}")
         self._load = loader_class(oid, context).load
 
     def load(self, data: Buffer) -> datetime:
@@ -61,14 +60,12 @@ class _LenientLoader(Loader):
 
 
 class _LenientTimestamptzLoader(_LenientLoader):
-    type_name = "timestamptz"
     tz = UTC
 
 
 class _LenientTimestampLoader(_LenientLoader):
     """The same for a legacy TIMESTAMP column (UTC wall-clock time, naive until _from_db_time)."""
 
-    type_name = "timestamp"
     tz = None
 
 
