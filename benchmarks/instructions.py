@@ -1,11 +1,12 @@
-"""Client instructions per job, library against the raw loop, counted by valgrind: a figure free of noise.
+"""Client instructions per job, library against the raw loop, counted by valgrind: nearly free of noise.
 
     python -m benchmarks.instructions [--backends module:factory,...] [--jobs 500]
 
 Throughput on a shared machine moves by 10-20% from one second to the next; the instructions the client
-executes per job do not. Each path runs in a child process under `valgrind --tool=callgrind` twice, with
-a few jobs and with `--jobs` more, so that start-up cancels out of the difference. The database servers
-run outside valgrind, so only the client's own work is counted: the library's Python and the driver's.
+executes per job move by about 1% (Python seeds its string hashing anew in each process). Each path runs
+in a child process under `valgrind --tool=callgrind` twice, with a few jobs and with `--jobs` more, so
+that start-up cancels out of the difference. The database servers run outside valgrind, so only the
+client's own work is counted: the library's Python and the driver's.
 """
 
 from __future__ import annotations
