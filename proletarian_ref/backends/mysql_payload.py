@@ -22,6 +22,7 @@ _CODECS: Final = {
     "utf16le": "utf-16-le",
     "utf32": "utf-32-be",
 }
+_FULL_UNICODE: Final = frozenset({"utf8mb4", "binary", None})
 _THREE_BYTE_UTF8: Final = frozenset({"utf8mb3", "utf8"})
 _TEXT_TYPES: Final = frozenset(
     {"tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob"}
@@ -54,9 +55,11 @@ def check_payload_fits(payload: str, columns: list[PayloadColumn], *, raise_erro
     characters. Bytes are those of the payload in the column's character set.
     """
     for column in columns:
-        if column.max_bytes is not None and len(payload) * 4 > column.max_bytes:
+        # No character takes more than four bytes; and UTF-8 columns take every valid string.
+        too_long = column.max_bytes is not None and len(payload) * 4 > column.max_bytes
+        if too_long or (column.charset not in _FULL_UNICODE and not payload.isascii()):
             size = _encoded_size(payload, column)
-            if size > column.max_bytes:
+            if column.max_bytes is not None and size > column.max_bytes:
                 if raise_error:
                     raise PayloadTooLargeError(
                         f"payload is {size} bytes in {column.charset or 'binary'}, more than the "
