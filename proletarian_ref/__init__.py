@@ -26,6 +26,7 @@ from proletarian_ref.job_ids import (
     PostgresqlUuidStrategy,
     constant_id_strategy,
     db_generated_strategy,
+    mysql_time_ordered_uuid_strategy,
     mysql_uuid_strategy,
     postgresql_uuid_strategy,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "db_generated_strategy",
     "enqueue",
     "interrupted",
+    "mysql_time_ordered_uuid_strategy",
     "mysql_uuid_strategy",
     "postgresql_uuid_strategy",
     "process_next_job",
