@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -9,9 +10,11 @@ from typing import Any
 import pytest
 from support import wait_until
 
+from conformance.builtin import MYSQL_ENV
 from conformance.harness import SqlHarness
 from proletarian_ref import ConfigurationError, create_queue_worker, enqueue
 from proletarian_ref.backend import JobRecord
+from proletarian_ref.backends.dsn import connection_factory
 from proletarian_ref.backends.mysql import TIMESTAMP_MAX, TIMESTAMP_MIN, MySQLBackend
 from proletarian_ref.tables import TableName
 
@@ -134,3 +137,24 @@ def test_mysql_job_retried_twice_after_one_second_ends_two_seconds_after_it_was_
     assert (archived.status, archived.attempts, len(runs)) == (":failure", 3, 3)
     waited = archived.process_at - archived.enqueued_at
     assert timedelta(seconds=2) <= waited <= timedelta(seconds=3), (waited, runs)
+
+
+def test_mysql_worker_connection_is_set_to_utc_again_after_the_driver_reconnects(
+    mysql_db: SqlHarness,
+) -> None:
+    # A reconnected session has the server's defaults and the init_command: '+05:30' here, in which the
+    # worker's exact UTC values would be read five and a half hours off.
+    conn = connection_factory(os.environ[MYSQL_ENV], init_command="SET time_zone = '+05:30'")()
+    backend = MySQLBackend(first_connection=conn)
+    try:
+        zones = []
+        for reconnect in (False, True):
+            if reconnect:
+                mysql_db.select(f"KILL {conn.thread_id()}")
+                conn.ping(reconnect=True)
+            with backend.transaction() as same, same.cursor() as cursor:
+                cursor.execute("SELECT @@session.time_zone")
+                zones.append(cursor.fetchone()[0])
+        assert zones == ["+00:00", "+00:00"]
+    finally:
+        backend.close()
