@@ -24,8 +24,17 @@ REPEATED_HOURS = {
     "America/New_York": (datetime(2026, 11, 1, 5, 30, 0, 250000, tzinfo=UTC), timedelta(hours=1)),
 }
 # Session variables an enqueue changes by its nature, not by touching the session: the server's clock,
-# and the transaction the INSERT opens (it joins the caller's, so that is the point).
-VOLATILE = {"timestamp", "in_transaction", "last_insert_id", "identity", "insert_id"}
+# the transaction the INSERT opens (it joins the caller's, so that is the point), the last generated id
+# and a failed statement's diagnostics counts (where the server lists them).
+VOLATILE = {
+    "timestamp",
+    "in_transaction",
+    "last_insert_id",
+    "identity",
+    "insert_id",
+    "warning_count",
+    "error_count",
+}
 
 
 def mysql_session(conn: Any) -> dict[str, str]:
