@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 from functools import cache
 from typing import Final, NamedTuple
 
@@ -24,6 +25,7 @@ _CODECS: Final = {
 }
 _FULL_UNICODE: Final = frozenset({"utf8mb4", "binary", None})
 _THREE_BYTE_UTF8: Final = frozenset({"utf8mb3", "utf8"})
+_FOUR_BYTE_UTF8: Final = re.compile("[\U00010000-\U0010ffff]")
 _TEXT_TYPES: Final = frozenset(
     {"tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob"}
 )
@@ -90,9 +92,10 @@ def _encoded_size(payload: str, column: PayloadColumn) -> int:
         codec = "utf-8"  # an unusual character set: sized as the connection's UTF-8
     try:
         if charset in _THREE_BYTE_UTF8:
-            beyond = next((i for i, char in enumerate(payload) if ord(char) > 0xFFFF), None)
+            beyond = _FOUR_BYTE_UTF8.search(payload)
             if beyond is not None:
-                raise UnicodeEncodeError(charset, payload, beyond, beyond + 1, "four-byte character")
+                start = beyond.start()
+                raise UnicodeEncodeError(charset, payload, start, start + 1, "four-byte character")
         return len(payload.encode(codec))
     except UnicodeEncodeError as exc:
         raise SerializationError(
