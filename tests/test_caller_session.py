@@ -11,7 +11,13 @@ import pytest
 from support import FakeClock
 
 from conformance.harness import SqlHarness
-from proletarian_ref import DatabaseError, SerializationError, constant_id_strategy, enqueue
+from proletarian_ref import (
+    DatabaseError,
+    PayloadTooLargeError,
+    SerializationError,
+    constant_id_strategy,
+    enqueue,
+)
 from proletarian_ref.backends.dsn import connection_factory
 
 # An instant with a fraction below half a second: MariaDB's truncation and MySQL's rounding store the same
@@ -139,6 +145,8 @@ def test_mysql_enqueue_that_fails_before_sql_leaves_the_session(mysql_db: SqlHar
     before = mysql_session(caller)
     with pytest.raises(SerializationError):
         enqueue(caller, "a", object(), job_table=mysql_db.job_table)
+    with pytest.raises(PayloadTooLargeError):  # after reading the columns on the caller's connection
+        enqueue(caller, "a", "x" * 70_000, job_table=mysql_db.job_table)
     assert mysql_session(caller) == before
 
 
