@@ -158,6 +158,37 @@ def table_exists(conn: Any, table: str | TableName, *, dialect: str | None = Non
     return bool(rows and rows[0][0])
 
 
+@dataclass(frozen=True, slots=True)
+class TableLocation:
+    """Where a table really is, beside the database the connection (the DSN) names."""
+
+    database: str
+    schema: str | None  # None on MySQL, where a database is the only level above a table
+    connection_database: str | None  # None for a MySQL DSN that names no database
+
+    def qualified(self, table: TableName) -> str:
+        return f"{self.schema if self.schema is not None else self.database}.{table.name}"
+
+
+def table_location(conn: Any, table: str | TableName, *, dialect: str | None = None) -> TableLocation | None:
+    """Where `table` is, an unqualified name resolved as the core's SQL resolves it; None if it is missing."""
+    name = table_name(table, option="table")
+    active = _dialect(conn, dialect)
+    try:
+        rows = _query(
+            conn,
+            active,
+            _statements(active)["table_location"],
+            {"qualified": str(name), "schema": name.schema, "name": name.name},
+        )
+    finally:
+        _end_read(conn)
+    if not rows:
+        return None
+    database, schema, connection_database = rows[0]
+    return TableLocation(str(database), schema, connection_database)
+
+
 @contextmanager
 def schema_lock(conn: Any, *, dialect: str | None = None) -> Iterator[None]:
     """Hold a session-level lock so that concurrent commands check and install the schema one at a time."""

@@ -9,6 +9,13 @@ SELECT COUNT(*) > 0
 FROM information_schema.tables
 WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(name)s
 
+-- name: table_location
+-- Where a table is: its database (MySQL has no schema level) and the connection's database, which a
+-- qualified name such as proletarian.job does not have to be in.
+SELECT table_schema, NULL, DATABASE()
+FROM information_schema.tables
+WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(name)s
+
 -- name: schema_lock
 -- A session lock that serialises "check the tables, install the missing ones" between commands starting at once.
 SELECT GET_LOCK(%(name)s, %(timeout_s)s)

@@ -7,6 +7,12 @@
 -- True when the table exists; an unqualified name is looked up on the search_path, as the core's SQL is.
 SELECT to_regclass(%(qualified)s) IS NOT NULL
 
+-- name: table_location
+-- Where a table is: its database and schema, and the connection's database (on PostgreSQL the same one).
+SELECT current_database(), n.nspname, current_database()
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass(%(qualified)s)
+
 -- name: schema_lock
 -- A session lock that serialises "check the tables, install the missing ones" between commands starting at once.
 SELECT pg_advisory_lock(%(key)s)
