@@ -94,4 +94,6 @@ def installed_message(tables: Tables, located: list[TableLocation | None]) -> st
 
 def _listed(kind: str, names: list[str]) -> str:
     unique = list(dict.fromkeys(names))
-    return f"{kind} `{unique[0]}`" if len(unique) == 1 else f"{kind}s " + " and ".join(f"`{n}`" for n in unique)
+    if len(unique) == 1:
+        return f"{kind} `{unique[0]}`"
+    return f"{kind}s " + " and ".join(f"`{name}`" for name in unique)
