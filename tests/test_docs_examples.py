@@ -169,7 +169,7 @@ def blocks_of(path: Path) -> list[Block]:
 
 def _orphan(path: Path, line: int) -> Block:
     block = Block(path, line, "", "")
-    block.problems.append("a doc-test marker must be on the line right before a fence")
+    block.problems.append("a doc-test marker must come right before a fence (blank lines aside)")
     return block
 
 
