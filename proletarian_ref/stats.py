@@ -142,22 +142,6 @@ def _end_read(conn: Any) -> None:
     conn.rollback()
 
 
-def table_exists(conn: Any, table: str | TableName, *, dialect: str | None = None) -> bool:
-    """Whether `table` exists, asked of the catalogue rather than by provoking an error."""
-    name = table_name(table, option="table")
-    active = _dialect(conn, dialect)
-    try:
-        rows = _query(
-            conn,
-            active,
-            _statements(active)["table_exists"],
-            {"qualified": str(name), "schema": name.schema, "name": name.name},
-        )
-    finally:
-        _end_read(conn)
-    return bool(rows and rows[0][0])
-
-
 @dataclass(frozen=True, slots=True)
 class TableLocation:
     """Where a table really is, beside the database the connection (the DSN) names."""
@@ -187,6 +171,11 @@ def table_location(conn: Any, table: str | TableName, *, dialect: str | None = N
         return None
     database, schema, connection_database = rows[0]
     return TableLocation(str(database), schema, connection_database)
+
+
+def table_exists(conn: Any, table: str | TableName, *, dialect: str | None = None) -> bool:
+    """Whether `table` exists, asked of the catalogue rather than by provoking an error."""
+    return table_location(conn, table, dialect=dialect) is not None
 
 
 @contextmanager
