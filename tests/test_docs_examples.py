@@ -74,7 +74,7 @@ def handle(job_type, payload):
 
 _FENCE: Final = re.compile(r"^(\s*)(```+)\s*([\w+-]*)\s*$")
 _MARKER: Final = re.compile(r"^\s*<!--\s*doc-test:(.*?)-->\s*$")
-_MARKER_BODY: Final = re.compile(r"^\s*(?P<options>[^()]*?)\s*\((?P<reason>[^()]*\S[^()]*)\)\s*$")
+_MARKER_BODY: Final = re.compile(r"^\s*(?P<options>[^()]*?)\s*\((?P<reason>.*\S.*)\)\s*$")
 _OPTION: Final = re.compile(
     r"^(?:(skip)|(expect-output)|(interrupt-after|enter-after|timeout)\s+(\d+(?:\.\d+)?))$"
 )
@@ -390,3 +390,90 @@ def test_import_proletarian_ref_loads_no_database_driver() -> None:
     result = _fresh_python(probe)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# -- the checker itself ----------------------------------------------------------------------------
+
+
+def _markdown(tmp_path: Path, text: str) -> list[Block]:
+    document = tmp_path / "doc.md"
+    document.write_text(textwrap.dedent(text), encoding="utf-8")
+    return blocks_of(document)
+
+
+def test_a_marker_without_a_reason_an_unknown_option_or_no_fence_is_a_problem(tmp_path: Path) -> None:
+    blocks = _markdown(
+        tmp_path,
+        """
+        <!-- doc-test: skip -->
+        ```sh
+        true
+        ```
+
+        <!-- doc-test: skip-it (why not) -->
+        ```sh
+        true
+        ```
+
+        <!-- doc-test: skip (a marker with no fence after it) -->
+        Some prose.
+
+        ```
+        untagged
+        ```
+        """,
+    )
+    problems = [problem for block in blocks for problem in block.problems]
+    assert len(problems) == 4, problems
+    assert "has no reason" in problems[0]
+    assert "unknown doc-test option 'skip-it'" in problems[1]
+    assert "must come right before a fence" in problems[2]
+    assert "no language" in problems[3]
+
+
+def test_a_reason_may_hold_parentheses(tmp_path: Path) -> None:
+    (block,) = _markdown(tmp_path, "<!-- doc-test: skip (needs `f()` of yours) -->\n```python\nf()\n```\n")
+    assert block.problems == []
+    assert block.skip
+
+
+def test_a_failing_block_a_block_that_ends_too_soon_and_missing_output_are_reported(tmp_path: Path) -> None:
+    failing, too_soon, silent, _output = _markdown(
+        tmp_path,
+        """
+        ```python
+        raise SystemExit(3)
+        ```
+
+        <!-- doc-test: interrupt-after 5 (should run until Ctrl-C) -->
+        ```sh
+        true
+        ```
+
+        <!-- doc-test: expect-output (prints the line below) -->
+        ```sh
+        echo something else
+        ```
+
+        ```text
+        the expected line
+        ```
+        """,
+    )
+    env = dict(os.environ)
+    assert (run_block(failing, env) or "").startswith("exit 3")
+    assert (run_block(too_soon, env) or "").startswith("ended (exit 0) before the interrupt at 5 s")
+    assert (run_block(silent, env) or "").startswith("did not print ['the expected line']")
+
+
+def test_a_stopped_block_passes_when_it_exits_cleanly(tmp_path: Path) -> None:
+    (block,) = _markdown(
+        tmp_path,
+        """
+        <!-- doc-test: enter-after 1 (waits for Enter) -->
+        ```python
+        input()
+        ```
+        """,
+    )
+    assert run_block(block, dict(os.environ)) is None
