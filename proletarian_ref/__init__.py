@@ -1,5 +1,8 @@
 """proletarian-ref: the Python reference implementation of Proletarian, the durable job queue."""
 
+# The submodules the docs name as `pr.<module>.<name>` are attributes of the package after
+# `import proletarian_ref`. None of them imports a driver: backends import theirs when first used.
+from proletarian_ref import schema, stats
 from proletarian_ref.backend import Backend, Capabilities, JobRecord
 from proletarian_ref.errors import (
     ConfigurationError,
@@ -79,5 +82,7 @@ __all__ = [
     "mysql_uuid_strategy",
     "postgresql_uuid_strategy",
     "process_next_job",
+    "schema",
     "sleep",
+    "stats",
 ]
