@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Final
 
 import pymysql
 import pymysql.cursors
 
-from proletarian_ref.backend import Capabilities
+from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._dbapi import SqlBackend
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.errors import (
@@ -127,6 +127,16 @@ class MySQLBackend(SqlBackend):
             raise
         with self._errors():
             self._set_time_zone(conn, zone)
+
+    def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]:
+        if jobs and jobs[0].job_id is None:
+            # A multi-row INSERT reports only its first AUTO_INCREMENT id; the rest are consecutive only
+            # under some innodb_autoinc_lock_mode settings, so the ids could not be returned safely.
+            raise ConfigurationError(
+                "enqueue_many cannot use the database-generated id strategy on MySQL: a multi-row INSERT "
+                "does not say which ids it made; use a UUID strategy, or enqueue one job at a time"
+            )
+        return super().enqueue_many(conn, job_table, jobs)
 
     @staticmethod
     def _set_time_zone(conn: Any, zone: str) -> None:

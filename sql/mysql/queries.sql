@@ -35,3 +35,12 @@ DELETE FROM {job_table} WHERE job_id = %(job_id)s
 -- name: retry_at
 -- (R) Reschedule a failed job and count the failed attempt.
 UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s
+
+-- name: enqueue_many
+-- (E) for a batch (enqueue_many): {rows} is enqueue_many_row once per job, so a chunk of jobs is one
+-- statement that writes all its rows or none.
+INSERT INTO {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES {rows}
+
+-- name: enqueue_many_row
+(%s, %s, %s, %s, %s, %s, %s)
