@@ -69,14 +69,15 @@ def stored_rows(db: Harness) -> list[tuple[Any, ...]]:
         else:
             columns = "HEX(job_id), queue, job_type, HEX(payload), attempts, enqueued_at, process_at"
         return sorted(db.select(f"SELECT {columns} FROM {db.job_table}"))
-    return sorted(tuple(job) for job in db.jobs())  # type: ignore[arg-type]
+    return sorted(tuple(job) for job in db.jobs())
 
 
 def specs() -> list[JobSpec]:
     later = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     out: list[JobSpec] = []
     for n, payload in enumerate(PAYLOADS):
-        when: dict[str, Any] = [{}, {"process_in": timedelta(seconds=90)}, {"process_at": later}][n % 3]
+        choices: list[dict[str, Any]] = [{}, {"process_in": timedelta(seconds=90)}, {"process_at": later}]
+        when = choices[n % 3]
         out.append(JobSpec(f"my.ns/job-{n}", payload, queue="mail" if n % 2 else None, **when))
     return out
 
