@@ -47,7 +47,7 @@ COPY {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, proce
 -- name: enqueue_many_db_generated
 -- (E) for a batch with the database-generated id strategy: {rows} is enqueue_many_db_generated_row once
 -- per job. PostgreSQL returns the rows of INSERT ... VALUES in the order of the list (not a documented
--- promise; docs/enqueue-many.md).
+-- promise; README, "Enqueueing a batch").
 INSERT INTO {job_table} (queue, job_type, payload, attempts, enqueued_at, process_at)
 VALUES {rows}
 RETURNING job_id
