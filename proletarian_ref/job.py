@@ -205,9 +205,8 @@ def _job_spec(item: Any) -> JobSpec:
         return item
     if isinstance(item, tuple) and len(item) == 2:
         return JobSpec(item[0], item[1])
-    raise ConfigurationError(
-        f"a job must be a JobSpec or a (job_type, payload) tuple, not {type(item).__name__}"
-    )
+    what = f"a tuple of {len(item)}" if isinstance(item, tuple) else type(item).__name__
+    raise ConfigurationError(f"a job must be a JobSpec or a (job_type, payload) tuple, not {what}")
 
 
 def _at_index(exc: ProletarianError, index: int) -> ProletarianError:
