@@ -76,14 +76,16 @@ from json.scanner import make_scanner
 from typing import Any, Final, Protocol, cast, runtime_checkable
 
 from transit import transit_types
-from transit.constants import MAP_AS_ARR
+from transit.constants import ESC, MAP_AS_ARR
 from transit.decoder import Decoder, Tag
 from transit.helpers import pairs
 from transit.rolling_cache import RollingCache, is_cache_key
 from transit.transit_types import Boolean, Keyword, List, Symbol, TaggedValue, frozendict
+from transit.write_handlers import WriteHandler
 from transit.writer import JsonMarshaler, flatten_map
 
 from proletarian_ref.errors import PayloadDecodeError, SerializationError
+from proletarian_ref.transit_json import big_decimal_text, double_text, string_text
 
 __all__ = ["FrozenMap", "Serializer", "TransitSerializer", "create_serializer"]
 
@@ -172,10 +174,61 @@ class _JavaRollingCache(RollingCache):  # type: ignore[misc]  # transit ships no
         return name
 
 
+class _BigDecimalHandler:
+    """transit-java's BigDecimal handler: ``"~f" + BigDecimal.toString()``."""
+
+    @staticmethod
+    def tag(_: Decimal) -> str:
+        return "f"
+
+    @staticmethod
+    def rep(value: Decimal) -> str:
+        return big_decimal_text(value)
+
+    string_rep = rep
+
+
+def _make_write_handlers() -> Any:
+    handlers = WriteHandler()
+    handlers[Decimal] = _BigDecimalHandler
+    return handlers
+
+
+_WRITE_HANDLERS: Final = _make_write_handlers()  # stateless, so one map serves every payload
+
+
 class _JsonMarshaler(JsonMarshaler):  # type: ignore[misc]
+    """transit-python's JSON marshaler, with the JSON text of transit-java's JsonEmitter and Jackson."""
+
+    def _init_handlers(self) -> None:
+        self.handlers = _WRITE_HANDLERS
+
     def emit_cmap(self, m: Any, _: Any, cache: Any) -> None:
         # transit-java (as stored by Proletarian) writes ["~#cmap",[k,v,...]], not {"~#cmap":[...]}.
         self.emit_tagged("cmap", flatten_map(m), cache)
+
+    def emit_double(self, d: Any, as_map_key: bool, cache: Any) -> None:
+        if as_map_key:
+            # JsonEmitter.emitDouble: a key is "~d" + Double.toString; transit-python passes str(float).
+            self.emit_string(ESC, "d", double_text(float(d)), True, cache)
+        else:
+            self.emit_object(d)
+
+    def emit_object(self, obj: Any, as_map_key: bool = False) -> None:
+        self.write_sep()
+        kind = type(obj)
+        if kind is str:
+            self.io.write(string_text(obj))
+        elif kind is int:
+            self.io.write(str(obj))
+        elif kind is float:
+            self.io.write(double_text(obj))
+        elif kind is bool:
+            self.io.write("true" if obj else "false")
+        elif obj is None:
+            self.io.write("null")
+        else:
+            raise AssertionError(f"no JSON form for {type(obj).__name__} {obj!r}")
 
 
 # ---------------------------------------------------------------------------------------------------
