@@ -6,6 +6,9 @@ Proletarian (``proletarian.transit/create-serializer``) writes payloads with tra
 
 Encoding (the same in both modes)
 ---------------------------------
+The text is byte for byte what Proletarian writes (transit-java through Jackson's UTF8JsonGenerator);
+docs/transit.md gives the exact text of every kind below and the rule behind it.
+
 ============================================  ==============================================
 Python value                                  Transit written
 ============================================  ==============================================
@@ -14,16 +17,18 @@ Python value                                  Transit written
                                               at every level; other keys as Transit does
 transit ``frozendict``                        map with its keys exactly as given, so a str key
                                               stays a string key (what exact decode returns)
-``str`` (as a value)                          string
+``str`` (as a value)                          string, escaped as Jackson does (``"\\uD83D\\uDE00"``
+                                              for a char outside the BMP, ``\\u001F``)
 ``Keyword`` / ``Symbol``                      keyword / symbol
 ``list``, ``tuple``                           array (a vector in Clojure)
 transit ``List``                              ``["~#list", [...]]`` (a list in Clojure)
 ``set``, ``frozenset``                        ``["~#set", [...]]``
 ``bool`` / transit ``Boolean`` / ``None``     ``true`` / ``false`` / ``null``
-``int``                                       number, ``"~i..."`` beyond 2**53, ``"~n..."`` (BigInt)
+``int``                                       number, ``"~i..."`` from 2**53, ``"~n..."`` (BigInt)
                                               beyond 64 bits
-``float``                                     number, ``"~zNaN"``, ``"~zINF"``, ``"~z-INF"``
-``Decimal`` (finite)                          ``"~f..."`` (BigDecimal)
+``float``                                     number as ``Double.toString`` (``1.0E20``, ``0.5``),
+                                              ``"~zNaN"``, ``"~zINF"``, ``"~z-INF"``
+``Decimal`` (finite)                          ``"~f..."`` as ``BigDecimal.toString`` (``~f1E+3``)
 aware ``datetime``                            ``"~m<epoch ms>"`` (sub-millisecond part dropped, as
                                               Proletarian's Instant handler does)
 ``uuid.UUID``                                 ``"~u..."``
@@ -31,7 +36,7 @@ other ``TaggedValue``, ``URI``                as transit-python writes them
 ============================================  ==============================================
 
 A top-level scalar is wrapped as ``["~#'", x]``. Anything else (a naive datetime, a ``date``, bytes,
-an arbitrary object, a non-finite Decimal, a str that is not valid Unicode, two keys of one map that
+an arbitrary object, a non-finite Decimal, a str with a lone surrogate, two keys of one map that
 become the same keyword) raises :class:`SerializationError` naming the type and its path in the payload.
 
 The key cache (``^0``, ``^1``, ...) follows transit-java's rule, which counts UTF-16 code units, and a

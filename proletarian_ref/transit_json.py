@@ -18,7 +18,15 @@ __all__ = ["big_decimal_text", "double_text", "string_text"]
 
 # Jackson's CharTypes.sOutputEscapes128: '"' and '\' and the five short escapes; every other char below
 # U+0020 as \u00XX with upper-case hex (JsonWriteFeature.WRITE_HEX_UPPER_CASE is on by default).
-_SHORT_ESCAPES: Final = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_SHORT_ESCAPES: Final = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
 _ESCAPES: Final = {chr(code): f"\\u{code:04X}" for code in range(0x20)} | _SHORT_ESCAPES
 # What UTF8JsonGenerator does not write as itself: the escapes above, and every UTF-16 surrogate, which
 # _outputMultiByteChar writes as \uXXXX, one escape per code unit. A char outside the BMP is two code

@@ -159,7 +159,10 @@ def test_each_payload_has_its_own_key_cache() -> None:
         # "~:😀" is 4 UTF-16 code units (transit-python's pure writer counts 3 code points)
         # (Jackson writes the char outside the BMP as an escaped surrogate pair: test_transit_json.py.)
         ([{"😀": 1}, {"😀": 2}], '[["^ ","~:\\uD83D\\uDE00",1],["^ ","^0",2]]'),
-        ([frozendict({"a😀": 1}), frozendict({"a😀": 2})], '[["^ ","a\\uD83D\\uDE00",1],["^ ","a\\uD83D\\uDE00",2]]'),
+        (
+            [frozendict({"a😀": 1}), frozendict({"a😀": 2})],
+            '[["^ ","a\\uD83D\\uDE00",1],["^ ","a\\uD83D\\uDE00",2]]',
+        ),
         (
             [frozendict({"😀😀": 1}), frozendict({"😀😀": 2})],
             '[["^ ","\\uD83D\\uDE00\\uD83D\\uDE00",1],["^ ","^0",2]]',

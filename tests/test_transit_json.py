@@ -242,9 +242,11 @@ def test_a_non_bmp_payload_enqueues_into_a_mysql_utf8mb3_table_and_reads_back(my
         try:
             # The table really refuses 4-byte UTF-8 (error 1366), which is what a raw 😀 would need.
             with conn.cursor() as cursor, pytest.raises(Exception, match="1366"):
-                cursor.execute(f"INSERT INTO {table} (job_id, queue, job_type, payload, attempts, "
-                               "enqueued_at, process_at) VALUES (%s, ':q', ':t', %s, 0, NOW(), NOW())",
-                               (os.urandom(16), '["😀"]'))
+                cursor.execute(
+                    f"INSERT INTO {table} (job_id, queue, job_type, payload, attempts, "
+                    "enqueued_at, process_at) VALUES (%s, ':q', ':t', %s, 0, NOW(), NOW())",
+                    (os.urandom(16), '["😀"]'),
+                )
             conn.rollback()
             enqueue(conn, "greet", {"face": "😀", "name": "Zoë"}, job_table=table)
             conn.commit()
