@@ -36,8 +36,8 @@ other ``TaggedValue``, ``URI``                as transit-python writes them
 ============================================  ==============================================
 
 A top-level scalar is wrapped as ``["~#'", x]``. Anything else (a naive datetime, a ``date``, bytes,
-an arbitrary object, a non-finite Decimal, a str with a lone surrogate, two keys of one map that
-become the same keyword) raises :class:`SerializationError` naming the type and its path in the payload.
+an arbitrary object, a Decimal that is not finite or beyond Java's BigDecimal, a str with a lone
+surrogate, two keys of one map that become the same keyword) raises :class:`SerializationError` naming the type and its path in the payload.
 
 The key cache (``^0``, ``^1``, ...) follows transit-java's rule, which counts UTF-16 code units, and a
 map with composite keys is written as ``["~#cmap", [...]]`` as transit-java writes it. transit-python's
@@ -448,6 +448,10 @@ class _UnencodableError(Exception):
         self.steps: list[str] = []
 
 
+_JAVA_INT_MIN: Final = -(2**31)
+_JAVA_INT_MAX: Final = 2**31 - 1
+
+
 def _short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -490,6 +494,13 @@ def _prepare(value: Any, hashable: bool) -> Any:
     if isinstance(value, Decimal):
         if not value.is_finite():
             raise _UnencodableError(f"{value!r} is not finite; Clojure's BigDecimal cannot represent it")
+        exponent = cast(int, value.as_tuple().exponent)  # an int, as the value is finite
+        if exponent <= _JAVA_INT_MIN or value.adjusted() > _JAVA_INT_MAX:
+            # new BigDecimal(text) refuses these ("Exponent overflow", "Scale out of range"): the job
+            # would be stored but Proletarian could never read it.
+            raise _UnencodableError(
+                f"{_short_repr(value)} has an exponent beyond Java's BigDecimal, whose scale is a 32-bit int"
+            )
         return value
     if isinstance(value, int):
         return int(value)  # IntEnum and other int subclasses: the writer needs a plain int

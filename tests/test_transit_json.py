@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from transit.transit_types import Keyword, frozendict
-from transit_support import canon
+from transit_support import DECIMALS_JAVA_REFUSES, canon
 
 from conformance.harness import SqlHarness
 from proletarian_ref import enqueue
@@ -183,6 +183,16 @@ def test_decimals_are_written_as_java_big_decimal_to_string(given_text: str, tex
     assert big_decimal_text(Decimal(given_text)) == text
     assert PLAIN.encode([Decimal(given_text)]) == f'["~f{text}"]'
     assert PLAIN.encode({Decimal(given_text): 1}) == f'["^ ","~f{text}",1]'
+
+
+def test_a_decimal_beyond_a_java_int_scale_is_refused_rather_than_stored_unreadable() -> None:
+    # new BigDecimal(text) needs the written exponent and the scale to be Java ints; the oracle in
+    # test_transit_json_jvm.py checks these very values against the JVM.
+    assert PLAIN.encode([Decimal("1E+2147483647")]) == '["~f1E+2147483647"]'
+    assert PLAIN.encode([Decimal("12E-2147483647")]) == '["~f1.2E-2147483646"]'
+    for text in DECIMALS_JAVA_REFUSES:
+        with pytest.raises(SerializationError, match="beyond Java's BigDecimal"):
+            PLAIN.encode([Decimal(text)])
 
 
 # --- the key cache: transit-java WriteCache (44 one-char codes, then two chars, reset at 44 * 44) -------

@@ -27,7 +27,10 @@ from pathlib import Path
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from transit_support import DECIMALS_JAVA_REFUSES
 
+from proletarian_ref.errors import SerializationError
+from proletarian_ref.serializers import TransitSerializer
 from proletarian_ref.transit_json import big_decimal_text, double_text, string_text
 
 pytestmark = pytest.mark.jvm
@@ -160,3 +163,15 @@ def test_decimals_are_written_as_big_decimal_to_string(oracle: Oracle, value: De
     assert isinstance(exponent, int)
     assume(abs(exponent) < 2**30)  # a BigDecimal's scale is a Java int
     assert oracle.ask([f"B {value}"]) == [big_decimal_text(value)]
+
+
+@pytest.mark.parametrize("text", ["1E+2147483647", "1E-2147483647", "12E-2147483647", *DECIMALS_JAVA_REFUSES])
+def test_we_refuse_exactly_the_decimals_at_the_edge_that_big_decimal_refuses(
+    oracle: Oracle, text: str
+) -> None:
+    [answer] = oracle.ask([f"B {text}"])
+    if answer.startswith("refused: "):
+        with pytest.raises(SerializationError, match="beyond Java's BigDecimal"):
+            TransitSerializer().encode(Decimal(text))
+    else:
+        assert TransitSerializer().encode(Decimal(text)) == f'["~#\'","~f{answer}"]'

@@ -8,7 +8,7 @@
 //                                                 StreamWriteFeature.USE_FAST_DOUBLE_WRITER (Schubfach,
 //                                                 the algorithm of JDK 19+ Double.toString)
 //   L <decimal long>                          ->  writeNumber(long) text
-//   B <decimal text>                          ->  new BigDecimal(text).toString()
+//   B <decimal text>                          ->  new BigDecimal(text).toString(), or "refused: ..."
 
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonGenerator;
@@ -71,7 +71,11 @@ public final class JacksonOracle {
                 return ascii(written(PLAIN, g -> g.writeNumber(value)));
             }
             case 'B':
-                return new BigDecimal(argument).toString();
+                try {
+                    return new BigDecimal(argument).toString();
+                } catch (NumberFormatException refused) {
+                    return "refused: " + refused.getMessage();
+                }
             default:
                 throw new IllegalArgumentException("unknown request: " + line);
         }
