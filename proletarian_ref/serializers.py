@@ -37,7 +37,8 @@ other ``TaggedValue``, ``URI``                as transit-python writes them
 
 A top-level scalar is wrapped as ``["~#'", x]``. Anything else (a naive datetime, a ``date``, bytes,
 an arbitrary object, a Decimal that is not finite or beyond Java's BigDecimal, a str with a lone
-surrogate, two keys of one map that become the same keyword) raises :class:`SerializationError` naming the type and its path in the payload.
+surrogate, two keys of one map that become the same keyword) raises :class:`SerializationError` naming
+the type and its path in the payload.
 
 The key cache (``^0``, ``^1``, ...) follows transit-java's rule, which counts UTF-16 code units, and a
 map with composite keys is written as ``["~#cmap", [...]]`` as transit-java writes it. transit-python's
