@@ -463,9 +463,11 @@ def _checked_text(value: str) -> str:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as error:
+            # Jackson would write it as a \uXXXX escape; refused on purpose (docs/transit.md): in Python
+            # it marks undecodable bytes, not text that any UTF-8 reader of the job gets back.
             raise _UnencodableError(
-                f"str {_short_repr(value)} holds a lone surrogate at index {error.start}, which cannot be "
-                "stored as UTF-8"
+                f"str {_short_repr(value)} holds a lone surrogate at index {error.start}, which is not "
+                "Unicode text"
             ) from None
     return value if type(value) is str else str.__str__(value)
 

@@ -294,9 +294,8 @@ def test_reencoding_an_exact_decode_gives_proletarians_text_byte_for_byte(
 ) -> None:
     original = rows_by_name(interop_dir / "clj_written.tsv")[name]["payload_written_by_proletarian_clojure"]
     # Clojure read transit-python's own re-encoding as equal too (before ours matched byte for byte).
-    assert rows_by_name(interop_dir / "py_reencoded.tsv", "native")[name][
-        "clojure_equal_to_its_own_roundtrip"
-    ] == ("EQUAL")
+    reencoded = rows_by_name(interop_dir / "py_reencoded.tsv", "native")[name]
+    assert reencoded["clojure_equal_to_its_own_roundtrip"] == "EQUAL"
 
     ours = EXACT.encode(EXACT.decode(original))
     if name in NOT_REPRESENTABLE:
@@ -313,15 +312,16 @@ def test_reencoding_an_exact_decode_gives_proletarians_text_byte_for_byte(
 # transit-exemplars/examples/0.8, beside the interop folder.
 EXEMPLARS_DIR = configured_interop_dir().parent / "examples" / "0.8"
 # Clojure hash-set element order (see UNORDERED); every other exemplar value is of a kind we write.
-EXEMPLARS_WITH_SETS = {"set_mixed", "set_nested", "set_simple"}
+EXEMPLARS_WITH_SETS = {"simple/set_mixed.json", "simple/set_nested.json", "simple/set_simple.json"}
 
 
-def exemplar_names() -> list[str]:
-    return sorted(
-        path.name.removesuffix(".json")
+def exemplar_files() -> list[str]:
+    simple = sorted(
+        f"simple/{path.name}"
         for path in (EXEMPLARS_DIR / "simple").glob("*.json")
         if not path.name.endswith(".verbose.json")
     )
+    return ["example.json", *simple] if simple else []
 
 
 @pytest.fixture(scope="module")
@@ -332,14 +332,14 @@ def exemplars_dir(interop_dir: Path) -> Path:
 
 
 def test_the_exemplars_are_all_here(exemplars_dir: Path) -> None:
-    assert len(exemplar_names()) == 67
-    assert set(exemplar_names()) >= EXEMPLARS_WITH_SETS
+    assert len(exemplar_files()) == 1 + 67
+    assert set(exemplar_files()) >= EXEMPLARS_WITH_SETS
 
 
-@pytest.mark.parametrize("name", [*exemplar_names(), "../example"])
+@pytest.mark.parametrize("name", exemplar_files())
 def test_reencoding_a_transit_clj_exemplar_gives_its_bytes(exemplars_dir: Path, name: str) -> None:
     # example.json ends with a newline the file's writer added; transit's own text stops before it.
-    original = (exemplars_dir / "simple" / f"{name}.json").read_text(encoding="utf-8").removesuffix("\n")
+    original = (exemplars_dir / name).read_text(encoding="utf-8").removesuffix("\n")
     ours = EXACT.encode(EXACT.decode(original))
     if name in EXEMPLARS_WITH_SETS:
         assert_same_set_text(ours, original)
