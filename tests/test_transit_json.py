@@ -21,7 +21,7 @@ from transit.transit_types import Keyword, frozendict
 from transit_support import DECIMALS_JAVA_REFUSES, canon
 
 from conformance.harness import SqlHarness
-from proletarian_ref import enqueue
+from proletarian_ref import enqueue, process_next_job
 from proletarian_ref.errors import SerializationError
 from proletarian_ref.serializers import TransitSerializer
 from proletarian_ref.transit_json import big_decimal_text, double_text, string_text
@@ -240,13 +240,19 @@ def test_reading_accepts_other_spellings_of_the_same_value(spellings: list[str],
 
 
 def test_a_non_bmp_payload_enqueues_into_a_mysql_utf8mb3_table_and_reads_back(mysql_db: SqlHarness) -> None:
-    table = mysql_db.job_table + "_mb3"
-    mysql_db.execute(f"DROP TABLE IF EXISTS {table}")
-    mysql_db.execute(
-        f"CREATE TABLE {table} (job_id BINARY(16) PRIMARY KEY, queue TEXT NOT NULL, "
-        "job_type TEXT NOT NULL, payload TEXT NOT NULL, attempts INTEGER NOT NULL, "
-        "enqueued_at TIMESTAMP NOT NULL, process_at TIMESTAMP NOT NULL) CHARSET=utf8mb3"
+    table, archived = mysql_db.job_table + "_mb3", mysql_db.archived_job_table + "_mb3"
+    columns = (
+        "job_id BINARY(16) PRIMARY KEY, queue TEXT NOT NULL, job_type TEXT NOT NULL, payload TEXT NOT NULL, "
+        "attempts INTEGER NOT NULL, enqueued_at TIMESTAMP NOT NULL, process_at TIMESTAMP NOT NULL"
     )
+    for name in (table, archived):
+        mysql_db.execute(f"DROP TABLE IF EXISTS {name}")
+    mysql_db.execute(f"CREATE TABLE {table} ({columns}) CHARSET=utf8mb3")
+    mysql_db.execute(
+        f"CREATE TABLE {archived} ({columns}, status TEXT NOT NULL, finished_at TIMESTAMP NOT NULL) "
+        "CHARSET=utf8mb3"
+    )
+    payload = {"face": "😀", "name": "Zoë"}
     try:
         conn = mysql_db.connect()
         try:
@@ -258,12 +264,18 @@ def test_a_non_bmp_payload_enqueues_into_a_mysql_utf8mb3_table_and_reads_back(my
                     (os.urandom(16), '["😀"]'),
                 )
             conn.rollback()
-            enqueue(conn, "greet", {"face": "😀", "name": "Zoë"}, job_table=table)
+            enqueue(conn, "greet", payload, job_table=table)
             conn.commit()
         finally:
             conn.close()
-        [(payload,)] = mysql_db.select(f"SELECT payload FROM {table}")
-        assert payload == '["^ ","~:face","\\uD83D\\uDE00","~:name","Zoë"]'
-        assert PLAIN.decode(payload) == {"face": "😀", "name": "Zoë"}
+        assert mysql_db.select(f"SELECT payload FROM {table}") == [
+            ('["^ ","~:face","\\uD83D\\uDE00","~:name","Zoë"]',)
+        ]
+        seen: list[Any] = []
+        options: dict[str, Any] = {"job_table": table, "archived_job_table": archived}
+        assert process_next_job(mysql_db.data_source, lambda _, data: seen.append(data), **options)
+        assert seen == [payload]
+        assert mysql_db.select(f"SELECT status FROM {archived}") == [(":success",)]
     finally:
-        mysql_db.execute(f"DROP TABLE IF EXISTS {table}")
+        for name in (table, archived):
+            mysql_db.execute(f"DROP TABLE IF EXISTS {name}")
