@@ -210,6 +210,16 @@ class SqlBackend:
             _close_quietly(lease.conn)
         return True
 
+    def close_thread_connection(self) -> None:
+        """Close the connection the calling thread kept, if any; a worker thread calls it as it ends.
+
+        So a worker on a backend it was lent gives back what its own threads opened, and nothing of
+        another worker's. A pool's connections go back to the pool after every transaction already.
+        """
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            self._discard_thread_connection(conn)
+
     def close(self) -> None:
         with self._lock:
             owned, self._owned, self._spare = self._owned, [], []
