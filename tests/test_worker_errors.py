@@ -145,9 +145,7 @@ class FailingLog(RecordingLog):
 
 
 @pytest.mark.parametrize("event", [ev.HANDLING_JOB, ev.JOB_FINISHED])
-def test_a_log_function_raising_inside_the_job_fails_the_job_like_a_handler(
-    db: Harness, event: str
-) -> None:
+def test_a_log_function_raising_inside_the_job_fails_the_job_like_a_handler(db: Harness, event: str) -> None:
     """Spec 2.3: a log that throws inside the try (handling-job, job-finished) is a handler exception."""
     enqueue_committed(db, "errors/log", None)
     ran: list[Any] = []

@@ -17,6 +17,7 @@ from conformance.harness import Harness, SqlHarness
 from proletarian_ref import ShutdownTimeoutError, create_queue_worker, process_next_job
 from proletarian_ref import log as ev
 from proletarian_ref.backend import Backend
+from proletarian_ref.tables import table_name
 
 
 class Gate:
@@ -164,7 +165,7 @@ def test_a_stop_that_releases_on_a_shared_backend_releases_only_its_own_job(db: 
         check_release_touches_only_the_stopping_workers_job(db, backend, backend)
         # The backend still works for its owner after both workers stopped.
         with backend.transaction() as conn:
-            assert backend.get_next_job(conn, db.job_table, ":own/none", _now()) is None
+            assert backend.get_next_job(conn, table_name(db.job_table), ":own/none", _now()) is None
     finally:
         backend.close()
 
@@ -197,7 +198,8 @@ def test_a_worker_closes_the_connections_it_opened_from_a_factory_and_nothing_el
     assert own.made and own.still_open() == 0
 
     shared = CountingFactory(db.connect)
-    backend = type(db.make_backend())(shared)  # over the counting factory, lent to both workers
+    backend_class: Any = type(db.make_backend())
+    backend = backend_class(shared)  # over the counting factory, lent to both workers
     spy = CloseSpy(backend)
     a = _worker(None, db, "own/a", lambda job_type, payload: None, backend=backend)
     b = _worker(backend, db, "own/b", lambda job_type, payload: None)
@@ -222,7 +224,10 @@ def test_process_next_job_never_closes_a_backend_it_was_given(db: Harness) -> No
     try:
         enqueue_committed(db, "own/once", 1)
         assert process_next_job(backend, lambda job_type, payload: None, **db.table_options) is True
-        assert process_next_job(None, lambda job_type, payload: None, backend=backend, **db.table_options) is None
+        assert (
+            process_next_job(None, lambda job_type, payload: None, backend=backend, **db.table_options)
+            is None
+        )
         assert spy.calls == 0
     finally:
         backend.close()

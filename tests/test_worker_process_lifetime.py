@@ -78,7 +78,16 @@ def start(db: SqlHarness, request: pytest.FixtureRequest, tmp_path: Path, mode: 
     script.write_text(SCRIPT)
     marker = tmp_path / "marker"
     dsn = request.getfixturevalue("pg_dsn" if db.dialect == "postgresql" else "mysql_dsn")
-    argv = [sys.executable, str(script), dsn, db.job_table, db.archived_job_table, mode, str(marker), str(jobs)]
+    argv = [
+        sys.executable,
+        str(script),
+        dsn,
+        db.job_table,
+        db.archived_job_table,
+        mode,
+        str(marker),
+        str(jobs),
+    ]
     process = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE,
