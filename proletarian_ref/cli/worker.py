@@ -81,7 +81,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--threads", type=_positive, default=1, help="worker threads (default: %(default)s)")
     parser.add_argument(
         "--polling-interval-ms",
-        type=_natural,
+        type=_positive,
         default=100,
         help="pause after a poll finds no job (default: %(default)s)",
     )
