@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from support import RecordingLog, enqueue_committed
@@ -292,3 +293,32 @@ def test_stop_keeps_its_promise_on_the_memory_backend(schedule: Schedule) -> Non
 
     memory = builtin.memory()
     run_schedule(memory, memory.backend(), 2, Schedule(**{**schedule.__dict__, "timeout_ms": 5_000}))
+
+
+def test_a_claim_blocked_at_the_deadline_is_cancelled_on_postgresql(pg_db: SqlHarness) -> None:
+    """On PostgreSQL the release cancels a claim stuck behind a table lock: the thread ends at once,
+    while the lock is still held, instead of waiting for the lock and then giving the row back.
+    """
+    enqueue_committed(pg_db, "stop/blocked", 0)
+    lock = TableLock(pg_db)
+    started: list[Any] = []
+    worker = create_queue_worker(
+        pg_db.data_source,
+        lambda job_type, payload: started.append(payload),
+        polling_interval_ms=5,
+        await_termination_timeout_ms=200,
+        log=RecordingLog(),
+        **pg_db.table_options,
+    )
+    try:
+        worker.start()
+        time.sleep(0.2)  # the claim is now waiting for the lock
+        with pytest.raises(ShutdownTimeoutError, match="no job yet: its claim was abandoned"):
+            worker.stop()
+        for thread in worker._threads:
+            thread.join(5)
+            assert not thread.is_alive(), "the blocked claim was not cancelled"
+    finally:
+        lock.release()
+    assert started == []
+    assert [job.attempts for job in pg_db.jobs()] == [0]

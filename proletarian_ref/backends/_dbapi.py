@@ -91,6 +91,9 @@ class SqlBackend:
     def _generated_id(self, cursor: Any) -> Any:
         raise NotImplementedError
 
+    def _cancel_statement(self, conn: Any) -> None:
+        """Ask the server, from another thread, to end the statement `conn` is running; may do nothing."""
+
     def _checkout_pooled(self) -> Any:
         raise ConfigurationError(f"{type(self).__name__} cannot take connections from {self._data_source!r}")
 
@@ -195,10 +198,10 @@ class SqlBackend:
         """Abandon the transaction thread `thread_id` has open: its job becomes claimable again.
 
         Closes the connection at once if the thread is not talking to the server (the usual case: it is
-        running a handler), so the server rolls back and frees the row lock; otherwise the thread closes
-        it after its current statement. Whatever the thread does next on it fails with
-        ConnectionReleasedError, so a handler that returns later writes nothing. False if the thread had
-        no transaction open.
+        running a handler), so the server rolls back and frees the row lock; otherwise the statement is
+        cancelled where the driver can (PostgreSQL) and the thread closes the connection after it.
+        Whatever the thread does next on it fails with ConnectionReleasedError, so a handler that returns
+        later writes nothing. False if the thread had no transaction open.
         """
         with self._lock:
             lease = self._leases.get(thread_id)
@@ -208,6 +211,10 @@ class SqlBackend:
             close_now = not lease.busy
         if close_now:
             _close_quietly(lease.conn)
+        else:
+            # A statement blocked on a lock (a claim behind LOCK TABLE or a migration) would hold the
+            # thread, and then the row it returns, until the lock goes; a driver that can, cuts it short.
+            self._cancel_statement(lease.conn)
         return True
 
     def close_thread_connection(self) -> None:
