@@ -571,8 +571,14 @@ def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
     """Stop every hooked worker (drain, then release), then exit with 128 + signal, as the JVM does."""
     with _hooked_lock:
         workers = list(_hooked)
-    if not workers and signum == signal.SIGINT:
-        signal.default_int_handler(signum, frame)
+    if not workers:
+        # Every hooked worker is stopping or stopped already (perhaps by this very thread, in a stop()
+        # the signal interrupted): do what the signal would have done without the hook.
+        if signum == signal.SIGINT:
+            signal.default_int_handler(signum, frame)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     for worker in workers:
         worker._stop_logging_errors()
     code = 128 + signum
