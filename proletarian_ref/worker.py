@@ -388,8 +388,10 @@ class QueueWorker:
                 self._safe_log(
                     ev.JOB_RELEASED, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job}
                 )
-            else:
+            elif release is None:
                 note = f"job {job[ev.JOB_ID]} still running: this backend cannot release it"
+            else:
+                note = f"job {job[ev.JOB_ID]} finishing: its transaction had already ended"
             notes.append(f"{thread.name} ({note})")
         return notes
 
@@ -450,8 +452,6 @@ class QueueWorker:
             try:
                 self._log_fn(ev.POLLING_FOR_JOBS, context)
                 while not self._stop_event.is_set():
-                    with self._lock:
-                        current.pop(n, None)
                     ran = run_next_job(
                         self.backend,
                         self.settings,
@@ -461,12 +461,14 @@ class QueueWorker:
                         self._stop_event,
                         may_handle,
                     )
+                    with self._lock:
+                        current.pop(n, None)  # its transaction is over: nothing left to release
                     if ran is not True:
                         break
                 failures = 0
             except BaseException as exc:
                 with self._lock:
-                    released, running = n in self._released, current.get(n, {})
+                    released, running = n in self._released, current.pop(n, {})
                 if released:
                     if running:
                         self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
