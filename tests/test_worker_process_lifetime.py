@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,20 @@ def test_a_worker_that_stops_itself_lets_the_process_exit(
     assert code == 0, err[-2000:]
     assert ev.JOB_WORKER_ERROR in events and ev.COMPLETED_SHUTDOWN in events
     assert [job.attempts for job in db.jobs()] == [0]
+
+
+def test_worker_threads_inherit_daemon_ness_from_the_thread_that_starts_them() -> None:
+    """As JVM threads do: started by a plain thread (like main) they are no daemons; by a daemon they are."""
+    from conformance import builtin
+    from proletarian_ref import create_queue_worker
+
+    memory = builtin.memory()
+    seen: dict[str, bool] = {}
+    for label, daemon in (("plain", False), ("daemon", True)):
+        worker = create_queue_worker(memory.backend(), lambda job_type, payload: None, worker_threads=2)
+        starter = threading.Thread(target=worker.start, daemon=daemon)
+        starter.start()
+        starter.join()
+        seen[label] = all(thread.daemon for thread in worker._threads)
+        assert worker.stop() is True
+    assert seen == {"plain": False, "daemon": True}
