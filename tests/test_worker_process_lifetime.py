@@ -74,7 +74,9 @@ else:
 """
 
 
-def start(db: SqlHarness, request: pytest.FixtureRequest, tmp_path: Path, mode: str, jobs: int):  # type: ignore[no-untyped-def]
+def start(
+    db: SqlHarness, request: pytest.FixtureRequest, tmp_path: Path, mode: str, jobs: int
+) -> tuple[subprocess.Popen[str], Path]:
     script = tmp_path / "lifetime.py"
     script.write_text(SCRIPT)
     marker = tmp_path / "marker"
