@@ -297,20 +297,23 @@ def test_stop_keeps_its_promise_on_the_memory_backend(schedule: Schedule) -> Non
     run_schedule(memory, memory.backend(), 2, Schedule(**{**schedule.__dict__, "timeout_ms": 5_000}))
 
 
-def test_a_claim_blocked_at_the_deadline_is_cancelled_on_postgresql(pg_db: SqlHarness) -> None:
-    """On PostgreSQL the release cancels a claim stuck behind a table lock: the thread ends at once,
-    while the lock is still held, instead of waiting for the lock and then giving the row back.
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+def test_a_claim_blocked_at_the_deadline_is_cancelled(dialect: str, request: pytest.FixtureRequest) -> None:
+    """The release cancels a claim stuck behind a table lock (psycopg's cancel; KILL QUERY from a second
+    session on MySQL): the thread ends at once, while the lock is still held, instead of waiting for the
+    lock and then giving the row back.
     """
-    enqueue_committed(pg_db, "stop/blocked", 0)
-    lock = TableLock(pg_db)
+    db: SqlHarness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
+    enqueue_committed(db, "stop/blocked", 0)
+    lock = TableLock(db)
     started: list[Any] = []
     worker = create_queue_worker(
-        pg_db.data_source,
+        db.data_source,
         lambda job_type, payload: started.append(payload),
         polling_interval_ms=5,
         await_termination_timeout_ms=200,
         log=RecordingLog(),
-        **pg_db.table_options,
+        **db.table_options,
     )
     try:
         worker.start()
@@ -323,4 +326,4 @@ def test_a_claim_blocked_at_the_deadline_is_cancelled_on_postgresql(pg_db: SqlHa
     finally:
         lock.release()
     assert started == []
-    assert [job.attempts for job in pg_db.jobs()] == [0]
+    assert [job.attempts for job in db.jobs()] == [0]
