@@ -8,7 +8,6 @@ the archive must hold every committed job exactly once, an uncertain one at most
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import time
 from collections import Counter
@@ -23,6 +22,7 @@ from proletarian_ref.worker import QueueWorker
 
 JOB_TYPE = "scale/job"
 ENQUEUE_RETRY_S = 0.1
+PROBE_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +156,19 @@ class Outcome:
             if self.gap_started_after_fault_s is None
             else round(self.gap_started_after_fault_s, 2),
             "transient_errors": len(transient),
-            "transient_error_kinds": dict(Counter(text.split(":", 1)[0] for text in transient)),
+            "transient_error_kinds": dict(Counter(_driver_error(text) for text in transient)),
             "enqueue_errors": len(self.enqueue_errors),
             "runs_per_worker": dict(sorted(self.per_worker().items())),
             "problems": self.problems,
         }
+
+
+def _driver_error(text: str) -> str:
+    """ "TransientDatabaseError: OperationalError: (1213, ...)" -> "OperationalError 1213"."""
+    parts = text.split(": ", 2)
+    kind = parts[1] if len(parts) > 1 else parts[0]
+    code = parts[2][1:5] if len(parts) > 2 and parts[2][:1] == "(" and parts[2][1:5].isdigit() else ""
+    return f"{kind} {code}".strip()
 
 
 def _enqueuer(
@@ -210,17 +218,46 @@ def _left(harness: SqlHarness) -> int:
         return -1  # the database cannot be reached just now
 
 
-def _longest_gap(runs: list[Run], start: float, end: float) -> tuple[float, float]:
-    """The longest time without an archived job, from the last run of each job, and when it began."""
-    last: dict[int, float] = {}
-    for run in runs:
-        last[run.n] = max(last.get(run.n, 0.0), run.ended)
-    times = [start, *sorted(last.values()), end]
-    gap, began = 0.0, start
-    for before, after in itertools.pairwise(times):
-        if after - before > gap:
-            gap, began = after - before, before
-    return gap, began
+class ProgressProbe:
+    """Samples the archive's row count every PROBE_S from its own thread: progress as a reader sees it.
+
+    A handler's end is not progress: its COMMIT can still hang (a Galera view change) or fail (a lost
+    primary). So the time without progress is measured on committed rows, to about PROBE_S.
+    """
+
+    def __init__(self, harness: SqlHarness) -> None:
+        self._harness = harness
+        self._stop = threading.Event()
+        self.samples: list[tuple[float, int]] = []
+        self._thread = threading.Thread(target=self._run, name="progress-probe", daemon=True)
+
+    def __enter__(self) -> ProgressProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        statement = f"SELECT count(*) FROM {self._harness.archived_job_table}"
+        while not self._stop.wait(PROBE_S):
+            try:
+                count = int(self._harness.select(statement)[0][0])
+            except Exception:
+                continue  # the database cannot be reached just now: no sample
+            self.samples.append((time.monotonic(), count))
+
+    def longest_gap(self, start: float) -> tuple[float, float]:
+        """The longest time between two samples that saw the count grow, and when it began."""
+        gap, began, last = 0.0, start, start
+        previous = 0
+        for at, count in self.samples:
+            if count > previous:
+                if at - last > gap:
+                    gap, began = at - last, last
+                last, previous = at, count
+        return gap, began
 
 
 def run_load(
@@ -269,32 +306,33 @@ def run_load(
         )
         for i, (connect, share) in enumerate(zip(enqueue_connects, shares, strict=True))
     ]
+    probe = ProgressProbe(harness)
     for worker in workers:
         worker.start()
     try:
-        for thread in enqueuers:
-            thread.start()
-        if fault is not None:
-            while recorder.count() < jobs * fault_after and time.monotonic() < deadline:
-                time.sleep(0.01)
-            outcome.fault_at = time.monotonic()
-            fault()
-        for thread in enqueuers:
-            thread.join(max(deadline - time.monotonic(), 0.1))
-        while time.monotonic() < deadline:
-            outcome.left_in_queue = _left(harness)
-            if outcome.left_in_queue == 0 and not any(t.is_alive() for t in enqueuers):
-                outcome.drained = True
-                break
-            time.sleep(0.05)
-        outcome.seconds = time.monotonic() - start
-        outcome.workers_running = all(worker.running for worker in workers)
+        with probe:
+            for thread in enqueuers:
+                thread.start()
+            if fault is not None:
+                while recorder.count() < jobs * fault_after and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                outcome.fault_at = time.monotonic()
+                fault()
+            for thread in enqueuers:
+                thread.join(max(deadline - time.monotonic(), 0.1))
+            while time.monotonic() < deadline:
+                outcome.left_in_queue = _left(harness)
+                if outcome.left_in_queue == 0 and not any(t.is_alive() for t in enqueuers):
+                    outcome.drained = True
+                    break
+                time.sleep(0.05)
+            outcome.seconds = time.monotonic() - start
+            outcome.workers_running = all(worker.running for worker in workers)
     finally:
         for worker in workers:
             worker.stop()
     outcome.runs = list(recorder.runs)
-    end = max((run.ended for run in outcome.runs), default=start)
-    outcome.longest_gap_s, began = _longest_gap(outcome.runs, start, end)
+    outcome.longest_gap_s, began = probe.longest_gap(start)
     if outcome.fault_at is not None:
         outcome.gap_started_after_fault_s = began - outcome.fault_at
     serializer = create_serializer()

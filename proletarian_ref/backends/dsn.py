@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
@@ -105,3 +105,27 @@ def connection_factory(dsn: str, **overrides: Any) -> Callable[[], Any]:
         return pymysql.connect(**kwargs)
 
     return connect_mysql
+
+
+def failover_connection_factory(dsns: Sequence[str], **overrides: Any) -> Callable[[], Any]:
+    """A connection factory that tries `dsns` in order on every call and returns the first that connects.
+
+    For a cluster whose nodes all take writes but that you run with one writer (MariaDB Galera, see
+    docs/scaling.md): give every worker and enqueuer the same order, and all of them write to the first
+    node that is up, moving together to the next when it goes down. On PostgreSQL prefer libpq's own
+    multi-host DSN with target_session_attrs=read-write. If no node connects, the last node's error is
+    raised.
+    """
+    if not dsns:
+        raise ConfigurationError("failover_connection_factory needs at least one DSN")
+    factories = [connection_factory(dsn, **overrides) for dsn in dsns]
+
+    def connect_first_reachable() -> Any:
+        for factory in factories[:-1]:
+            try:
+                return factory()
+            except Exception:  # This node is down: the next one is the point of the list.
+                continue
+        return factories[-1]()
+
+    return connect_first_reachable

@@ -1,0 +1,119 @@
+"""MariaDB Galera, three nodes on loopback ports: one writer with failover, and workers spread over nodes.
+
+A Galera node takes `SELECT ... FOR UPDATE SKIP LOCKED` locks only on itself. Workers on two nodes can
+claim the same job; both run the handler, and certification aborts the one that commits second (1213,
+deadlock), which the library treats as transient: the job rolls back with attempts unchanged, and the
+archive still holds it once. With all workers on one node, the node's own locks keep every claim single.
+
+PROLETARIAN_GALERA_JOBS sets the size of the load runs (default 1,000; the benchmark runs 10,000:
+python -m benchmarks.scale galera).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from fix_cluster import GaleraCluster
+
+from benchmarks.scale.scenario import run_load
+from conformance.contract import ContractTests
+from conformance.harness import SqlHarness, load_harness
+from conformance.properties import PropertyTests
+from proletarian_ref import log as ev
+from proletarian_ref.backends.dsn import connection_factory, failover_connection_factory
+
+pytestmark = pytest.mark.cluster
+
+JOBS = int(os.environ.get("PROLETARIAN_GALERA_JOBS", "1000"))
+FULL_SUITE_ENV = "PROLETARIAN_GALERA_FULL_SUITE"
+
+
+def galera_harness(dsn: str, name: str) -> SqlHarness:
+    table = f"proletarian.scale_gal_{name}"
+    # Through load_harness, so the suite's worker processes can build the same harness.
+    harness = load_harness(
+        "conformance.builtin:mysql", dsn=dsn, job_table=f"{table}_job", archived_job_table=f"{table}_archived"
+    )
+    assert isinstance(harness, SqlHarness)
+    harness.install()
+    harness.clear()
+    return harness
+
+
+class TestGaleraOneWriter(ContractTests):
+    """The conformance suite's contract on one node of the cluster (its writes replicated to the others)."""
+
+    @pytest.fixture
+    def harness(self, galera: GaleraCluster) -> Iterator[SqlHarness]:
+        harness = galera_harness(galera.dsns[0], "suite")
+        yield harness
+        harness.close()
+
+
+@pytest.mark.skipif(
+    not os.environ.get(FULL_SUITE_ENV),
+    reason=f"the property half of the suite takes about 5 minutes on Galera; {FULL_SUITE_ENV}=1 runs it",
+)
+class TestGaleraOneWriterProperties(PropertyTests):
+    """The suite's property tests (the model test, competing threads) on the same node."""
+
+    @pytest.fixture
+    def harness(self, galera: GaleraCluster) -> Iterator[SqlHarness]:
+        harness = galera_harness(galera.dsns[0], "suite")
+        yield harness
+        harness.close()
+
+
+def test_one_writer_fails_over_and_archives_every_job_exactly_once(galera: GaleraCluster) -> None:
+    """Every worker and enqueuer writes to the first node that is up; that node is killed mid-run.
+
+    The failover factory sends new connections to the next node; the claims in flight on the dead node
+    are lost (their handlers may have run: counted) and run again; every committed job is archived once.
+    """
+    dsns = galera.dsns
+    # The test's own reads go to a node that survives; its tables reach every node (DDL replicates).
+    harness = galera_harness(dsns[1], "failover")
+    source = failover_connection_factory(dsns, connect_timeout=2)
+    outcome = run_load(
+        harness,
+        jobs=JOBS,
+        worker_sources=[source, source],
+        threads=3,
+        enqueue_connects=[source, source],
+        fault=lambda: galera.nodes[0].stop("immediate"),
+        timeout_s=55,
+    )
+    print("galera one writer, node 0 killed:", outcome.figures())
+    assert outcome.problems == []
+    assert outcome.fault_at is not None
+    # A thread loses at most the job it had in flight when the node died.
+    assert outcome.extra_runs <= 2 * 3
+    assert outcome.events.named(ev.SQL_TRANSIENT_EXCEPTION), "the lost node should have been noticed"
+
+
+def test_workers_spread_over_nodes_may_run_a_job_twice_but_archive_it_once(galera: GaleraCluster) -> None:
+    """One worker and one enqueuer per node: claims on different nodes do not see each other's locks.
+
+    The loser of a double claim gets 1213 from certification at COMMIT, logged as a transient error; its
+    transaction rolls back, so the archive keeps the winner's row only, and attempts are not spent.
+    """
+    harness = galera_harness(galera.dsns[0], "spread")
+    sources = [connection_factory(dsn) for dsn in galera.dsns]
+    outcome = run_load(
+        harness,
+        jobs=JOBS,
+        worker_sources=sources,
+        threads=2,
+        enqueue_connects=sources,
+        timeout_s=55,
+    )
+    print("galera spread over 3 nodes:", outcome.figures())
+    assert outcome.problems == []
+    transient = outcome.events.named(ev.SQL_TRANSIENT_EXCEPTION)
+    # Every run beyond the first of a job is a claim that lost certification, and each is logged.
+    assert outcome.extra_runs <= len(transient)
+    assert all("1213" in text for text in transient), transient[:3]
+    attempts = {row[0] for row in harness.select(f"SELECT attempts FROM {harness.archived_job_table}")}
+    assert attempts == {1}, "a claim lost to certification does not count as an attempt"
