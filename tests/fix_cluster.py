@@ -408,3 +408,33 @@ def pg_pair() -> Iterator[PostgresPair]:
     _require(pg_pair_missing())
     with started_pg_pair() as pair:
         yield pair
+
+
+# -- PostgreSQL reachable from other network namespaces ------------------------------------------------
+
+
+class NetworkPostgres(ThrowawayPostgres):
+    """A throwaway PostgreSQL that also listens on `addresses` and trusts clients from 10.0.0.0/8."""
+
+    def __init__(self, root: Path, port: int, bindir: Path, addresses: list[str]) -> None:
+        super().__init__(root, port, bindir)
+        self.addresses = addresses
+        with (self.data / "pg_hba.conf").open("a", encoding="utf-8") as hba:
+            hba.write("host all all 10.0.0.0/8 trust\n")
+
+    def _command(self) -> list[str]:
+        listen = ",".join(["127.0.0.1", *self.addresses])
+        return [*super()._command(), "-c", f"listen_addresses={listen}", "-c", "max_connections=120"]
+
+
+@contextmanager
+def started_network_pg(addresses: list[str]) -> Iterator[NetworkPostgres]:
+    bindir = _pg_bindir()
+    if bindir is None:
+        raise MissingTool("PostgreSQL server binaries (initdb, postgres): set PROLETARIAN_TEST_PG_BINDIR")
+    server = NetworkPostgres(Path(tempfile.mkdtemp(prefix="scale_hosts_pg_")), free_port(), bindir, addresses)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.destroy()

@@ -8,6 +8,7 @@ the archive must hold every committed job exactly once, an uncertain one at most
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections import Counter
@@ -97,6 +98,10 @@ class Outcome:
     workers_running: bool = True
     events: EventLog = field(default_factory=EventLog)
     drained: bool = False
+    # The machine is shared: figures mean little without how busy it was.
+    load_average: tuple[float, ...] = field(
+        default_factory=lambda: tuple(round(x, 1) for x in os.getloadavg())
+    )
 
     @property
     def extra_runs(self) -> int:
@@ -143,6 +148,7 @@ class Outcome:
         """The numbers a benchmark prints and the docs quote."""
         transient = self.events.named(ev.SQL_TRANSIENT_EXCEPTION)
         return {
+            "load_average_at_start": list(self.load_average),
             "jobs_committed": len(self.committed),
             "jobs_uncertain": len(self.uncertain),
             "archived": sum(self.archived.values()),
@@ -157,6 +163,7 @@ class Outcome:
             else round(self.gap_started_after_fault_s, 2),
             "transient_errors": len(transient),
             "transient_error_kinds": dict(Counter(_driver_error(text) for text in transient)),
+            "transient_error_samples": sorted({text[:160] for text in transient})[:4],
             "enqueue_errors": len(self.enqueue_errors),
             "runs_per_worker": dict(sorted(self.per_worker().items())),
             "problems": self.problems,
@@ -171,7 +178,7 @@ def _driver_error(text: str) -> str:
     return f"{kind} {code}".strip()
 
 
-def _enqueuer(
+def enqueuer(
     connect: Callable[[], Any],
     numbers: Sequence[int],
     batch: int,
@@ -180,6 +187,7 @@ def _enqueuer(
     lock: threading.Lock,
     deadline: float,
 ) -> None:
+    """Enqueue `numbers` in batches until done or `deadline`, noting what surely or maybe committed."""
     conn: Any = None
     pending = list(numbers)
     while pending and time.monotonic() < deadline:
@@ -300,7 +308,7 @@ def run_load(
     shares = [range(i, jobs, len(enqueue_connects)) for i in range(len(enqueue_connects))]
     enqueuers = [
         threading.Thread(
-            target=_enqueuer,
+            target=enqueuer,
             args=(connect, share, batch, harness.job_table, outcome, lock, deadline),
             name=f"enqueuer-{i}",
         )
