@@ -170,6 +170,10 @@ class Outcome:
         }
 
 
+def _load_average() -> tuple[float, ...]:
+    return tuple(round(x, 1) for x in os.getloadavg())
+
+
 def _driver_error(text: str) -> str:
     """ "TransientDatabaseError: OperationalError: (1213, ...)" -> "OperationalError 1213"."""
     parts = text.split(": ", 2)
