@@ -79,6 +79,10 @@ class EventLog:
             return [text for name, text in self.errors if name == event]
 
 
+def _load_average() -> tuple[float, ...]:
+    return tuple(round(x, 1) for x in os.getloadavg())
+
+
 @dataclass
 class Outcome:
     """What a run did; `problems` is empty when every promise held."""
@@ -168,10 +172,6 @@ class Outcome:
             "runs_per_worker": dict(sorted(self.per_worker().items())),
             "problems": self.problems,
         }
-
-
-def _load_average() -> tuple[float, ...]:
-    return tuple(round(x, 1) for x in os.getloadavg())
 
 
 def _driver_error(text: str) -> str:
