@@ -123,6 +123,34 @@ def pgbouncer(args: argparse.Namespace) -> Outcome:
         server.destroy()
 
 
+def hosts(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.scale.hosts import make_hosts, run_hosts
+    from proletarian_ref.backends.dsn import connection_factory
+
+    fix_cluster, _ = _fixtures()
+    with (
+        make_hosts(args.hosts) as made,
+        fix_cluster.started_network_pg(made.server_addresses) as server,
+        tempfile.TemporaryDirectory() as work,
+    ):
+        harness = _harness("conformance.builtin:postgresql", server.dsn, "hosts")
+        enqueue = connection_factory(server.dsn)
+        result = run_hosts(
+            harness,
+            made,
+            dsn_for=lambda host: f"postgresql://postgres@{host.server_address}:{server.port}/postgres",
+            server_dsn=server.dsn,
+            jobs=args.jobs,
+            processes=args.workers,
+            threads=args.threads,
+            enqueue_connects=[enqueue] * args.enqueuers,
+            work_dir=Path(work),
+            timeout_s=args.timeout,
+        )
+        figures: dict[str, Any] = result.figures()
+        return figures
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
     "pg-failover": pg_failover,
     "galera-one-writer": lambda args: _galera(args, spread=False),
@@ -133,17 +161,19 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__)
-    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("scenario", choices=sorted([*SCENARIOS, "hosts"]))
     parser.add_argument("--jobs", type=int, default=10_000)
-    parser.add_argument("--workers", type=int, default=2, help="queue workers (in this process)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="queue workers (in this process; hosts: processes per host)"
+    )
+    parser.add_argument("--hosts", type=int, default=4, help="hosts: network namespaces")
     parser.add_argument("--threads", type=int, default=3, help="threads per worker")
     parser.add_argument("--enqueuers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--no-fault", action="store_true", help="galera-one-writer: kill no node")
     parser.add_argument("--direct", action="store_true", help="pgbouncer: the same run without the bouncer")
     args = parser.parse_args(argv)
-    outcome = SCENARIOS[args.scenario](args)
-    figures = outcome.figures()
+    figures = hosts(args) if args.scenario == "hosts" else SCENARIOS[args.scenario](args).figures()
     command = "python -m benchmarks.scale " + shlex.join(sys.argv[1:] if argv is None else argv)
     print(json.dumps({"command": command, **figures}, indent=2))
     return 0 if not figures["problems"] else 1

@@ -1,0 +1,76 @@
+"""`python -m benchmarks.scale.chart [DIR]`: the scale-out runs' figures on one chart (docs/scaling.png).
+
+Reads the JSON each `python -m benchmarks.scale ...` run printed (benchmarks/scale/reference/*.json),
+and draws jobs/s against the worker connections of the run, beside the capacity model of
+docs/scaling.md: one connection does at most 1 / (handler time + transaction time) jobs a second,
+and the database at most its commit rate.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+# The Agg backend must be chosen before pyplot loads, so no display is ever needed.
+import matplotlib.pyplot as plt
+
+REFERENCE = Path(__file__).resolve().parent / "reference"
+DOCS_CHART = Path(__file__).resolve().parents[2] / "docs" / "scaling.png"
+# The capacity model's two numbers, measured on this machine (docs/scaling.md, "Capacity model").
+TRANSACTION_S = 0.0018
+COMMIT_RATE = 1600.0
+HANDLER_TIMES_S = (0.0005, 0.01, 0.1)
+
+
+def _connections(command: str) -> int:
+    words = command.split()
+
+    def option(name: str, default: int) -> int:
+        return int(words[words.index(name) + 1]) if name in words else default
+
+    per_process = option("--threads", 3) * option("--workers", 2)
+    return per_process * option("--hosts", 4) if " hosts " in f" {command} " else per_process
+
+
+def draw(directory: Path, out: Path) -> Path:
+    runs = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(directory.glob("*.json"))]
+    fig, (rate_ax, gap_ax) = plt.subplots(1, 2, figsize=(12, 4.8), width_ratios=[3, 2])
+    connections = range(1, 65)
+    for handler_s in HANDLER_TIMES_S:
+        model = [min(n / (handler_s + TRANSACTION_S), COMMIT_RATE) for n in connections]
+        rate_ax.plot(
+            connections, model, linestyle="--", linewidth=1, label=f"model, handler {handler_s * 1000:g} ms"
+        )
+    gaps: list[tuple[str, float]] = []
+    for run in runs:
+        if not run.get("command"):
+            continue
+        label = run["command"].removeprefix("python -m benchmarks.scale ")
+        x = _connections(run["command"])
+        rate_ax.scatter([x], [run["jobs_per_s"]], zorder=3)
+        rate_ax.annotate(label, (x, run["jobs_per_s"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        if run.get("gap_started_after_fault_s") is not None:
+            gaps.append((label.split(" --")[0], run["longest_gap_without_progress_s"]))
+    rate_ax.set(
+        xlabel="worker connections (threads over all processes and hosts)",
+        ylabel="jobs/s archived",
+        yscale="log",
+        title="Measured runs (handler 0.5 ms) and the capacity model",
+    )
+    rate_ax.legend(fontsize=7, loc="lower right")
+    if gaps:
+        gap_ax.barh([name for name, _ in gaps], [gap for _, gap in gaps])
+    gap_ax.set(xlabel="seconds", title="Longest time without an archived job, across the failover")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+if __name__ == "__main__":
+    print(draw(Path(sys.argv[1]) if len(sys.argv) > 1 else REFERENCE, DOCS_CHART))
