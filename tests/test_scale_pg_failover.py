@@ -56,4 +56,5 @@ def test_every_committed_job_is_archived_exactly_once_across_a_failover(pg_pair:
     print("postgresql failover:", outcome.figures())
     assert outcome.problems == []
     assert outcome.extra_runs <= WORKERS * THREADS
+    assert outcome.fault_to_progress_s is not None, "no job was archived after the fault"
     assert outcome.events.named(ev.SQL_TRANSIENT_EXCEPTION), "the crash should have been noticed"

@@ -99,6 +99,7 @@ class Outcome:
     fault_at: float | None = None
     longest_gap_s: float = 0.0
     gap_started_after_fault_s: float | None = None
+    fault_to_progress_s: float | None = None
     workers_running: bool = True
     events: EventLog = field(default_factory=EventLog)
     drained: bool = False
@@ -162,9 +163,8 @@ class Outcome:
             "seconds": round(self.seconds, 2),
             "jobs_per_s": round(self.jobs_per_s, 1),
             "longest_gap_without_progress_s": round(self.longest_gap_s, 2),
-            "gap_started_after_fault_s": None
-            if self.gap_started_after_fault_s is None
-            else round(self.gap_started_after_fault_s, 2),
+            "gap_started_after_fault_s": _rounded(self.gap_started_after_fault_s),
+            "fault_to_progress_s": _rounded(self.fault_to_progress_s),
             "transient_errors": len(transient),
             "transient_error_kinds": dict(Counter(_driver_error(text) for text in transient)),
             "transient_error_samples": sorted({text[:160] for text in transient})[:4],
@@ -223,11 +223,19 @@ def enqueuer(
         conn.close()
 
 
+def _count(harness: SqlHarness, table: str) -> int:
+    return int(harness.select(f"SELECT count(*) FROM {table}")[0][0])
+
+
 def _left(harness: SqlHarness) -> int:
     try:
-        return int(harness.select(f"SELECT count(*) FROM {harness.job_table}")[0][0])
+        return _count(harness, harness.job_table)
     except Exception:
         return -1  # the database cannot be reached just now
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 class ProgressProbe:
@@ -259,6 +267,10 @@ class ProgressProbe:
             except Exception:
                 continue  # the database cannot be reached just now: no sample
             self.samples.append((time.monotonic(), count))
+
+    def first_after(self, at: float, count: int) -> float | None:
+        """Seconds from `at` to the first sample after it that saw more than `count` rows."""
+        return next((t - at for t, seen in self.samples if t > at and seen > count), None)
 
     def longest_gap(self, start: float) -> tuple[float, float]:
         """The longest time between two samples that saw the count grow, and when it began."""
@@ -328,6 +340,7 @@ def run_load(
             if fault is not None:
                 while recorder.count() < jobs * fault_after and time.monotonic() < deadline:
                     time.sleep(0.01)
+                archived_before = _count(harness, harness.archived_job_table)
                 outcome.fault_at = time.monotonic()
                 fault()
             for thread in enqueuers:
@@ -347,6 +360,9 @@ def run_load(
     outcome.longest_gap_s, began = probe.longest_gap(start)
     if outcome.fault_at is not None:
         outcome.gap_started_after_fault_s = began - outcome.fault_at
+        # Each thread may have had one COMMIT racing the fault: progress is a commit beyond those.
+        threads_total = threads * len(worker_sources)
+        outcome.fault_to_progress_s = probe.first_after(outcome.fault_at, archived_before + threads_total)
     serializer = create_serializer()
     rows = harness.select(f"SELECT payload, status FROM {harness.archived_job_table}")
     outcome.archived = Counter(int(serializer.decode(payload)) for payload, _ in rows)
