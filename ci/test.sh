@@ -53,4 +53,5 @@ else
   echo "no database server here: benchmarks skipped"
 fi
 echo "== pytest"
-exec "$venv/bin/pytest" -n 2 -p no:cacheprovider "$@"
+# loadgroup: tests marked xdist_group (the Galera ones, which start a 3-node cluster) share one worker.
+exec "$venv/bin/pytest" -n 2 --dist loadgroup -p no:cacheprovider "$@"

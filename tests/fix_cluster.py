@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from fix_db import selected_backends
 from fix_throwaway import (
     START_TIMEOUT_S,
     ServerError,
@@ -438,3 +439,30 @@ def started_network_pg(addresses: list[str]) -> Iterator[NetworkPostgres]:
         yield server
     finally:
         server.destroy()
+
+
+@pytest.fixture
+def pg_server_binaries() -> Path:
+    """The PostgreSQL binaries (for tests that start their own servers), or the missing-tool verdict."""
+    bindir = _pg_bindir()
+    if bindir is None:
+        _missing("PostgreSQL server binaries (initdb, postgres): set PROLETARIAN_TEST_PG_BINDIR")
+    assert bindir is not None
+    return bindir
+
+
+_FIXTURE_BACKENDS = {"galera": "mysql", "pg_pair": "postgresql", "pg_server_binaries": "postgresql"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the cluster tests of a backend that --backends did not choose."""
+    chosen = set(selected_backends(config))
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        backends = {backend for name, backend in _FIXTURE_BACKENDS.items() if name in fixtures}
+        (dropped if backends - chosen else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

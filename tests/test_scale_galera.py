@@ -26,7 +26,8 @@ from proletarian_ref import create_queue_worker, enqueue
 from proletarian_ref import log as ev
 from proletarian_ref.backends.dsn import connection_factory, failover_connection_factory
 
-pytestmark = pytest.mark.cluster
+# One cluster per xdist worker is three servers: keep every Galera test on one worker (--dist loadgroup).
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("galera")]
 
 JOBS = int(os.environ.get("PROLETARIAN_GALERA_JOBS", "1000"))
 FULL_SUITE_ENV = "PROLETARIAN_GALERA_FULL_SUITE"

@@ -27,6 +27,7 @@ PROCESSES = 2
 THREADS = 4
 
 
+@pytest.mark.usefixtures("pg_server_binaries")
 def test_workers_on_four_hosts_archive_every_job_exactly_once(tmp_path: Path) -> None:
     with make_hosts(HOSTS) as hosts, started_network_pg(hosts.server_addresses) as server:
         harness = builtin.postgresql(server.dsn, "scale_hosts_job", "scale_hosts_archived")
