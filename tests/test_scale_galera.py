@@ -25,6 +25,7 @@ from conformance.properties import PropertyTests
 from proletarian_ref import create_queue_worker, enqueue
 from proletarian_ref import log as ev
 from proletarian_ref.backends.dsn import connection_factory, failover_connection_factory
+from proletarian_ref.errors import ConfigurationError
 
 # One cluster per xdist worker is three servers: keep every Galera test on one worker (--dist loadgroup).
 pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("galera")]
@@ -192,3 +193,15 @@ def _synced(node: GaleraNode) -> bool:
     except Exception:
         return False
     return True
+
+
+def test_a_failover_factory_with_no_node_up_raises_the_drivers_error_and_needs_a_node() -> None:
+    """With no node reachable the last node's error is raised, as a plain factory's would be."""
+    import pymysql
+    from fix_throwaway import free_port
+
+    down = [f"mysql://root@127.0.0.1:{free_port()}" for _ in range(2)]
+    with pytest.raises(pymysql.err.OperationalError, match="Can't connect"):
+        failover_connection_factory(down, connect_timeout=1)()
+    with pytest.raises(ConfigurationError, match="at least one DSN"):
+        failover_connection_factory([])
