@@ -1,4 +1,4 @@
-"""`python -m benchmarks.scale.chart [DIR]`: the scale-out runs' figures on one chart (docs/scaling.png).
+"""`python -m benchmarks.scale.chart [DIR]`: the scale-out runs on one chart (docs/scaling.png) and a table.
 
 Reads the JSON each `python -m benchmarks.scale ...` run printed (benchmarks/scale/reference/*.json),
 and draws jobs/s against the worker connections of the run, beside the capacity model of
@@ -72,5 +72,25 @@ def draw(directory: Path, out: Path) -> Path:
     return out
 
 
+def table(directory: Path) -> str:
+    """The runs as the Markdown table of docs/scaling.md."""
+    lines = [
+        "| command | load average | jobs/s | crash to next commit (s) | jobs run twice | archived once |",
+        "|---|---|---|---|---|---|",
+    ]
+    for path in sorted(directory.glob("*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        fault = run.get("fault_to_progress_s")
+        once = not run["problems"] and run["archived"] == run["jobs_committed"]
+        lines.append(
+            f"| `{run['command']}` | {run['load_average_at_start'][0]:g} | {run['jobs_per_s']:g} | "
+            f"{'' if fault is None else f'{fault:g}'} | {run['jobs_run_twice']} of {run['jobs_committed']:,} | "
+            f"{'yes' if once else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    print(draw(Path(sys.argv[1]) if len(sys.argv) > 1 else REFERENCE, DOCS_CHART))
+    directory = Path(sys.argv[1]) if len(sys.argv) > 1 else REFERENCE
+    print(draw(directory, DOCS_CHART))
+    print(table(directory))
