@@ -82,11 +82,15 @@ def table(directory: Path) -> str:
         run = json.loads(path.read_text(encoding="utf-8"))
         fault = run.get("fault_to_progress_s")
         once = not run["problems"] and run["archived"] == run["jobs_committed"]
-        lines.append(
-            f"| `{run['command']}` | {run['load_average_at_start'][0]:g} | {run['jobs_per_s']:g} | "
-            f"{'' if fault is None else f'{fault:g}'} | {run['jobs_run_twice']} of {run['jobs_committed']:,} | "
-            f"{'yes' if once else 'NO'} |"
-        )
+        cells = [
+            f"`{run['command']}`",
+            f"{run['load_average_at_start'][0]:g}",
+            f"{run['jobs_per_s']:g}",
+            "" if fault is None else f"{fault:g}",
+            f"{run['jobs_run_twice']} of {run['jobs_committed']:,}",
+            "yes" if once else "NO",
+        ]
+        lines.append(f"| {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
