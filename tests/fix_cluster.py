@@ -172,7 +172,11 @@ class GaleraNode(ThrowawayMySQL):
         return ["--user=mysql"] if os.geteuid() == 0 else []
 
     def _command(self) -> list[str]:
-        provider = f"base_port={self.gcomm_port};ist.recv_addr=127.0.0.1:{self.ist_port};gcache.size=32M"
+        # gcache.recover: a node restarted after a crash asks for the missing writes (IST), not a whole copy.
+        provider = (
+            f"base_port={self.gcomm_port};ist.recv_addr=127.0.0.1:{self.ist_port};"
+            "gcache.size=32M;gcache.recover=yes"
+        )
         command = [
             *super()._command(),
             "--wsrep-on=ON",

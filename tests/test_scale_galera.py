@@ -123,7 +123,7 @@ def test_workers_spread_over_nodes_may_run_a_job_twice_but_archive_it_once(galer
     assert attempts == {1}, "a claim lost to certification does not count as an attempt"
 
 
-def _set_isolated(dsn: str, isolated: bool) -> None:
+def _on_node(dsn: str, statement: str) -> list[tuple[object, ...]]:
     import pymysql
 
     from proletarian_ref.backends.dsn import mysql_connect_kwargs
@@ -131,9 +131,18 @@ def _set_isolated(dsn: str, isolated: bool) -> None:
     conn = pymysql.connect(**mysql_connect_kwargs(dsn))
     try:
         with conn.cursor() as cursor:
-            cursor.execute(f"SET GLOBAL wsrep_provider_options = 'gmcast.isolate={int(isolated)}'")
+            cursor.execute(statement)
+            return list(cursor.fetchall())
     finally:
         conn.close()
+
+
+def _set_isolated(dsn: str, isolated: bool) -> None:
+    _on_node(dsn, f"SET GLOBAL wsrep_provider_options = 'gmcast.isolate={int(isolated)}'")
+
+
+def _cluster_status(dsn: str) -> str:
+    return str(_on_node(dsn, "SHOW STATUS LIKE 'wsrep_cluster_status'")[0][1])
 
 
 def test_a_node_cut_off_from_the_cluster_answers_1047_which_is_transient(galera: GaleraCluster) -> None:
@@ -157,6 +166,8 @@ def test_a_node_cut_off_from_the_cluster_answers_1047_which_is_transient(galera:
         return connect()
 
     _set_isolated(node.dsn, True)
+    # Cut off, the node leaves the primary component once it suspects its peers (evs.suspect_timeout).
+    assert wait_until(lambda: _cluster_status(node.dsn) == "non-Primary", timeout=30)
     log = EventLog()
     ran: list[int] = []
     worker = create_queue_worker(
