@@ -48,6 +48,20 @@ def _require(missing: str | None) -> None:
         _missing(missing)
 
 
+def _server_user(name: str) -> str | None:
+    """The user a server runs as: `name` when the tests run as root (servers refuse root), else ours."""
+    return name if os.geteuid() == 0 else None
+
+
+def _hand_over(user: str | None, *paths: Path) -> None:
+    """Give `paths` to the server's user, who must reach and write them."""
+    if user is None:
+        return
+    entry = pwd.getpwnam(user)
+    for path in paths:
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
 class PgBouncer(ThrowawayServer):
     """PgBouncer in transaction mode in front of one PostgreSQL, with trust authentication.
 
@@ -61,10 +75,7 @@ class PgBouncer(ThrowawayServer):
         self.binary = binary
         self.server = server
         self.ini = root / "pgbouncer.ini"
-        user = self._user()
-        if user is not None:
-            entry = pwd.getpwnam(user)
-            os.chown(root, entry.pw_uid, entry.pw_gid)
+        _hand_over(self._user(), root)
         (root / "userlist.txt").write_text('"postgres" ""\n', encoding="utf-8")
         self.ini.write_text(
             "[databases]\n"
@@ -87,7 +98,7 @@ class PgBouncer(ThrowawayServer):
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def _user(self) -> str | None:
-        return "postgres" if os.geteuid() == 0 else None
+        return _server_user("postgres")
 
     def _command(self) -> list[str]:
         return [self.binary, str(self.ini)]
@@ -160,16 +171,13 @@ class GaleraNode(ThrowawayMySQL):
         self.gcomm_port, self.ist_port, self.sst_port = ports[1:]
         self.peers = peers
         self.bootstrap = False
-        if os.geteuid() == 0:
-            entry = pwd.getpwnam("mysql")
-            log = root / "server.log"
-            log.touch()
-            for path in (root, log):
-                os.chown(path, entry.pw_uid, entry.pw_gid)
+        (root / "server.log").touch()
+        _hand_over(_server_user("mysql"), root, root / "server.log")
         super().__init__(root, ports[0], mysqld, install)
 
     def _user_args(self) -> list[str]:
-        return ["--user=mysql"] if os.geteuid() == 0 else []
+        user = _server_user("mysql")
+        return [] if user is None else [f"--user={user}"]
 
     def _command(self) -> list[str]:
         # gcache.recover: a node restarted after a crash asks for the missing writes (IST), not a whole copy.
@@ -216,9 +224,7 @@ class GaleraCluster:
     """Three Galera nodes: the first bootstraps the cluster, the others join it by rsync SST."""
 
     def __init__(self, root: Path, mysqld: str, install: list[str], size: int = GALERA_NODES) -> None:
-        if os.geteuid() == 0:
-            entry = pwd.getpwnam("mysql")
-            os.chown(root, entry.pw_uid, entry.pw_gid)  # the nodes run as mysql and must reach their dirs
+        _hand_over(_server_user("mysql"), root)
         ports = [(free_port(), free_port(), free_port(), free_port()) for _ in range(size)]
         peers = ",".join(f"127.0.0.1:{p[1]}" for p in ports)
         self.nodes: list[GaleraNode] = []
@@ -318,9 +324,7 @@ class PostgresStandby(ThrowawayPostgres):
         self.bindir = bindir
         self.data = root / "data"
         user = self._user()
-        if user is not None:
-            entry = pwd.getpwnam(user)
-            os.chown(root, entry.pw_uid, entry.pw_gid)
+        _hand_over(user, root)
         basebackup = [str(bindir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(primary.port)]
         _run(
             [*basebackup, "-U", "postgres", "-D", str(self.data), "-R", "-X", "stream", "--no-sync"],
@@ -387,9 +391,7 @@ def started_pg_pair() -> Iterator[PostgresPair]:
     if bindir is None or pg_pair_missing() is not None:
         raise MissingTool(str(pg_pair_missing()))
     root = Path(tempfile.mkdtemp(prefix="scale_pg_pair_"))
-    if os.geteuid() == 0:  # the servers run as postgres and must reach their directories
-        entry = pwd.getpwnam("postgres")
-        os.chown(root, entry.pw_uid, entry.pw_gid)
+    _hand_over(_server_user("postgres"), root)
     for name in ("primary", "standby"):
         (root / name).mkdir()
     primary = PostgresPrimary(root / "primary", free_port(), bindir)

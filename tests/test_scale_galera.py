@@ -58,7 +58,7 @@ class TestGaleraOneWriter(ContractTests):
 
 @pytest.mark.skipif(
     not os.environ.get(FULL_SUITE_ENV),
-    reason=f"the property half of the suite takes about 5 minutes on Galera; {FULL_SUITE_ENV}=1 runs it",
+    reason=f"the property half of the suite takes about 4 minutes on Galera; {FULL_SUITE_ENV}=1 runs it",
 )
 class TestGaleraOneWriterProperties(PropertyTests):
     """The suite's property tests (the model test, competing threads) on the same node."""

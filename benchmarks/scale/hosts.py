@@ -206,7 +206,7 @@ def run_hosts(
             continue
         report = json.loads(out.strip().splitlines()[-1])
         runs_per_host[host.name] += len(report["runs"])
-        outcome.runs.extend(Run(n, 0, 0.0, 0.0) for n in report["runs"])
+        outcome.runs.extend(Run(n, hosts.hosts.index(host)) for n in report["runs"])
         problems.extend(f"{host.name}: {p}" for p in report["problems"])
         if not report["running"]:
             outcome.workers_running = False
