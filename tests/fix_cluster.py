@@ -224,6 +224,7 @@ class GaleraCluster:
     """Three Galera nodes: the first bootstraps the cluster, the others join it by rsync SST."""
 
     def __init__(self, root: Path, mysqld: str, install: list[str], size: int = GALERA_NODES) -> None:
+        self.root = root
         _hand_over(_server_user("mysql"), root)
         ports = [(free_port(), free_port(), free_port(), free_port()) for _ in range(size)]
         peers = ",".join(f"127.0.0.1:{p[1]}" for p in ports)
@@ -246,6 +247,7 @@ class GaleraCluster:
     def destroy(self) -> None:
         for node in self.nodes:
             node.destroy()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     @property
     def dsns(self) -> list[str]:
