@@ -52,6 +52,8 @@ def draw(directory: Path, out: Path) -> Path:
         words = run["command"].removeprefix("python -m benchmarks.scale ").split()
         label = words[0] + (" direct" if "--direct" in words else "")
         x = _connections(run["command"])
+        if words[0] == "hosts":
+            label += f" ({x} connections)"
         # Points of equal connections sit close together: markers and a legend, not labels, tell them apart.
         rate_ax.scatter([x], [run["jobs_per_s"]], zorder=3, marker="osD^vP*X"[i % 8], s=40, label=label)
         if run.get("fault_to_progress_s") is not None:
