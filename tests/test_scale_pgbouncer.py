@@ -23,6 +23,7 @@ from benchmarks.scale.scenario import run_load
 from conformance import builtin
 from conformance.harness import SqlHarness
 from proletarian_ref import enqueue, process_next_job
+from proletarian_ref import log as ev
 from proletarian_ref.backends.dsn import connection_factory, postgresql_connect_args
 from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.errors import ConfigurationError, DatabaseError, TransientDatabaseError
@@ -131,11 +132,12 @@ def test_workers_and_enqueuers_through_pgbouncer_archive_every_job_exactly_once(
     assert outcome.problems == []
     assert outcome.committed == set(range(JOBS))
     assert outcome.extra_runs == 0
-    assert not outcome.events.named("proletarian.worker/sql-transient-exception")
+    assert not outcome.events.named(ev.SQL_TRANSIENT_EXCEPTION)
     assert 0 < peak[0] <= PGBOUNCER_POOL_SIZE
 
 
 def test_a_psycopg_pool_through_pgbouncer_works_with_prepare_threshold_none(pgbouncer: PgBouncer) -> None:
+    """A pool lent to the worker, its connections made with prepare_threshold=None by the caller."""
     from psycopg_pool import ConnectionPool
 
     harness = _harness(pgbouncer, "pool")
