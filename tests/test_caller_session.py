@@ -234,14 +234,14 @@ def test_mysql_enqueue_many_leaves_every_session_variable_and_stores_the_utc_ins
 ) -> None:
     set_zone(caller, zone)
     before = mysql_session(caller)
-    jobs = [("a", n) for n in range(3)]
+    jobs = [("a", n) for n in range(2_500)]  # three INSERTs, within a savepoint
     enqueue_many(caller, jobs, job_table=mysql_db.job_table, clock=FakeClock(T))
     assert mysql_session(caller) == before
     with pytest.raises(PayloadTooLargeError):  # refused before any SQL: the session is left too
         enqueue_many(caller, [("a", 1), ("a", "x" * 70_000)], job_table=mysql_db.job_table)
     assert mysql_session(caller) == before
     caller.commit()
-    assert stored_epochs(mysql_db) == [int(T.timestamp())] * 3
+    assert stored_epochs(mysql_db) == [int(T.timestamp())] * 2_500
 
 
 def test_mysql_enqueue_many_that_fails_in_the_insert_restores_the_session(

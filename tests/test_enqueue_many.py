@@ -254,6 +254,25 @@ def test_mysql_splits_a_batch_by_size_so_each_insert_fits_the_packet(mysql_db: S
     assert [by_id[job_id] for job_id in ids] == [f"{n:05}" for n in range(40)]
 
 
+def test_a_failed_later_insert_of_a_mysql_batch_takes_the_earlier_ones_back_too(mysql_db: SqlHarness) -> None:
+    conn = mysql_db.connect()
+    try:
+        enqueue(conn, "before", 0, job_table=mysql_db.job_table)
+        ids = [uuid.uuid4() for _ in range(39)]
+        # Several INSERTs of about 8 big rows; the last job repeats the first one's id.
+        jobs = [("a", "x" * 60_000) for _ in range(40)]
+        before = _inserts(conn)
+        with pytest.raises(DatabaseError, match="Duplicate entry"):
+            enqueue_many(
+                conn, jobs, job_table=mysql_db.job_table, job_id_strategy=ListedIds("mysql", [*ids, ids[0]])
+            )
+        assert _inserts(conn) - before >= 5  # earlier statements did insert, before the savepoint undid them
+        conn.commit()  # the caller's transaction goes on, with its own job and none of the batch
+    finally:
+        conn.close()
+    assert [job.job_type for job in mysql_db.jobs()] == [":before"]
+
+
 def test_postgresql_db_generated_ids_come_back_in_the_order_of_the_jobs(pg_db: SqlHarness) -> None:
     table = pg_db.job_table + "_serial"
     pg_db.execute(f"DROP TABLE IF EXISTS {table}")

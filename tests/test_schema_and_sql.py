@@ -21,7 +21,13 @@ def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() 
     # enqueue_many: COPY on PostgreSQL (INSERT ... RETURNING for generated ids), multi-row INSERT on MySQL.
     batch = {
         "postgresql": {"enqueue_copy", "enqueue_many_db_generated", "enqueue_many_db_generated_row"},
-        "mysql": {"enqueue_many", "enqueue_many_row"},
+        "mysql": {
+            "enqueue_many",
+            "enqueue_many_row",
+            "enqueue_many_savepoint",
+            "enqueue_many_rollback",
+            "enqueue_many_release",
+        },
     }
     for dialect in sql.DIALECTS:
         assert set(sql.queries(dialect)) == shared | batch[dialect]

@@ -374,14 +374,23 @@ class SqlBackend:
         """Insert `rows` with multi-row INSERTs; the generated ids in order if `generated`, else []."""
         name = "enqueue_many_db_generated" if generated else "enqueue_many"
         ids: list[Any] = []
-        for chunk in _chunks(rows, self._BATCH_ROWS, self._BATCH_BYTES):
-            statement = prefix + sql.render_rows(self.dialect, name, job_table, len(chunk))
-            params = [value for row in chunk for value in row]
-            if generated:
-                ids.extend(self._execute(conn, statement, params, _first_column, reads_rows=False))
-            else:
-                self._execute(conn, statement, params, _rowcount, reads_rows=False)
+        chunks = list(_chunks(rows, self._BATCH_ROWS, self._BATCH_BYTES))
+        with self._all_or_none(conn) if len(chunks) > 1 else contextlib.nullcontext():
+            for chunk in chunks:
+                statement = prefix + sql.render_rows(self.dialect, name, job_table, len(chunk))
+                params = [value for row in chunk for value in row]
+                if generated:
+                    ids.extend(self._execute(conn, statement, params, _first_column, reads_rows=False))
+                else:
+                    self._execute(conn, statement, params, _rowcount, reads_rows=False)
         return ids
+
+    def _all_or_none(self, conn: Any) -> AbstractContextManager[None]:
+        """Around the statements of a batch that needed more than one: undoes them all if one fails.
+
+        Nothing by default: after a failed statement PostgreSQL refuses all but a rollback anyway.
+        """
+        return contextlib.nullcontext()
 
     def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
         row = self._execute(

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Final
 import pymysql
 import pymysql.cursors
 
+from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._dbapi import SqlBackend
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
@@ -168,6 +169,26 @@ class MySQLBackend(SqlBackend):
             )
         return super().enqueue_many(conn, job_table, jobs)
 
+    @contextlib.contextmanager
+    def _all_or_none(self, conn: Any) -> Iterator[None]:
+        # A failed statement undoes only itself on MySQL: without the savepoint the batch's earlier
+        # statements would stay in the caller's transaction. Released, it leaves the transaction as it was.
+        # In autocommit mode each statement commits anyway and there is no transaction to hold a savepoint.
+        if conn.get_autocommit():
+            yield
+            return
+        batch = sql.queries(self.dialect)
+        self._execute(conn, batch["enqueue_many_savepoint"], None, _ignore, reads_rows=False)
+        try:
+            yield
+        except BaseException:
+            # The INSERT's error is the one to report; a session that cannot roll back is broken anyway.
+            with contextlib.suppress(Exception):
+                self._execute(conn, batch["enqueue_many_rollback"], None, _ignore, reads_rows=False)
+                self._execute(conn, batch["enqueue_many_release"], None, _ignore, reads_rows=False)
+            raise
+        self._execute(conn, batch["enqueue_many_release"], None, _ignore, reads_rows=False)
+
     @staticmethod
     def _set_time_zone(conn: Any, zone: str) -> None:
         with conn.cursor(pymysql.cursors.Cursor) as cursor:
@@ -255,3 +276,7 @@ def _server_session(conn: Any) -> Any:
     """The server's id for the connection's session (PyMySQL's thread_id()), new after a reconnect."""
     thread_id = getattr(conn, "thread_id", None)
     return thread_id() if callable(thread_id) else None
+
+
+def _ignore(cursor: Any) -> None:
+    return None

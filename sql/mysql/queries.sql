@@ -44,3 +44,14 @@ VALUES {rows}
 
 -- name: enqueue_many_row
 (%s, %s, %s, %s, %s, %s, %s)
+
+-- name: enqueue_many_savepoint
+-- Before a batch that needs more than one INSERT, in the caller's transaction: a failed statement undoes
+-- only itself on MySQL, so the savepoint undoes the batch's earlier ones; released after the last.
+SAVEPOINT proletarian_enqueue_many
+
+-- name: enqueue_many_rollback
+ROLLBACK TO SAVEPOINT proletarian_enqueue_many
+
+-- name: enqueue_many_release
+RELEASE SAVEPOINT proletarian_enqueue_many
