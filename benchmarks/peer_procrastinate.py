@@ -23,8 +23,8 @@ CONFIG: Final = (
 PROMISE: Final = (
     "claims one job per call of procrastinate_fetch_job (autocommit, status 'doing'), runs the handler "
     "outside any transaction, then commits procrastinate_finish_job: 2 commits a job; a crashed worker's "
-    "jobs stay 'doing' until a live worker prunes it as stalled (heartbeat, 30 s) and they are retried "
-    "only if the task has a retry strategy: at most once by default"
+    "jobs stay 'doing' until the application retries them (get_stalled_jobs once the worker's heartbeat "
+    "is 30 s old, e.g. from a periodic task): at most once unless it does"
 )
 TABLES: Final = ("procrastinate_jobs",)
 DONE_SQL: Final = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
