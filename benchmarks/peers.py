@@ -240,14 +240,18 @@ class ConsumerPool:
         """Jobs handled by every child, over every round so far."""
         return int(sum(self._slots))
 
+    @property
+    def dead(self) -> list[str]:
+        """Children that have ended (before close(), only by failing)."""
+        return [c.name for c in self._children if c.exitcode is not None]
+
     def wait_ready(self) -> None:
         """Until every child has its connections open for the next round."""
         deadline = time.monotonic() + CHILD_START_TIMEOUT_S
         ready = 0
         while ready < len(self._children):
-            dead = [c.name for c in self._children if c.exitcode is not None]
-            if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} consumers are not ready: {dead or 'timed out'}")
+            if self.dead or time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} consumers are not ready: {self.dead or 'timed out'}")
             with contextlib.suppress(queue.Empty):
                 self._ready.get(timeout=0.2)
                 ready += 1
@@ -296,7 +300,9 @@ def timed_drain(system: System, pool: ConsumerPool, round_: int, settings: Setti
     before = pool.count
     start = time.perf_counter()
     pool.go(round_)
-    wait_until(lambda: pool.count - before >= jobs, settings.peers_drain_timeout_s, step_s=0.005)
+    wait_until(lambda: pool.count - before >= jobs or bool(pool.dead), settings.peers_drain_timeout_s, 0.005)
+    if pool.dead:
+        raise RuntimeError(f"{system.name} consumer processes died during the drain: {pool.dead}")
     finished = wait_until(lambda: system.done() >= jobs, 30.0, step_s=0.005)
     seconds = time.perf_counter() - start
     pool.stop(round_)

@@ -428,7 +428,7 @@ def _long_handlers_section(results: dict[str, Any]) -> list[str]:
                 continue
             server = (
                 f"dead tuples {_num(p.get('dead_tuples_max'))}, xmin age {_num(p.get('xmin_age_max'))}"
-                if e["backend"] == "postgresql"
+                if "dead_tuples_max" in p
                 else f"lock waits {_num(p.get('lock_waits_max'))}, "
                 f"undo history {_num(p.get('history_length_max'))}"
             )
@@ -597,7 +597,7 @@ def long_handlers_chart(entry: dict[str, Any], path: Path) -> None:
     samples = entry["samples"]
     t = [s["t_s"] for s in samples]
     fig, (server, poll, rate) = plt.subplots(3, 1, figsize=(7.5, 7.5), dpi=110, sharex=True)
-    if entry["backend"] == "postgresql":
+    if "dead_tuples" in samples[0]:
         left, right = (
             ("dead_tuples", "dead tuples (job table)"),
             ("xmin_age", "oldest backend_xmin age (xids)"),
