@@ -36,10 +36,12 @@ from benchmarks.settings import Settings
 from conformance.harness import SqlHarness
 from proletarian_ref import create_queue_worker, enqueue
 from proletarian_ref.backend import Backend
+from proletarian_ref.backends import backend_for_data_source
 
 LONG_QUEUE: Final = "bench/long"
 LONG_JOB_TYPE: Final = "bench/long-job"
 PROBES_PER_SAMPLE: Final = 3
+LATE_LIMIT_S: Final = 30.0
 # MySQL 8 moved lock waits to performance_schema; MariaDB 10.11 still has them in information_schema.
 LOCK_WAIT_TABLES: Final = ("performance_schema.data_lock_waits", "information_schema.INNODB_LOCK_WAITS")
 
@@ -63,12 +65,28 @@ def probe_claim(backend: Backend, harness: SqlHarness) -> float:
     return elapsed
 
 
-class ServerProbe:
-    """The database's side of the picture, read on one connection of its own."""
+class Sessions:
+    """A data source for the workers that notes each connection's server session (PostgreSQL backend
+    pid, MySQL thread id), so the figures below are our workers' own, not the whole shared server's."""
 
     def __init__(self, harness: SqlHarness, dialect: Dialect) -> None:
         self.harness = harness
         self.dialect: Dialect = dialect
+        self.ids: list[int] = []
+
+    def __call__(self) -> Any:
+        conn = self.harness.connect()
+        self.ids.append(int(conn.info.backend_pid if self.dialect == "postgresql" else conn.thread_id()))
+        return conn
+
+
+class ServerProbe:
+    """The database's side of the picture, read on one connection of its own."""
+
+    def __init__(self, harness: SqlHarness, dialect: Dialect, sessions: Sessions) -> None:
+        self.harness = harness
+        self.dialect: Dialect = dialect
+        self.sessions = sessions
         self.lock_wait_table = self._lock_wait_table() if dialect == "mysql" else None
 
     def _lock_wait_table(self) -> str | None:
@@ -93,12 +111,13 @@ class ServerProbe:
             "WHERE schemaname = %(s)s AND relname = %(t)s",
             {"s": job.schema or "public", "t": job.name},
         )
-        # The horizon: the oldest snapshot any session of this database still holds.
+        # The horizon our workers hold: the oldest snapshot among their sessions.
         horizon = run_sql(
             self.harness,
             "SELECT coalesce(max(age(backend_xmin)), 0), "
             "coalesce(extract(epoch FROM max(now() - xact_start)), 0) "
-            "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            "FROM pg_stat_activity WHERE pid = ANY(%(pids)s)",
+            {"pids": list(self.sessions.ids)},
         )
         return {
             "dead_tuples": int(tup[0][0]) if tup else 0,
@@ -108,31 +127,44 @@ class ServerProbe:
         }
 
     def _mysql(self) -> dict[str, Any]:
-        waits = (
-            int(run_sql(self.harness, f"SELECT count(*) FROM {self.lock_wait_table}")[0][0])
-            if self.lock_wait_table
-            else None
-        )
+        job = job_table_of(self.harness)
         trx = run_sql(
             self.harness,
             "SELECT count(*), coalesce(max(TIMESTAMPDIFF(MICROSECOND, trx_started, NOW())), 0) / 1e6, "
-            "coalesce(sum(trx_rows_locked), 0) FROM information_schema.innodb_trx",
+            "coalesce(sum(trx_rows_locked), 0) FROM information_schema.innodb_trx "
+            "WHERE trx_mysql_thread_id IN %(ids)s",
+            {"ids": tuple(self.sessions.ids) or (-1,)},
         )
+        # Undo history is the server's, whoever left it: the one figure here not ours alone.
         history = run_sql(
             self.harness,
             "SELECT `count` FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'",
         )
-        status = dict(
-            run_sql(self.harness, "SHOW GLOBAL STATUS WHERE Variable_name = 'Innodb_row_lock_waits'")
-        )
         return {
-            "lock_waits": waits,
-            "row_lock_waits_total": int(status.get("Innodb_row_lock_waits", 0)),
+            "lock_waits": self._lock_waits(job.schema, job.name),
             "open_transactions": int(trx[0][0]),
             "oldest_transaction_s": round(float(trx[0][1]), 3),
             "rows_locked": int(trx[0][2]),
             "history_length": int(history[0][0]) if history else None,
         }
+
+    def _lock_waits(self, schema: str | None, table: str) -> int | None:
+        """Lock waits on our job table now."""
+        if self.lock_wait_table is None:
+            return None
+        if self.lock_wait_table.startswith("performance_schema"):
+            statement = (
+                "SELECT count(*) FROM performance_schema.data_lock_waits w "
+                "JOIN performance_schema.data_locks l ON l.ENGINE_LOCK_ID = w.REQUESTING_ENGINE_LOCK_ID "
+                "WHERE l.OBJECT_SCHEMA = COALESCE(%(schema)s, DATABASE()) AND l.OBJECT_NAME = %(table)s"
+            )
+        else:
+            statement = (
+                "SELECT count(*) FROM information_schema.INNODB_LOCK_WAITS w "
+                "JOIN information_schema.INNODB_LOCKS l ON l.lock_id = w.requested_lock_id "
+                "WHERE l.lock_table = CONCAT('`', COALESCE(%(schema)s, DATABASE()), '`.`', %(table)s, '`')"
+            )
+        return int(run_sql(self.harness, statement, {"schema": schema, "table": table})[0][0])
 
 
 class Stream:
@@ -210,31 +242,35 @@ def _measure(
     total_s = settings.long_before_s + settings.long_hold_s + settings.long_after_s
     task = progress.task(f"{harness.name}: long handlers", int(total_s / settings.long_sample_s) + 1)
     handled = Counter()
+    sessions = Sessions(harness, dialect)
     short = create_queue_worker(
-        harness.data_source,
+        None,
         lambda job_type, payload: handled.add(),
+        backend=backend_for_data_source(sessions),
         queue=BENCH_QUEUE,
         worker_threads=settings.long_stream_threads,
         polling_interval_ms=settings.polling_interval_ms,
         **harness.table_options,
     )
-    long_running = Counter()
+    long_running, long_done = Counter(), Counter()
 
     def hold(job_type: str, payload: Any) -> None:
         long_running.add()
         time.sleep(settings.long_hold_s)
         long_running.add(-1)
+        long_done.add()
 
     long = create_queue_worker(
-        harness.data_source,
+        None,
         hold,
+        backend=backend_for_data_source(sessions),
         queue=LONG_QUEUE,
         worker_threads=settings.long_handlers,
         polling_interval_ms=settings.polling_interval_ms,
         **harness.table_options,
     )
     probe_backend = harness.backend()
-    server = ServerProbe(harness, dialect)
+    server = ServerProbe(harness, dialect, sessions)
     stream = Stream(harness, settings.long_stream_rate)
     samples: list[dict[str, Any]] = []
     short.start()
@@ -246,12 +282,19 @@ def _measure(
         last_t, last_count = 0.0, 0
         # The first sample after one interval, so each sample's rate covers a whole interval.
         time.sleep(settings.long_sample_s)
-        while (t := time.monotonic() - start) < total_s:
+        # Sampled until the long handlers are done and after_s more, however slow a loaded machine makes
+        # the samples, within a bound.
+        finished_at: float | None = None
+        while (t := time.monotonic() - start) < total_s + LATE_LIMIT_S and (
+            finished_at is None or t < finished_at + settings.long_after_s
+        ):
+            if finished_at is None and long_done.value >= settings.long_handlers:
+                finished_at = t
             polls = [probe_claim(probe_backend, harness) for _ in range(PROBES_PER_SAMPLE)]
             count = handled.value
             sample = {
                 "t_s": round(t, 3),
-                "phase": _phase(samples, long_running.value),
+                "phase": _phase(long_running.value, long_done.value, settings.long_handlers),
                 "short_jobs_per_s": (count - last_count) / (t - last_t) if t > last_t else 0.0,
                 "poll_ms": statistics.median(polls) * 1000,
                 "long_running": long_running.value,
@@ -291,11 +334,11 @@ def _measure(
     }
 
 
-def _phase(samples: list[dict[str, Any]], running: int) -> str:
-    """By what the long handlers were seen doing: none started yet, some running, all finished."""
-    if running > 0:
-        return "during"
-    return "after" if any(s["phase"] == "during" for s in samples) else "before"
+def _phase(running: int, done: int, handlers: int) -> str:
+    """By what the long handlers were doing: none started yet, some running, all finished."""
+    if done >= handlers:
+        return "after"
+    return "during" if running or done else "before"
 
 
 def _observed(samples: list[dict[str, Any]]) -> list[float] | None:

@@ -24,7 +24,7 @@ PROMISE: Final = (
     "transaction, writes completions to pgqueuer_log in buffered batches (about 0.2 commits a job); "
     "a crash leaves picked jobs to be picked again once their heartbeat is 30 s stale: at least once"
 )
-# Default object names (pgqueuer.domain.settings.DBSettings), in the peer's own database.
+# Default object names (pgqueuer.domain.settings.DBSettings), in the peer's own schema.
 TABLES: Final = ("pgqueuer", "pgqueuer_log", "pgqueuer_statistics")
 DONE_SQL: Final = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
 # The log also records each job's 'queued' and 'picked'; its completion records are the rest: how many
