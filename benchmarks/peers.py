@@ -304,6 +304,11 @@ def timed_drain(system: System, pool: ConsumerPool, round_: int, settings: Setti
     wait_until(lambda: pool.count - before >= jobs or bool(pool.dead), settings.peers_drain_timeout_s, 0.005)
     if pool.dead:
         raise RuntimeError(f"{system.name} consumer processes died during the drain: {pool.dead}")
+    if pool.count - before < jobs:
+        raise RuntimeError(
+            f"{system.name} handled {pool.count - before:,} of {jobs:,} jobs in "
+            f"{settings.peers_drain_timeout_s:g} s (peers_drain_timeout_s)"
+        )
     finished = wait_until(lambda: system.done() >= jobs, 30.0, step_s=0.005)
     seconds = time.perf_counter() - start
     pool.stop(round_)
