@@ -91,14 +91,14 @@ def _manager(conn: Any, handler: Any) -> Any:
 
 
 async def _shut_down(managers: list[Any], runs: list[asyncio.Task[None]]) -> None:
-    """Ask the managers to stop; cancel what is still running after a second.
+    """Ask the managers to stop; cancel what is still running a moment later.
 
     By then every completion is in the log (the parent waited for it); what a graceful stop would still
     wait for is the heartbeat buffer's timer and the LISTEN watcher's poll, seconds that measure nothing.
     """
     for manager in managers:
         manager.shutdown.set()
-    _, pending = await asyncio.wait(runs, timeout=1.0)
+    _, pending = await asyncio.wait(runs, timeout=0.2)
     for run in pending:
         run.cancel()
     await asyncio.gather(*runs, return_exceptions=True)
