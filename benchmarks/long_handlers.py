@@ -94,6 +94,7 @@ class ServerProbe:
             try:
                 run_sql(self.harness, f"SELECT count(*) FROM {table}")
             except Exception:
+                # Not on this server (MySQL 8 has only the first, MariaDB only the second).
                 continue
             return table
         return None

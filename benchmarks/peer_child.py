@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.workers import CHILD_MAX_RUN_S
+from benchmarks.settings import CHILD_MAX_RUN_S
 
 
 @dataclass(frozen=True, slots=True)

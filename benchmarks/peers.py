@@ -43,8 +43,7 @@ from benchmarks.common import (
 from benchmarks.enqueue_rate import library_enqueue
 from benchmarks.peer_child import Signals
 from benchmarks.progress import Progress
-from benchmarks.settings import Settings
-from benchmarks.workers import CHILD_START_TIMEOUT_S
+from benchmarks.settings import CHILD_START_TIMEOUT_S, Settings
 from conformance.builtin import DEFAULT_PG_DSN, PG_ENV
 from conformance.harness import Harness
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+# How long a spawned drain process waits to start, and at most runs (workers.py and the peers' children).
+CHILD_START_TIMEOUT_S: Final = 60.0
+CHILD_MAX_RUN_S: Final = 900.0
+
 ALL_BENCHMARKS: Final = (
     "poll_latency",
     "throughput",
@@ -201,11 +205,11 @@ TINY: Final = QUICK.with_(
     locust_run_time_s=2,
     locust_drain_timeout_s=20.0,
     profile_jobs=50,
-    peers_jobs=200,
+    peers_jobs=100,
     peers_rounds=1,
-    peers_enqueue_timed=20,
+    peers_enqueue_timed=10,
     peers_processes=1,
-    peers_latency_jobs=3,
+    peers_latency_jobs=2,
     peers_drain_timeout_s=20.0,
     long_hold_s=1.5,
     long_before_s=0.5,
