@@ -244,10 +244,12 @@ def _measure(
     task = progress.task(f"{harness.name}: long handlers", int(total_s / settings.long_sample_s) + 1)
     handled = Counter()
     sessions = Sessions(harness, dialect)
+    # Backends passed to a worker stay ours to close.
+    backends = [backend_for_data_source(sessions), backend_for_data_source(sessions)]
     short = create_queue_worker(
         None,
         lambda job_type, payload: handled.add(),
-        backend=backend_for_data_source(sessions),
+        backend=backends[0],
         queue=BENCH_QUEUE,
         worker_threads=settings.long_stream_threads,
         polling_interval_ms=settings.polling_interval_ms,
@@ -264,7 +266,7 @@ def _measure(
     long = create_queue_worker(
         None,
         hold,
-        backend=backend_for_data_source(sessions),
+        backend=backends[1],
         queue=LONG_QUEUE,
         worker_threads=settings.long_handlers,
         polling_interval_ms=settings.polling_interval_ms,
@@ -317,6 +319,8 @@ def _measure(
         stream.stop()
         long.stop()
         short.stop()
+        for backend in backends:
+            backend.close()
     progress.done(task)
     return {
         "backend": harness.name,
