@@ -7,9 +7,10 @@ import re
 
 from conformance.contract import ContractTests
 from conformance.properties import PropertyTests
+from conformance.sessions import SessionTests
 
 
-class BackendSuite(ContractTests, PropertyTests):
+class BackendSuite(ContractTests, SessionTests, PropertyTests):
     """Proof that a backend behaves as Proletarian's database does.
 
     Subclass it in a test module and override the `harness` fixture to yield your installed Harness;
