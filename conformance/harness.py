@@ -207,7 +207,7 @@ def _mysql_user_variables(cursor: Any) -> list[tuple[str, Any]]:
     ):
         try:
             cursor.execute(query)
-        except Exception:  # noqa: S112 - the other server's table; a failed read leaves MySQL's transaction open
+        except Exception:
             continue
         return [tuple(row) for row in cursor.fetchall()]  # type: ignore[misc]
     return []
@@ -367,7 +367,9 @@ class SqlHarness(Harness):
         deadline = time.monotonic() + _SESSION_GONE_S
         while self.select(gone, (session,))[0][0]:
             if time.monotonic() > deadline:
-                raise AssertionError(f"session {session} was still there {_SESSION_GONE_S:g} s after the kill")
+                raise AssertionError(
+                    f"session {session} was still there {_SESSION_GONE_S:g} s after the kill"
+                )
             time.sleep(0.01)
 
     def session_state(self, conn: Any) -> dict[str, str]:
@@ -403,7 +405,9 @@ class SqlHarness(Harness):
         return sorted(int(row[0]) for row in self.select(f"SELECT marker FROM {self.caller_table}"))
 
     def payload_bytes(self) -> tuple[list[bytes], list[bytes]]:
-        as_bytes = "convert_to(payload, 'UTF8')" if self.dialect == "postgresql" else "CAST(payload AS BINARY)"
+        as_bytes = (
+            "convert_to(payload, 'UTF8')" if self.dialect == "postgresql" else "CAST(payload AS BINARY)"
+        )
         return (
             [bytes(row[0]) for row in self.select(f"SELECT {as_bytes} FROM {self.job_table}")],
             [bytes(row[0]) for row in self.select(f"SELECT {as_bytes} FROM {self.archived_job_table}")],

@@ -23,7 +23,13 @@ class IsolationTests(SuiteBase):
     __test__ = False
 
     def _enqueue_in(
-        self, agent: TxAgent, harness: Harness, queue: str, process_at: datetime, clock_at: datetime, what: str
+        self,
+        agent: TxAgent,
+        harness: Harness,
+        queue: str,
+        process_at: datetime,
+        clock_at: datetime,
+        what: str,
     ) -> Any:
         """enqueue inside the agent's open transaction, with the enqueuer's clock at `clock_at`."""
         backend = agent.backend
@@ -143,10 +149,17 @@ class IsolationTests(SuiteBase):
             enqueuer, worker = pool.agent(), pool.agent()
             enqueuer.begin()
             pending = self._enqueue_in(
-                enqueuer, harness, QUEUE, EPOCH - timedelta(seconds=30), EPOCH - timedelta(seconds=30), "enqueue"
+                enqueuer,
+                harness,
+                QUEUE,
+                EPOCH - timedelta(seconds=30),
+                EPOCH - timedelta(seconds=30),
+                "enqueue",
             )
             worker.begin()
-            job = self.claim_in(worker, job_table, QUEUE_TEXT, EPOCH, "I3: claiming beside an uncommitted job")
+            job = self.claim_in(
+                worker, job_table, QUEUE_TEXT, EPOCH, "I3: claiming beside an uncommitted job"
+            )
             worker.rollback()
             assert job is not None, "I3: an uncommitted job hid the committed one from the claim"
             assert self.key(harness, job.job_id) == str(committed), (

@@ -127,7 +127,7 @@ class SessionTests(SuiteBase):
                 self.run_next(harness, ManualClock(EPOCH), handler, backend=killing, **options)
             except TransientDatabaseError:
                 pass
-            except Exception as exc:  # noqa: BLE001 - any other outcome is the failure being reported
+            except Exception as exc:
                 pytest.fail(
                     f"K1 ({point}): a killed session raised {type(exc).__name__}: {exc}; "
                     "expected proletarian_ref.errors.TransientDatabaseError"
@@ -147,12 +147,17 @@ class SessionTests(SuiteBase):
             self.assert_instant(harness, held.process_at, EPOCH - timedelta(seconds=3), f"K1 ({point})")
 
         ran: list[str] = []
-        while self.run_next(harness, ManualClock(EPOCH), lambda job: ran.append(str(job.job_id)), **{
-            "handler_fn_mode": "advanced"
-        }):
+        while self.run_next(
+            harness,
+            ManualClock(EPOCH),
+            lambda job: ran.append(str(job.job_id)),
+            **{"handler_fn_mode": "advanced"},
+        ):
             assert len(ran) <= len(ids), f"K1: more runs than jobs after the kills: {ran}"
         archived = [self.key(harness, row.job_id) for row in harness.archived_jobs()]
-        assert sorted(archived) == sorted(ids), f"K1: archived {sorted(archived)}, expected each of {ids} once"
+        assert sorted(archived) == sorted(ids), (
+            f"K1: archived {sorted(archived)}, expected each of {ids} once"
+        )
         assert all(row.attempts == 1 and row.status == STATUS_SUCCESS for row in harness.archived_jobs()), (
             "K1: a job's attempts counted a killed transaction"
         )
@@ -237,11 +242,11 @@ class SessionTests(SuiteBase):
             try:
                 harness.caller_write(conn, 2)
                 went_on = True
-            except Exception:  # noqa: BLE001 - an aborted transaction refuses it, which is allowed
+            except Exception:
                 went_on = False
             try:
                 conn.commit()
-            except Exception:  # noqa: BLE001, S110 - committing an aborted transaction may fail; that is allowed
+            except Exception:
                 pass
         finally:
             conn.close()

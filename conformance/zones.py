@@ -75,21 +75,36 @@ class ZoneTests(SuiteBase):
                 with backend.transaction() as conn:
                     job = backend.get_next_job(conn, job_table, QUEUE_TEXT, due + self.precision(harness))
                     assert job is not None, f"Z1 ({zone}): a due job was not claimed"
-                    self.assert_instant(harness, job.enqueued_at, enqueued, f"Z1 ({zone}): claimed enqueued_at")
+                    self.assert_instant(
+                        harness, job.enqueued_at, enqueued, f"Z1 ({zone}): claimed enqueued_at"
+                    )
                     self.assert_instant(harness, job.process_at, due, f"Z1 ({zone}): claimed process_at")
                     backend.retry_at(conn, job_table, job.job_id, retried)
                 self.assert_instant(
-                    harness, self.only_job(harness).process_at, retried, f"Z1 ({zone}): process_at after retry"
+                    harness,
+                    self.only_job(harness).process_at,
+                    retried,
+                    f"Z1 ({zone}): process_at after retry",
                 )
                 with backend.transaction() as conn:
                     job = backend.get_next_job(conn, job_table, QUEUE_TEXT, retried + self.precision(harness))
-                    assert job is not None, f"Z1 ({zone}): a retried job was not claimed at its new process_at"
-                    backend.archive_job(conn, job_table, archived_job_table, job.job_id, STATUS_SUCCESS, finished)
+                    assert job is not None, (
+                        f"Z1 ({zone}): a retried job was not claimed at its new process_at"
+                    )
+                    backend.archive_job(
+                        conn, job_table, archived_job_table, job.job_id, STATUS_SUCCESS, finished
+                    )
                     backend.delete_job(conn, job_table, job.job_id)
                 archived = self.only_archived(harness)
-                self.assert_instant(harness, archived.enqueued_at, enqueued, f"Z1 ({zone}): archived enqueued_at")
-                self.assert_instant(harness, archived.process_at, retried, f"Z1 ({zone}): archived process_at")
-                self.assert_instant(harness, archived.finished_at, finished, f"Z1 ({zone}): archived finished_at")
+                self.assert_instant(
+                    harness, archived.enqueued_at, enqueued, f"Z1 ({zone}): archived enqueued_at"
+                )
+                self.assert_instant(
+                    harness, archived.process_at, retried, f"Z1 ({zone}): archived process_at"
+                )
+                self.assert_instant(
+                    harness, archived.finished_at, finished, f"Z1 ({zone}): archived finished_at"
+                )
             finally:
                 zoned.close()
 
@@ -126,7 +141,9 @@ class ZoneTests(SuiteBase):
             worker.set(ahead + timedelta(seconds=2))
             assert self.run_next(zoned, worker, fail_first, **options) is True
             retry = ahead + timedelta(seconds=62)
-            self.assert_instant(harness, self.only_job(harness).process_at, retry, "Z2: the retry's process_at")
+            self.assert_instant(
+                harness, self.only_job(harness).process_at, retry, "Z2: the retry's process_at"
+            )
             worker.set(retry - timedelta(seconds=30))
             assert self.run_next(zoned, worker, fail_first, **options) is None, "Z2: the retry ran early"
             worker.set(retry)
@@ -143,7 +160,10 @@ class ZoneTests(SuiteBase):
                 "Z2: a job due by an enqueuer's clock an hour behind did not run at the worker's now"
             )
             self.assert_instant(
-                harness, self.only_archived(harness).process_at, behind + timedelta(minutes=10), "Z2: process_at"
+                harness,
+                self.only_archived(harness).process_at,
+                behind + timedelta(minutes=10),
+                "Z2: process_at",
             )
         finally:
             if zoned is not harness:
