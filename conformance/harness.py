@@ -104,7 +104,7 @@ class Harness:
 
     def session_state(self, conn: Any) -> dict[str, str]:
         """Everything a library could change in the session of `conn`: server settings, user variables,
-        the driver's autocommit and isolation flags. Read inside the caller's transaction, changing nothing."""
+        the driver's autocommit and isolation flags. Read inside the caller's transaction; changes nothing."""
         raise NotImplementedError
 
     def caller_write(self, conn: Any, marker: int) -> None:
@@ -207,14 +207,14 @@ def _mysql_user_variables(cursor: Any) -> list[tuple[str, Any]]:
     ):
         try:
             cursor.execute(query)
-        except Exception:
+        except Exception:  # the other server's table; a failed read leaves MySQL's transaction as it was
             continue
-        return [tuple(row) for row in cursor.fetchall()]  # type: ignore[misc]
+        return [tuple(row) for row in cursor.fetchall()]
     return []
 
 
 def _driver_state(conn: Any) -> dict[str, str]:
-    """The driver's own session flags, which it may change without a statement (psycopg, PyMySQL, psycopg2)."""
+    """The driver's own session flags, which change without a statement (psycopg, PyMySQL, psycopg2)."""
     state: dict[str, str] = {}
     get_autocommit = getattr(conn, "get_autocommit", None)
     if callable(get_autocommit):
@@ -327,14 +327,21 @@ class SqlHarness(Harness):
     def _zoned_connect(self) -> Any:
         assert self.zone is not None
         conn = self._base_connect()
-        cursor = conn.cursor()
         try:
-            if self.dialect == "mysql":
-                cursor.execute("SET time_zone = %s", (self.zone,))
-            else:
-                cursor.execute("SELECT set_config('TimeZone', %s, false)", (_posix_zone(self.zone),))
-        finally:
-            cursor.close()
+            cursor = conn.cursor()
+            try:
+                if self.dialect == "mysql":
+                    cursor.execute("SET time_zone = %s", (self.zone,))
+                else:
+                    cursor.execute("SELECT set_config('TimeZone', %s, false)", (_posix_zone(self.zone),))
+            finally:
+                cursor.close()
+        except Exception as exc:
+            conn.close()
+            raise RuntimeError(
+                f"cannot set the session time zone {self.zone!r}: {exc} (MySQL needs its time zone tables: "
+                "mariadb-tzinfo-to-sql /usr/share/zoneinfo | mariadb -uroot mysql)"
+            ) from exc
         conn.commit()
         return conn
 

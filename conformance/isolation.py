@@ -1,4 +1,4 @@
-"""Isolation clauses: what the level a backend claims at shows, one clause per behaviour that depends on it."""
+"""Isolation clauses: one per behaviour that depends on the isolation level a backend claims at."""
 
 from __future__ import annotations
 

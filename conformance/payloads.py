@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Final
 
 import pytest
@@ -101,17 +102,22 @@ class PayloadTests(SuiteBase):
         expected: type[Exception] = getattr(errors, "PayloadTooLargeError", errors.ProletarianError)
         conn = harness.connect()
         try:
-            with pytest.raises(expected) as raised:
-                self._enqueue_text(harness, conn, transit_text_of(limit + 1))
             try:
-                conn.commit()
-            except Exception:
+                self._enqueue_text(harness, conn, transit_text_of(limit + 1))
+            except expected:
                 pass
+            else:
+                pytest.fail(
+                    f"B1: enqueue took a payload one byte over the limit without raising {expected.__name__}"
+                )
+            # An aborted transaction may refuse the commit; what matters is what it left in the table.
+            with contextlib.suppress(Exception):
+                conn.commit()
         finally:
             conn.close()
-        assert harness.jobs() == [], (
-            f"B1: a payload one byte over the limit was stored ({len(harness.payload_bytes()[0][0])} bytes) "
-            f"after enqueue raised {type(raised.value).__name__}"
+        stored, _ = harness.payload_bytes()
+        assert stored == [], (
+            f"B1: a payload over the limit was stored anyway, as {[len(s) for s in stored]} bytes"
         )
 
     def test_every_character_class_round_trips_byte_for_byte_through_claim_and_archive(

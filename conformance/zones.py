@@ -1,4 +1,4 @@
-"""Clock and zone clauses: times are instants whatever the session's time zone and however skewed the clocks."""
+"""Clock and zone clauses: times are instants whatever the session's time zone, however skewed the clocks."""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 
 from conformance import builtin
 from conformance.harness import Harness, SqlHarness, load_harness
+from proletarian_ref.backends.dsn import mysql_connect_kwargs
 
 ALL_BACKENDS = ("postgresql", "mysql", "memory")
 PG_ENV = builtin.PG_ENV
@@ -189,7 +192,41 @@ def pg_harness(pg_dsn: str) -> SqlHarness:
 
 @pytest.fixture(scope="session")
 def mysql_harness(mysql_dsn: str) -> SqlHarness:
-    return _installed(_load("conformance.builtin:mysql", mysql_dsn))
+    harness = _installed(_load("conformance.builtin:mysql", mysql_dsn))
+    _load_mysql_time_zones(harness, mysql_dsn)
+    return harness
+
+
+def _load_mysql_time_zones(harness: SqlHarness, dsn: str) -> None:
+    """Fill MySQL's time zone tables if they are empty: the zone clause (Z1) sets named zones.
+
+    Idempotent: a server that has them is left alone. The SQL comes from the server's own tool
+    (mariadb-tzinfo-to-sql or mysql_tzinfo_to_sql) and goes through its client, as the manual says.
+    """
+    if harness.select("SELECT COUNT(*) FROM mysql.time_zone_name")[0][0]:
+        return
+    to_sql = shutil.which("mariadb-tzinfo-to-sql") or shutil.which("mysql_tzinfo_to_sql")
+    client = shutil.which("mariadb") or shutil.which("mysql")
+    if to_sql is None or client is None:
+        pytest.fail(
+            "MySQL's time zone tables are empty and neither mariadb-tzinfo-to-sql nor a mysql client is "
+            "here to load them (Z1 sets named zones)",
+            pytrace=False,
+        )
+    kwargs = mysql_connect_kwargs(dsn)
+    command = [
+        client,
+        "-h",
+        str(kwargs["host"]),
+        "-P",
+        str(kwargs["port"]),
+        "-u",
+        str(kwargs["user"]),
+        "mysql",
+    ]
+    environment = {**os.environ, "MYSQL_PWD": str(kwargs["password"])}
+    sql = subprocess.run([to_sql, "/usr/share/zoneinfo"], capture_output=True, check=True).stdout
+    subprocess.run(command, input=sql, env=environment, capture_output=True, check=True, timeout=300)
 
 
 @pytest.fixture

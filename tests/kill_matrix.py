@@ -1,4 +1,4 @@
-"""Pytest plugin: the mutant x clause kill matrix, gathered from the mutant tests and printed after the run."""
+"""Pytest plugin: the mutant x clause kill matrix, gathered from the mutant tests, printed after the run."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ def kill_matrix_lines(rows: dict[str, dict[str, str]]) -> list[str]:
             cells.append("  ." if outcome is None else "  X" if outcome == "killed" else "  !")
         lines.append(f"{mutant:<{width}} " + " ".join(cells))
     killed = sum(all(v == "killed" for v in o.values()) for o in rows.values())
-    lines.append(f"{killed} of {len(rows)} mutants killed by every clause named for them (X killed, ! survived)")
+    lines.append(
+        f"{killed} of {len(rows)} mutants killed by every clause named for them (X killed, ! survived)"
+    )
     return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -324,12 +325,19 @@ class MySQLSilentReconnect(MySQLBackend):
     def _execute(
         self, conn: Any, statement: str, params: dict[str, Any], read: Any, *, reads_rows: bool
     ) -> Any:
-        conn.ping(reconnect=True)
+        _ping_and_reconnect(conn)
         return super()._execute(conn, statement, params, read, reads_rows=reads_rows)
 
     def _commit(self, conn: Any, lease: Any) -> None:
-        conn.ping(reconnect=True)
+        _ping_and_reconnect(conn)
         super()._commit(conn, lease)
+
+
+def _ping_and_reconnect(conn: Any) -> None:
+    with warnings.catch_warnings():
+        # PyMySQL 1.1 deprecates the argument; plenty of code still passes it.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        conn.ping(reconnect=True)
 
 
 class _MySQLWorkerIsolation(MySQLBackend):
@@ -534,11 +542,11 @@ class MemoryGoesOnAfterAKill(MemoryBackend):
 
 
 class MemoryDirtyReads(MemoryBackend):
-    """Claims jobs other transactions enqueued but have not committed (READ UNCOMMITTED)."""
+    """Claims jobs other transactions enqueued but have not committed yet (READ UNCOMMITTED)."""
 
     def enqueue(self, conn: MemoryConnection, job_table: TableName, job: JobRecord) -> Any:
         job_id = super().enqueue(conn, job_table, job)
-        _UNCOMMITTED.setdefault(id(self.db), []).append((str(job_table), job._replace(job_id=job_id)))
+        _ENQUEUERS.setdefault(id(self.db), []).append(conn)
         return job_id
 
     def get_next_job(
@@ -546,21 +554,20 @@ class MemoryDirtyReads(MemoryBackend):
     ) -> JobRecord | None:
         committed = super().get_next_job(conn, job_table, queue, now)
         with self.db.lock:
-            table = self.db.tables.get(str(job_table), {})
+            # What other open transactions inserted and have neither committed nor rolled back.
             dirty = [
                 job
-                for name, job in _UNCOMMITTED.get(id(self.db), [])
-                if name == str(job_table)
-                and job.job_id not in table
-                and job.queue == queue
-                and job.process_at <= now
+                for other in _ENQUEUERS.get(id(self.db), [])
+                if other is not conn
+                for job in other._changes.get(str(job_table), {}).values()
+                if isinstance(job, JobRecord) and job.queue == queue and job.process_at <= now
             ]
         candidates = dirty + ([committed] if committed is not None else [])
         return min(candidates, key=lambda j: j.process_at) if candidates else None
 
 
-# Jobs each in-memory database was given, committed or not, for MemoryDirtyReads.
-_UNCOMMITTED: dict[int, list[tuple[str, JobRecord]]] = {}
+# The connections that enqueued on each in-memory database, for MemoryDirtyReads.
+_ENQUEUERS: dict[int, list[MemoryConnection]] = {}
 
 
 class MemoryEnqueueRollsBackOnError(MemoryBackend):

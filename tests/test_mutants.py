@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import ClassVar, Final
 
 import pytest
+from kill_matrix import KILL_MATRIX_PROPERTY
 from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, Mutant
 
 from conformance import MemoryHarness, SqlHarness, load_harness
 from conformance.harness import Harness
 from conformance.runner import run_suite_test
 from conformance.suite import BackendSuite, clauses
-from kill_matrix import KILL_MATRIX_PROPERTY
 
 # Enough generated examples for every property test named below to meet its mutant; measured, with
 # room to spare (most fail on their first or second example).
