@@ -170,9 +170,11 @@ class Harness:
 MYSQL_TEXT_BYTES: Final = 65_535
 # How long a killed session may take to disappear from the server's session list.
 _SESSION_GONE_S: Final = 10.0
-# Session variables that change by themselves (the clock, counters of the last statement).
+# Session variables that change by themselves (the clock, counters of the last statement, whether a
+# transaction is open, which the caller's own commit ends).
 _MYSQL_VOLATILE_VARIABLES: Final = frozenset(
     {
+        "in_transaction",
         "timestamp",
         "last_insert_id",
         "insert_id",

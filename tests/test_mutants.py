@@ -128,3 +128,23 @@ def test_the_docs_list_every_clause() -> None:
     text = DOCS.read_text(encoding="utf-8")
     missing = [clause for clause in clauses() if f"| {clause} |" not in text]
     assert not missing, f"docs/conformance.md does not list clauses {missing}"
+
+
+def test_the_docs_say_what_each_clause_kills_alone() -> None:
+    """Each clause once in "What each clause kills alone": the mutants only it kills, or why it is kept."""
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("### What each clause kills alone") :].split("\n## ", 1)[0]
+    entries = re.findall(r"^- \*\*([A-Z]\d+)\*\*: (.*)$", section, re.M)
+    assert sorted(clause for clause, _ in entries) == sorted(clauses()), "clauses missing or listed twice"
+    mutants = {m.name: m for m in POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS}
+    for clause, entry in entries:
+        if "Kept:" in entry:
+            continue
+        named = re.findall(r"`(\w+)`", entry)
+        assert named, f"{clause} names neither its mutants nor why it is kept"
+        for name in named:
+            assert name in mutants, f"{clause}: no mutant {name}"
+            # CI runs the clause against the mutant, so the claim is checked on every run.
+            assert clause in mutants[name].killed_by, (
+                f"{clause} is said to kill {name}, which does not name it"
+            )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
 
-import psycopg2
-import psycopg2.errors
-import psycopg2.extras
+import psycopg2  # type: ignore[import-untyped]
+import psycopg2.errors  # type: ignore[import-untyped]
+import psycopg2.extras  # type: ignore[import-untyped]
 
 from proletarian_ref.backend import Capabilities
 from proletarian_ref.backends._dbapi import SqlBackend
