@@ -54,17 +54,23 @@ class IsolationTests(SuiteBase):
     ) -> None:
         """I1 (no stale snapshot): a claim sees every job committed before it, however old its transaction.
 
-        A job committed after a worker's transaction made its first claim is seen by that transaction's
-        next claim, and by the next transaction of the same session. REPEATABLE READ or SERIALIZABLE keep
-        the snapshot of the transaction's first statement (PostgreSQL), and a session that keeps one
-        transaction across polls keeps it for good: the worker then never sees new jobs.
+        A job enqueued and committed after a worker's transaction made its first (empty) claim is seen by
+        that transaction's next claim, and by the next transaction of the same session; the enqueue does
+        not wait for the worker. REPEATABLE READ or SERIALIZABLE keep the snapshot of the transaction's
+        first statement (PostgreSQL) or lock the gap the empty claim scanned (InnoDB), and a session that
+        keeps one transaction across polls keeps its snapshot for good: the worker never sees new jobs.
         """
         job_table, _ = self.tables(harness)
         with AgentPool(harness.make_backend, self.step_timeout) as pool:
-            worker = pool.agent()
+            worker, enqueuer = pool.agent(), pool.agent()
             worker.begin()
             assert self.claim_in(worker, job_table, QUEUE_TEXT, EPOCH) is None
-            first = self.enqueue_job(harness, EPOCH, queue=QUEUE)
+            # Through an agent, so that an enqueue waiting on the empty claim's gap lock fails in seconds.
+            enqueuer.begin()
+            first = self._enqueue_in(
+                enqueuer, harness, QUEUE, EPOCH, EPOCH, "I1: enqueueing while a worker's empty claim is open"
+            )
+            enqueuer.commit()
             job = self.claim_in(worker, job_table, QUEUE_TEXT, EPOCH, "I1: a second claim")
             assert job is not None, (
                 "I1: a claim missed a job committed after its transaction began (a snapshot older than the "

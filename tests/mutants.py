@@ -782,9 +782,9 @@ MYSQL_MUTANTS: tuple[Mutant, ...] = (
         "mysql_repeatable_read",
         "its transactions run at InnoDB's default REPEATABLE READ: claims take gap locks",
         MySQLRepeatableRead,
-        ("I2",),
+        ("I1", "I2"),
     ),
-    Mutant("mysql_serializable", "its transactions run at SERIALIZABLE", MySQLSerializable, ("I2",)),
+    Mutant("mysql_serializable", "its transactions run at SERIALIZABLE", MySQLSerializable, ("I1", "I2")),
     Mutant(
         "mysql_two_step_claim_read_uncommitted",
         "the claim finds its job with a plain read at READ UNCOMMITTED, then locks it by id",
