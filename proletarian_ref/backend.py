@@ -112,3 +112,17 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the backend holds (connections kept for worker threads)."""
         ...
+
+
+@runtime_checkable
+class PayloadLimits(Protocol):
+    """What a backend whose payload column has a size limit adds; enqueue calls it before the INSERT.
+
+    Optional: a backend without it stores any payload the database takes (PostgreSQL TEXT: up to 1 GB).
+    """
+
+    def check_payload(
+        self, conn: Any, job_table: TableName, archived_job_table: TableName | None, payload: str
+    ) -> None:
+        """Raise PayloadTooLargeError if `payload` does not fit either table's payload column."""
+        ...

@@ -14,7 +14,6 @@ import pytest
 
 from conformance import builtin
 from conformance.harness import Harness, SqlHarness, load_harness
-from proletarian_ref.backends.dsn import mysql_connect_kwargs
 
 ALL_BACKENDS = ("postgresql", "mysql", "memory")
 PG_ENV = builtin.PG_ENV
@@ -191,42 +190,9 @@ def pg_harness(pg_dsn: str) -> SqlHarness:
 
 
 @pytest.fixture(scope="session")
-def mysql_harness(mysql_dsn: str) -> SqlHarness:
-    harness = _installed(_load("conformance.builtin:mysql", mysql_dsn))
-    _load_mysql_time_zones(harness, mysql_dsn)
-    return harness
-
-
-def _load_mysql_time_zones(harness: SqlHarness, dsn: str) -> None:
-    """Fill MySQL's time zone tables if they are empty: the zone clause (Z1) sets named zones.
-
-    Idempotent: a server that has them is left alone. The SQL comes from the server's own tool
-    (mariadb-tzinfo-to-sql or mysql_tzinfo_to_sql) and goes through its client, as the manual says.
-    """
-    if harness.select("SELECT COUNT(*) FROM mysql.time_zone_name")[0][0]:
-        return
-    to_sql = shutil.which("mariadb-tzinfo-to-sql") or shutil.which("mysql_tzinfo_to_sql")
-    client = shutil.which("mariadb") or shutil.which("mysql")
-    if to_sql is None or client is None:
-        pytest.fail(
-            "MySQL's time zone tables are empty and neither mariadb-tzinfo-to-sql nor a mysql client is "
-            "here to load them (Z1 sets named zones)",
-            pytrace=False,
-        )
-    kwargs = mysql_connect_kwargs(dsn)
-    command = [
-        client,
-        "-h",
-        str(kwargs["host"]),
-        "-P",
-        str(kwargs["port"]),
-        "-u",
-        str(kwargs["user"]),
-        "mysql",
-    ]
-    environment = {**os.environ, "MYSQL_PWD": str(kwargs["password"])}
-    sql = subprocess.run([to_sql, "/usr/share/zoneinfo"], capture_output=True, check=True).stdout
-    subprocess.run(command, input=sql, env=environment, capture_output=True, check=True, timeout=300)
+def mysql_harness(mysql_time_zones: str) -> SqlHarness:
+    # On a server with its time zone tables: the zone clause (Z1) sets named zones.
+    return _installed(_load("conformance.builtin:mysql", mysql_time_zones))
 
 
 @pytest.fixture
@@ -257,3 +223,40 @@ def mysql_db(mysql_harness: SqlHarness) -> Iterator[SqlHarness]:
     mysql_harness.clear()
     yield mysql_harness
     mysql_harness.close()
+
+
+@pytest.fixture(scope="session")
+def mysql_time_zones(mysql_dsn: str) -> str:
+    """The MySQL DSN, on a server whose named time zones ('Europe/Oslo') are loaded.
+
+    A fresh server has empty zone tables; tests that set a named session time zone need them. Loaded from
+    the system's zoneinfo once per server (under the install lock), over PyMySQL so a container's server
+    gets them too.
+    """
+    import pymysql
+    from pymysql.constants import CLIENT
+
+    from proletarian_ref.backends.dsn import mysql_connect_kwargs
+
+    conn = pymysql.connect(**mysql_connect_kwargs(mysql_dsn), client_flag=CLIENT.MULTI_STATEMENTS)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK('proletarian_ref_tests', 300)")
+            cursor.execute("SELECT COUNT(*) FROM mysql.time_zone_name")
+            ((count,),) = cursor.fetchall()
+            if count == 0:
+                tool = shutil.which("mariadb-tzinfo-to-sql") or shutil.which("mysql_tzinfo_to_sql")
+                if tool is None:
+                    pytest.fail("the server has no time zone tables and no mysql_tzinfo_to_sql to load them")
+                script = subprocess.run(
+                    [tool, "/usr/share/zoneinfo"], check=True, capture_output=True, text=True
+                ).stdout
+                cursor.execute("USE mysql")
+                cursor.execute(script)
+                while cursor.nextset():
+                    pass
+                conn.commit()
+            cursor.execute("SELECT RELEASE_LOCK('proletarian_ref_tests')")
+    finally:
+        conn.close()
+    return mysql_dsn

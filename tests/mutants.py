@@ -294,7 +294,7 @@ class PgEnqueueCommitsEarlierWrites(PostgresBackend):
 class PgNaiveTimes(PostgresBackend):
     """Sends times as UTC wall-clock text without an offset: the server reads them in the session's zone."""
 
-    def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
+    def _db_time(self, value: datetime, *, what: str = "time") -> Any:
         return value.astimezone(UTC).replace(tzinfo=None).isoformat()
 
 

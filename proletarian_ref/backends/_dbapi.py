@@ -65,8 +65,8 @@ class SqlBackend:
     def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
         raise NotImplementedError
 
-    def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
-        """A UTC instant as this driver's parameter; `scheduled` marks a time a job must not run before.
+    def _db_time(self, value: datetime, *, what: str = "time") -> Any:
+        """A UTC instant as this driver's parameter, the exact instant as Proletarian binds it.
 
         Raises ConfigurationError, naming `what`, for a time the column cannot hold, before any SQL runs.
         """
@@ -77,6 +77,13 @@ class SqlBackend:
 
     def _prepare_session(self, conn: Any, *, worker: bool = False) -> None:
         """Per-connection settings, applied once; `worker` marks a connection the backend itself took."""
+
+    def _caller_session(self, conn: Any) -> AbstractContextManager[str]:
+        """Around enqueue's INSERT on a caller's connection: yields a prefix for the statement.
+
+        Whatever it changes in the session it puts back before the block ends, raised or not.
+        """
+        return contextlib.nullcontext("")
 
     def _begin(self, conn: Any) -> Any:
         """Leave autocommit for the transaction; returns what _end needs to restore."""
@@ -283,16 +290,17 @@ class SqlBackend:
             "payload": job.payload,
             "attempts": job.attempts,
             "enqueued_at": self._db_time(job.enqueued_at, what="enqueued_at"),
-            "process_at": self._db_time(
-                job.process_at, scheduled=job.process_at > job.enqueued_at, what="process_at"
-            ),
+            "process_at": self._db_time(job.process_at, what="process_at"),
         }
-        if job.job_id is not None:
-            self._execute(conn, self._render("enqueue", job_table), params, _rowcount, reads_rows=False)
-            return job.job_id
-        del params["job_id"]
-        statement = self._render("enqueue_db_generated", job_table)
-        return self._execute(conn, statement, params, self._generated_id, reads_rows=False)
+        generated = job.job_id is None
+        if generated:
+            del params["job_id"]
+        statement = self._render("enqueue_db_generated" if generated else "enqueue", job_table)
+        with self._caller_session(conn) as prefix:
+            if not generated:
+                self._execute(conn, prefix + statement, params, _rowcount, reads_rows=False)
+                return job.job_id
+            return self._execute(conn, prefix + statement, params, self._generated_id, reads_rows=False)
 
     def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
         row = self._execute(
@@ -349,7 +357,7 @@ class SqlBackend:
         self._write_one(conn, self._render("delete_job", job_table), {"job_id": job_id}, "delete_job")
 
     def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
-        params = {"job_id": job_id, "retry_at": self._db_time(retry_at, scheduled=True, what="retry_at")}
+        params = {"job_id": job_id, "retry_at": self._db_time(retry_at, what="retry_at")}
         self._write_one(conn, self._render("retry_at", job_table), params, "retry_at")
 
 

@@ -116,7 +116,7 @@ class PostgresBackend(SqlBackend):
         cursor.adapters.register_loader("timestamp", _LenientTimestampLoader)
         return cursor
 
-    def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
+    def _db_time(self, value: datetime, *, what: str = "time") -> Any:
         # Text with an explicit offset and no declared type (psycopg sends str as "unknown"): PostgreSQL
         # takes the exact instant into TIMESTAMPTZ and the UTC wall clock into a legacy TIMESTAMP column,
         # whatever the session TimeZone, just as pgjdbc's setTimestamp with a UTC Calendar does.
