@@ -9,6 +9,7 @@ import pytest
 
 from conformance.base import SuiteBase
 from conformance.clocks import EPOCH, frozen
+from conformance.contract import VerbatimSerializer
 from conformance.harness import Harness
 from conformance.sessions import need
 from proletarian_ref import errors
@@ -50,19 +51,6 @@ def first_difference(expected: str, actual: str) -> str:
     return f"at character {at}: expected {expected[at : at + 12]!r}, got {actual[at : at + 12]!r}"
 
 
-class _Verbatim:
-    """A serializer that writes a fixed text, so the test controls the exact byte count."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def encode(self, payload: Any) -> str:
-        return self.text
-
-    def decode(self, text: str) -> Any:
-        return default_serializer().decode(text)
-
-
 class PayloadTests(SuiteBase):
     """Payload text in, the same bytes out: never truncated, never re-encoded, never mangled."""
 
@@ -74,7 +62,7 @@ class PayloadTests(SuiteBase):
             "conformance/job",
             None,
             job_table=harness.job_table,
-            serializer=_Verbatim(text),
+            serializer=VerbatimSerializer(text),
             job_id_strategy=harness.job_id_strategy(),
             clock=frozen(EPOCH),
             backend=harness.backend(),
@@ -93,7 +81,7 @@ class PayloadTests(SuiteBase):
             pytest.skip(f"{harness.name}: the payload column has no size limit worth testing")
         need(harness, "payload_bytes")
         fits = transit_text_of(limit)
-        self.enqueue_job(harness, EPOCH, serializer=_Verbatim(fits))
+        self.enqueue_job(harness, EPOCH, serializer=VerbatimSerializer(fits))
         stored, _ = harness.payload_bytes()
         assert stored == [fits.encode("utf-8")], "B1: a payload at the column's limit was not stored whole"
         assert self.run_next(harness, frozen(EPOCH), lambda job_type, payload: None) is True

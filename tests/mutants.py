@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from proletarian_ref.backend import JobRecord
+from proletarian_ref.backends._dbapi import _fetchone
 from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
 from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend
@@ -591,10 +592,6 @@ class MemoryEnqueueCommitsEarlierWrites(MemoryBackend):
     def enqueue(self, conn: MemoryConnection, job_table: TableName, job: JobRecord) -> Any:
         conn.commit()
         return super().enqueue(conn, job_table, job)
-
-
-def _fetchone(cursor: Any) -> Any:
-    return cursor.fetchone()
 
 
 POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
