@@ -37,5 +37,12 @@ if [ "${#bench[@]}" -gt 0 ]; then
 else
   echo "no database server here: benchmarks skipped"
 fi
+echo "== a JDK and jackson-core, for the Jackson oracle test (tests/test_transit_json_jvm.py)"
+if ! { command -v javac >/dev/null && [ -f /usr/share/java/jackson-core.jar ]; } && command -v apt-get >/dev/null; then
+  as_root=()
+  [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
+  { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" apt-get install -y -qq default-jdk-headless libjackson2-core-java >/dev/null; } \
+    || echo "could not install them: in CI the oracle test then fails"
+fi
 echo "== pytest"
 exec "$venv/bin/pytest" -n 2 -p no:cacheprovider "$@"

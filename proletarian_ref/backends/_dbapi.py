@@ -98,6 +98,9 @@ class SqlBackend:
     def _generated_id(self, cursor: Any) -> Any:
         raise NotImplementedError
 
+    def _cancel_statement(self, conn: Any) -> None:
+        """Ask the server, from another thread, to end the statement `conn` is running; may do nothing."""
+
     def _checkout_pooled(self) -> Any:
         raise ConfigurationError(f"{type(self).__name__} cannot take connections from {self._data_source!r}")
 
@@ -202,10 +205,10 @@ class SqlBackend:
         """Abandon the transaction thread `thread_id` has open: its job becomes claimable again.
 
         Closes the connection at once if the thread is not talking to the server (the usual case: it is
-        running a handler), so the server rolls back and frees the row lock; otherwise the thread closes
-        it after its current statement. Whatever the thread does next on it fails with
-        ConnectionReleasedError, so a handler that returns later writes nothing. False if the thread had
-        no transaction open.
+        running a handler), so the server rolls back and frees the row lock; otherwise the statement is
+        cancelled where the driver can (PostgreSQL) and the thread closes the connection after it.
+        Whatever the thread does next on it fails with ConnectionReleasedError, so a handler that returns
+        later writes nothing. False if the thread had no transaction open.
         """
         with self._lock:
             lease = self._leases.get(thread_id)
@@ -215,7 +218,21 @@ class SqlBackend:
             close_now = not lease.busy
         if close_now:
             _close_quietly(lease.conn)
+        else:
+            # A statement blocked on a lock (a claim behind LOCK TABLE or a migration) would hold the
+            # thread, and then the row it returns, until the lock goes; a driver that can, cuts it short.
+            self._cancel_statement(lease.conn)
         return True
+
+    def close_thread_connection(self) -> None:
+        """Close the connection the calling thread kept, if any; a worker thread calls it as it ends.
+
+        So a worker on a backend it was lent gives back what its own threads opened, and nothing of
+        another worker's. A pool's connections go back to the pool after every transaction already.
+        """
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            self._discard_thread_connection(conn)
 
     def close(self) -> None:
         with self._lock:

@@ -73,6 +73,23 @@ class MySQLBackend(SqlBackend):
         # The payload columns of (server, job table, archive table); read once, re-read before refusing.
         self._payload_columns: dict[tuple[Any, ...], list[PayloadColumn]] = {}
 
+    def _cancel_statement(self, conn: Any) -> None:
+        # PyMySQL has no out-of-band cancel, so a second session of the same server sends KILL QUERY,
+        # which ends the statement (error 1317) and keeps the session. Only a factory can open that
+        # session; with a lent connection the claim ends when its lock does.
+        if not callable(self._data_source):
+            return
+        session = _server_session(conn)
+        if session is None:
+            return
+        with contextlib.suppress(Exception):  # a statement that ends by itself is as good
+            other = self._data_source()
+            try:
+                with other.cursor(pymysql.cursors.Cursor) as cursor:
+                    cursor.execute("KILL QUERY %s", (int(session),))
+            finally:
+                other.close()
+
     def _translate(self, exc: BaseException) -> DatabaseError | None:
         if not isinstance(exc, pymysql.err.MySQLError):
             return None

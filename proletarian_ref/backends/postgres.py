@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Final
 
@@ -88,6 +89,15 @@ class PostgresBackend(SqlBackend):
 
     def _checkin_pooled(self, conn: Any) -> None:
         self._data_source.putconn(conn)
+
+    def _cancel_statement(self, conn: Any) -> None:
+        # psycopg documents cancel from another thread as safe; cancel_safe (3.2+) also waits for it.
+        cancel = getattr(conn, "cancel_safe", None)
+        with contextlib.suppress(Exception):  # a statement that ends by itself is as good
+            if cancel is not None:
+                cancel(timeout=5.0)
+            else:
+                conn.cancel()
 
     def _translate(self, exc: BaseException) -> DatabaseError | None:
         if PoolTimeout is not None and isinstance(exc, PoolTimeout):

@@ -9,3 +9,5 @@ FROM information_schema.COLUMNS
 WHERE COLUMN_NAME = 'payload'
   AND ((TABLE_SCHEMA = COALESCE(%(job_schema)s, DATABASE()) AND TABLE_NAME = %(job_name)s)
     OR (TABLE_SCHEMA = COALESCE(%(archive_schema)s, DATABASE()) AND TABLE_NAME = %(archive_name)s))
+-- The job table's column first, so that of two columns of one size the error names the one enqueue writes.
+ORDER BY (TABLE_SCHEMA = COALESCE(%(job_schema)s, DATABASE()) AND TABLE_NAME = %(job_name)s) DESC
