@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import Any, Final
 
 import pytest
@@ -115,29 +116,32 @@ class PayloadTests(SuiteBase):
 
         Non-ASCII in and out of the BMP, control characters, U+2028/9, combining marks, slashes, quotes,
         backslashes and Transit's escape prefixes ~ ^ `: the stored and archived payload bytes are the
-        UTF-8 of the text enqueue wrote, and the claim returns that very text.
+        UTF-8 of the text enqueue wrote, and the claim returns that very text. Twice: the serializer's
+        text (which, as Proletarian's, escapes characters outside the BMP) and the same payload as raw
+        UTF-8, as another writer may store it.
         """
         job_table, archived_job_table = self.tables(harness)
         serializer = default_serializer()
         payload = dict(CHARACTER_CLASSES)
-        text = serializer.encode(payload)
-        self.enqueue_job(harness, EPOCH, payload=payload)
-        if harness.supports("payload_bytes"):
-            stored, _ = harness.payload_bytes()
-            assert stored == [text.encode("utf-8")], "B2: the stored payload bytes are not the text enqueued"
+        escaped = serializer.encode(payload)
+        raw = json.dumps(json.loads(escaped), ensure_ascii=False, separators=(",", ":"))
         backend = harness.backend()
-        with backend.transaction() as conn:
-            job = backend.get_next_job(conn, job_table, DEFAULT_QUEUE_TEXT, EPOCH)
-            assert job is not None
-            assert job.payload == text, (
-                f"B2: the claimed payload text differs: {first_difference(text, job.payload)}"
-            )
-            assert serializer.decode(job.payload) == payload
-            backend.archive_job(conn, job_table, archived_job_table, job.job_id, STATUS_SUCCESS, EPOCH)
-            backend.delete_job(conn, job_table, job.job_id)
-        assert self.only_archived(harness).payload == text, "B2: the archived payload text differs"
-        if harness.supports("payload_bytes"):
-            _, archived = harness.payload_bytes()
-            assert archived == [text.encode("utf-8")], (
-                "B2: the archived payload bytes are not the text enqueued"
-            )
+        for kind, text in (("the serializer's", escaped), ("raw UTF-8", raw)):
+            harness.clear()
+            self.enqueue_job(harness, EPOCH, serializer=VerbatimSerializer(text))
+            if harness.supports("payload_bytes"):
+                stored, _ = harness.payload_bytes()
+                assert stored == [text.encode("utf-8")], f"B2 ({kind}): the stored bytes are not the text"
+            with backend.transaction() as conn:
+                job = backend.get_next_job(conn, job_table, DEFAULT_QUEUE_TEXT, EPOCH)
+                assert job is not None
+                assert job.payload == text, (
+                    f"B2 ({kind}): the claimed payload text differs: {first_difference(text, job.payload)}"
+                )
+                assert serializer.decode(job.payload) == payload
+                backend.archive_job(conn, job_table, archived_job_table, job.job_id, STATUS_SUCCESS, EPOCH)
+                backend.delete_job(conn, job_table, job.job_id)
+            assert self.only_archived(harness).payload == text, f"B2 ({kind}): the archived text differs"
+            if harness.supports("payload_bytes"):
+                _, archived = harness.payload_bytes()
+                assert archived == [text.encode("utf-8")], f"B2 ({kind}): the archived bytes are not the text"

@@ -842,7 +842,7 @@ MYSQL_MUTANTS: tuple[Mutant, ...] = (
         "mysql_worker_session_utf8mb3",
         "its own sessions talk utf8mb3: characters outside the BMP come back as '?'",
         MySQLWorkerSessionUtf8mb3,
-        ("S1", "B2"),
+        ("A2", "B2"),
     ),
     Mutant(
         "mysql_id_byte_order",
