@@ -95,6 +95,10 @@ class SqlBackend:
     def _is_broken(self, conn: Any) -> bool:
         raise NotImplementedError
 
+    def _abandons_connection(self, error: BaseException) -> bool:
+        """Whether a connection that raised `error` should be replaced though it still looks open."""
+        return False
+
     def _generated_id(self, cursor: Any) -> Any:
         raise NotImplementedError
 
@@ -439,7 +443,7 @@ class _Transaction:
                 except Exception:
                     healthy = False
             if error is not None:
-                healthy = healthy and not backend._is_broken(conn)
+                healthy = healthy and not backend._is_broken(conn) and not backend._abandons_connection(error)
         finally:
             backend._finish(lease, pooled=self._pooled, healthy=healthy)
         if error is not None and error is not exc:

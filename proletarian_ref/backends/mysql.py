@@ -26,6 +26,7 @@ from proletarian_ref.tables import TableName
 _TRANSIENT_CODES: Final = frozenset(
     {
         1040,  # too many connections
+        1047,  # Galera: "WSREP has not yet prepared node for application use" (joining, or lost quorum)
         1053,  # server shutdown in progress
         1080,  # forcing close of thread (server shutting down)
         1152,  # aborted connection
@@ -45,6 +46,10 @@ _TRANSIENT_CODES: Final = frozenset(
     }
 )
 _NO_SUCH_TABLE: Final = 1146
+# Errors after which the worker thread drops its connection rather than keep it: a Galera node that is
+# not in the primary component answers every statement with 1047 until it rejoins, so the thread must
+# connect again, which a failover_connection_factory sends to a node that is.
+_RECONNECT_CODES: Final = frozenset({1047})
 _CLIENT_ERRORS: Final = range(2000, 3000)  # CR_* codes: connection lost, server gone away, cannot connect
 # The range of MySQL's TIMESTAMP type, as UTC wall-clock time (MariaDB before 11.5 too).
 TIMESTAMP_MIN: Final = datetime(1970, 1, 1, 0, 0, 1)
@@ -100,6 +105,14 @@ class MySQLBackend(SqlBackend):
         if isinstance(exc, pymysql.err.InterfaceError) or code in _TRANSIENT_CODES or code in _CLIENT_ERRORS:
             return TransientDatabaseError(message)
         return DatabaseError(message)
+
+    def _abandons_connection(self, error: BaseException) -> bool:
+        cause = error.__cause__ if isinstance(error, DatabaseError) else error
+        return (
+            isinstance(cause, pymysql.err.MySQLError)
+            and bool(cause.args)
+            and cause.args[0] in _RECONNECT_CODES
+        )
 
     def _prepare_session(self, conn: Any, *, worker: bool = False) -> None:
         # Only the worker's own connections: a caller's session is never changed (see _caller_session).
