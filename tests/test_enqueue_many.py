@@ -24,7 +24,9 @@ from proletarian_ref import (
     enqueue,
     enqueue_many,
 )
+from proletarian_ref.backends._dbapi import SqlBackend
 from proletarian_ref.backends.memory import MemoryBackend, MemoryDatabase
+from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.job_ids import default_job_id_strategy
 from proletarian_ref.serializers import create_serializer
 
@@ -271,6 +273,28 @@ def test_a_failed_later_insert_of_a_mysql_batch_takes_the_earlier_ones_back_too(
     finally:
         conn.close()
     assert [job.job_type for job in mysql_db.jobs()] == [":before"]
+
+
+class PgWithoutCopy(PostgresBackend):
+    """PostgreSQL as a SqlBackend without COPY sees it (a third party's, e.g. on psycopg2)."""
+
+    _insert_rows = SqlBackend._insert_rows
+
+
+def test_a_postgresql_sql_backend_without_copy_inserts_the_batch_with_multi_row_inserts(
+    pg_db: SqlHarness,
+) -> None:
+    conn = pg_db.connect()
+    try:
+        # 2,500 jobs: three INSERTs of at most 1,000 rows (7,000 bind parameters each).
+        ids = enqueue_many(
+            conn, [("a", n) for n in range(2_500)], job_table=pg_db.job_table, backend=PgWithoutCopy()
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    by_id = {job.job_id: SERIALIZER.decode(job.payload) for job in pg_db.jobs()}
+    assert [by_id[job_id] for job_id in ids] == list(range(2_500))
 
 
 def test_postgresql_db_generated_ids_come_back_in_the_order_of_the_jobs(pg_db: SqlHarness) -> None:

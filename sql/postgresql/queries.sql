@@ -54,3 +54,12 @@ RETURNING job_id
 
 -- name: enqueue_many_db_generated_row
 (%s, %s, %s, %s, %s, %s)
+
+-- name: enqueue_many
+-- (E) for a batch on a PostgreSQL backend without COPY (SqlBackend's own way, e.g. over psycopg2): {rows}
+-- is enqueue_many_row once per job; 1,000 rows of 7 values stay below the 65,535 bind parameters.
+INSERT INTO {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES {rows}
+
+-- name: enqueue_many_row
+(%s, %s, %s, %s, %s, %s, %s)
