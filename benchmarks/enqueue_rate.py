@@ -1,4 +1,4 @@
-"""Enqueue rate on one connection, one job or a batch per transaction, against the raw-driver loop."""
+"""Enqueue rate on one connection, one job, a batch or an enqueue_many per transaction, against raw SQL."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from benchmarks.common import (
     truncate,
 )
 from benchmarks.progress import Progress
-from benchmarks.raw import raw_enqueue
+from benchmarks.raw import raw_enqueue, raw_enqueue_batched
 from benchmarks.settings import Settings
 from benchmarks.workers import raw_skip_reason
 from conformance.harness import Harness
-from proletarian_ref import enqueue
+from proletarian_ref import enqueue, enqueue_many
 from proletarian_ref.backend import Backend
 
 
@@ -52,6 +52,61 @@ def library_enqueue(
         return count, time.perf_counter() - start
     finally:
         conn.close()
+
+
+def library_enqueue_many(
+    harness: Harness, per_transaction: int, window_s: float, max_jobs: int, backend: Backend | None
+) -> tuple[int, float]:
+    """Jobs enqueued through one proletarian_ref.enqueue_many call per transaction, and seconds taken."""
+    conn = harness.connect()
+    try:
+        count = 0
+        start = time.perf_counter()
+        deadline = start + window_s
+        while count < max_jobs and time.perf_counter() < deadline:
+            enqueue_many(
+                conn,
+                [(BENCH_JOB_TYPE, {"i": count + n}) for n in range(per_transaction)],
+                queue=BENCH_QUEUE,
+                job_table=harness.job_table,
+                backend=backend,
+            )
+            conn.commit()
+            count += per_transaction
+        return count, time.perf_counter() - start
+    finally:
+        conn.close()
+
+
+def _many_row(
+    harness: Harness, settings: Settings, progress: Progress, raw_reason: str | None
+) -> dict[str, Any]:
+    """enqueue_many of settings.enqueue_many_batch jobs a transaction against the driver's batched insert."""
+    per_txn = settings.enqueue_many_batch
+    variants = ["library_many"] + ([] if raw_reason else ["raw_batched"])
+    rounds = max(1, settings.throughput_rounds)
+    task = progress.task(f"{harness.name}: enqueue_many rate", len(variants) * rounds)
+    row: dict[str, Any] = {"jobs_per_transaction": per_txn}
+    window = settings.enqueue_window_s / rounds
+    # At least two transactions a round, so a round is never one commit's noise.
+    max_jobs = max(settings.enqueue_max_jobs, 2 * per_txn)
+    for round_ in range(rounds):
+        for variant in variants if round_ % 2 == 0 else variants[::-1]:
+            progress.describe(task, f"{harness.name}: enqueue_many {per_txn}/txn {variant}")
+            truncate(harness)
+            if variant == "raw_batched":
+                sql_harness, dialect = require_sql(harness)
+                count, elapsed = raw_enqueue_batched(sql_harness, dialect, per_txn, window, max_jobs)
+            else:
+                count, elapsed = library_enqueue_many(harness, per_txn, window, max_jobs, None)
+            row.setdefault(f"{variant}_rounds", []).append(count / elapsed if elapsed > 0 else 0.0)
+            progress.advance(task)
+    for variant in variants:
+        row[f"{variant}_jobs_per_s"] = statistics.median(row[f"{variant}_rounds"])
+    if row.get("raw_batched_jobs_per_s", 0) > 0:
+        row["ratio"] = row["library_many_jobs_per_s"] / row["raw_batched_jobs_per_s"]
+    progress.done(task)
+    return row
 
 
 def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
@@ -91,7 +146,9 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             rows.append(row)
         truncate(harness)
         progress.done(task)
-        out: dict[str, Any] = {"backend": harness.name, "factory": spec.factory, "rows": rows}
+        many = _many_row(harness, settings, progress, raw_reason)
+        truncate(harness)
+        out: dict[str, Any] = {"backend": harness.name, "factory": spec.factory, "rows": rows, "many": many}
         if raw_reason:
             out["raw_skipped"] = raw_reason
         return out

@@ -211,6 +211,25 @@ def _enqueue_section(results: dict[str, Any]) -> list[str]:
             )
     out += _table(["backend", "jobs/txn", "library", "reused backend", "raw", "library / raw"], rows)
     out.append("")
+    many = [e for e in entries if "many" in e]
+    if many:
+        out.append(
+            "*enqueue_many*: one `enqueue_many(conn, jobs)` per transaction; *raw batched*: the driver's own "
+            "batch (PostgreSQL: COPY with `write_row`; MySQL: PyMySQL's multi-row `executemany`)."
+        )
+        out.append("")
+        many_rows = [
+            [
+                e["backend"],
+                e["many"]["jobs_per_transaction"],
+                e["many"].get("library_many_jobs_per_s"),
+                e["many"].get("raw_batched_jobs_per_s"),
+                e["many"].get("ratio"),
+            ]
+            for e in many
+        ]
+        out += _table(["backend", "jobs/txn", "enqueue_many", "raw batched", "enqueue_many / raw"], many_rows)
+        out.append("")
     return out + _notes(entries)
 
 

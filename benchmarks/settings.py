@@ -43,6 +43,8 @@ class Settings:
     enqueue_window_s: float
     enqueue_max_jobs: int
     enqueue_batch: int
+    # enqueue_many against the driver's own batched insert: jobs per transaction (one call each).
+    enqueue_many_batch: int
     # Enqueue-to-start latency at low load, and the idle worker's cost.
     latency_jobs: int
     latency_gap_ms: tuple[float, float]
@@ -104,6 +106,7 @@ FULL: Final = Settings(
     enqueue_window_s=4.0,
     enqueue_max_jobs=50_000,
     enqueue_batch=100,
+    enqueue_many_batch=1000,
     latency_jobs=100,
     latency_gap_ms=(20.0, 200.0),
     idle_window_s=10.0,
@@ -148,6 +151,7 @@ QUICK: Final = Settings(
     enqueue_window_s=0.6,
     enqueue_max_jobs=10_000,
     enqueue_batch=100,
+    enqueue_many_batch=1000,
     latency_jobs=20,
     latency_gap_ms=(20.0, 120.0),
     idle_window_s=1.5,
@@ -194,6 +198,7 @@ TINY: Final = QUICK.with_(
     enqueue_window_s=0.2,
     enqueue_max_jobs=300,
     enqueue_batch=10,
+    enqueue_many_batch=50,
     latency_jobs=3,
     latency_gap_ms=(5.0, 20.0),
     idle_window_s=0.5,

@@ -3,7 +3,7 @@
 # The submodules the docs name as `pr.<module>.<name>` are attributes of the package after
 # `import proletarian_ref`. None of them imports a driver: backends import theirs when first used.
 from proletarian_ref import schema, stats
-from proletarian_ref.backend import Backend, Capabilities, JobRecord
+from proletarian_ref.backend import Backend, BatchEnqueue, Capabilities, JobRecord
 from proletarian_ref.errors import (
     ConfigurationError,
     DatabaseError,
@@ -20,7 +20,7 @@ from proletarian_ref.errors import (
     TransientDatabaseError,
 )
 from proletarian_ref.interrupts import check_interrupted, interrupted, sleep
-from proletarian_ref.job import Job, enqueue
+from proletarian_ref.job import Job, JobSpec, enqueue, enqueue_many
 from proletarian_ref.job_ids import (
     ConstantIdStrategy,
     DbGeneratedStrategy,
@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_JOB_TABLE",
     "DEFAULT_QUEUE",
     "Backend",
+    "BatchEnqueue",
     "Capabilities",
     "ConfigurationError",
     "ConstantIdStrategy",
@@ -58,6 +59,7 @@ __all__ = [
     "JobIdStrategy",
     "JobInterrupted",
     "JobRecord",
+    "JobSpec",
     "MysqlUuidStrategy",
     "PayloadDecodeError",
     "PayloadTooLargeError",
@@ -77,6 +79,7 @@ __all__ = [
     "create_serializer",
     "db_generated_strategy",
     "enqueue",
+    "enqueue_many",
     "interrupted",
     "mysql_time_ordered_uuid_strategy",
     "mysql_uuid_strategy",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -130,4 +131,21 @@ class PayloadLimits(Protocol):
         self, conn: Any, job_table: TableName, archived_job_table: TableName | None, payload: str
     ) -> None:
         """Raise PayloadTooLargeError if `payload` does not fit either table's payload column."""
+        ...
+
+
+@runtime_checkable
+class BatchEnqueue(Protocol):
+    """What a backend that inserts many jobs at once adds; enqueue_many calls it with the whole batch.
+
+    Optional: without it enqueue_many calls `enqueue` once per job, so a backend written before it keeps
+    working (then a database error part-way leaves the earlier jobs in the caller's transaction).
+    """
+
+    def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]:
+        """(E) Insert `jobs` on the caller's connection, never committing; the stored ids, in order.
+
+        Either every `job_id` is None (the database makes them) or none is. A time or id the backend
+        cannot store raises before any SQL runs.
+        """
         ...

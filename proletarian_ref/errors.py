@@ -6,6 +6,9 @@ from __future__ import annotations
 class ProletarianError(Exception):
     """Base class of every error raised by proletarian_ref."""
 
+    # The position of the job enqueue_many refused in the jobs it was given; None everywhere else.
+    index: int | None = None
+
 
 class ConfigurationError(ProletarianError, ValueError):
     """An option, table name or argument is invalid; raised before any SQL runs."""

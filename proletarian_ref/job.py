@@ -1,11 +1,12 @@
-"""Enqueueing a job on the caller's connection (proletarian.job/enqueue!) and the job handlers see."""
+"""Enqueueing jobs on the caller's connection, one or a batch (proletarian.job/enqueue!), and Job."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, cast
 
-from proletarian_ref.backend import Backend, JobRecord, PayloadLimits
+from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, PayloadLimits
 from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
@@ -91,13 +92,150 @@ def enqueue(
     """
     table = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
-    job_type_text = to_keyword_text(job_type, what="job_type")
-    queue_text = to_keyword_text(queue, what="queue")
     if backend is None:
         backend = backend_for_connection(conn)
     strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
     serializer = serializer if serializer is not None else _DEFAULT_SERIALIZER
     now = now_from(clock if clock is not None else system_utc)
+    job_id, record = _job_record(
+        conn,
+        backend,
+        table,
+        archive,
+        serializer,
+        strategy,
+        now,
+        job_type,
+        payload,
+        queue,
+        process_at,
+        process_in,
+    )
+    stored_id = backend.enqueue(conn, table, record)
+    return job_id if job_id is not None else strategy.decode_id(stored_id)
+
+
+class JobSpec(NamedTuple):
+    """One job for enqueue_many: what enqueue takes per job, the rest shared by the batch.
+
+    A plain `(job_type, payload)` tuple is a JobSpec too. `queue` None means enqueue_many's `queue`;
+    `process_at` and `process_in` are as for enqueue (process_at wins; neither means now).
+    """
+
+    job_type: str
+    payload: Any
+    queue: str | None = None
+    process_at: datetime | None = None
+    process_in: timedelta | None = None
+
+
+def enqueue_many(
+    conn: Any,
+    jobs: Iterable[JobSpec | tuple[str, Any]],
+    *,
+    queue: str = DEFAULT_QUEUE,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    serializer: Serializer | None = None,
+    job_id_strategy: JobIdStrategy | None = None,
+    clock: Clock | None = None,
+    backend: Backend | None = None,
+) -> list[Any]:
+    """Insert `jobs` on `conn` within its current transaction, never committing; return their ids in order.
+
+    Each row is the one enqueue would write for that job, with one `now` (the clock is read once) for the
+    whole batch. Every job is checked and encoded before any SQL runs: a bad one raises the error enqueue
+    would, with `index` set to its position and the message starting `jobs[index]:`, and nothing is
+    written. The backend inserts the batch in as few statements as its limits allow (see its
+    `enqueue_many`); a backend without one gets an `enqueue` per job.
+    """
+    table = table_name(job_table, option="job_table")
+    archive = table_name(archived_job_table, option="archived_job_table")
+    if backend is None:
+        backend = backend_for_connection(conn)
+    strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
+    serializer = serializer if serializer is not None else _DEFAULT_SERIALIZER
+    now = now_from(clock if clock is not None else system_utc)
+    ids: list[Any] = []
+    records: list[JobRecord] = []
+    for index, item in enumerate(jobs):
+        try:
+            spec = _job_spec(item)
+            job_id, record = _job_record(
+                conn,
+                backend,
+                table,
+                archive,
+                serializer,
+                strategy,
+                now,
+                spec.job_type,
+                spec.payload,
+                queue if spec.queue is None else spec.queue,
+                spec.process_at,
+                spec.process_in,
+            )
+        except ProletarianError as exc:
+            error = _at_index(exc, index)
+            if error is exc:
+                raise
+            raise error from exc
+        if records and (job_id is None) != (ids[0] is None):
+            error = ConfigurationError(
+                f"jobs[{index}]: job_id_strategy returned None for some jobs and an id for others"
+            )
+            error.index = index
+            raise error
+        ids.append(job_id)
+        records.append(record)
+    if not records:
+        return []
+    # BatchEnqueue is optional; a backend without it still enqueues, one statement per job.
+    if hasattr(backend, "enqueue_many"):
+        stored = cast(BatchEnqueue, backend).enqueue_many(conn, table, records)
+    else:
+        stored = [backend.enqueue(conn, table, record) for record in records]
+    if ids[0] is not None:
+        return ids
+    return [strategy.decode_id(value) for value in stored]
+
+
+def _job_spec(item: Any) -> JobSpec:
+    if isinstance(item, JobSpec):
+        return item
+    if isinstance(item, tuple) and len(item) == 2:
+        return JobSpec(item[0], item[1])
+    what = f"a tuple of {len(item)}" if isinstance(item, tuple) else type(item).__name__
+    raise ConfigurationError(f"a job must be a JobSpec or a (job_type, payload) tuple, not {what}")
+
+
+def _at_index(exc: ProletarianError, index: int) -> ProletarianError:
+    """`exc` again, as its own type, with the message and `index` naming the job it was about."""
+    try:
+        error = type(exc)(f"jobs[{index}]: {exc}")
+    except TypeError:  # an exception class with other arguments: the original, marked
+        error = exc
+    error.index = index
+    return error
+
+
+def _job_record(
+    conn: Any,
+    backend: Backend,
+    table: TableName,
+    archive: TableName,
+    serializer: Serializer,
+    strategy: JobIdStrategy,
+    now: datetime,
+    job_type: str,
+    payload: Any,
+    queue: str,
+    process_at: datetime | None,
+    process_in: timedelta | None,
+) -> tuple[Any, JobRecord]:
+    """The new id (None if the database makes it) and the row for one job, checked and encoded."""
+    job_type_text = to_keyword_text(job_type, what="job_type")
+    queue_text = to_keyword_text(queue, what="queue")
     effective_process_at = to_process_at(now, process_at, process_in)
     payload_text = encode_payload(serializer, payload)
     # PayloadLimits is optional. hasattr, as isinstance of a runtime Protocol costs more than enqueue.
@@ -113,8 +251,7 @@ def enqueue(
         enqueued_at=now,
         process_at=effective_process_at,
     )
-    stored_id = backend.enqueue(conn, table, record)
-    return job_id if job_id is not None else strategy.decode_id(stored_id)
+    return job_id, record
 
 
 def encode_payload(serializer: Serializer, payload: Any) -> str:

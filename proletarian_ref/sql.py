@@ -14,6 +14,8 @@ from proletarian_ref.tables import TableName
 
 DIALECTS: Final = ("postgresql", "mysql")
 _NAME_LINE: Final = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+# A row of a multi-row VALUES list: positional placeholders only, so a row can never carry a value.
+_ROW_TEMPLATE: Final = re.compile(r"\(%s(?:, %s)*\)")
 
 
 def sql_dir(dialect: str) -> Traversable:
@@ -55,3 +57,19 @@ def render(dialect: str, name: str, job_table: TableName, archived_job_table: Ta
     """The statement `name` with table names filled in; only TableName values can get here."""
     template = queries(dialect)[name]
     return template.format(job_table=job_table, archived_job_table=archived_job_table)
+
+
+@lru_cache(maxsize=64)
+def render_rows(dialect: str, name: str, job_table: TableName, rows: int) -> str:
+    """The multi-row statement `name` with `rows` copies of the block `<name>_row` as its VALUES list.
+
+    The row block must be a parenthesised list of positional placeholders, so every value stays a bound
+    parameter; its parameters are the rows' values one after another.
+    """
+    statements = queries(dialect)
+    row = statements[f"{name}_row"]
+    if not _ROW_TEMPLATE.fullmatch(row):
+        raise ValueError(f"SQL block {name}_row must be placeholders such as (%s, %s), not {row!r}")
+    if rows < 1:
+        raise ValueError(f"a multi-row statement needs at least one row, not {rows}")
+    return statements[name].format(job_table=job_table, rows=", ".join([row] * rows))

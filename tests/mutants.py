@@ -219,10 +219,10 @@ class PgRetriesOnANewConnection(PostgresBackend):
     """Retries a statement that failed on a lost connection on a fresh one, which commits on its own."""
 
     def _execute(
-        self, conn: Any, statement: str, params: dict[str, Any], read: Any, *, reads_rows: bool
+        self, conn: Any, statement: str, params: Any, read: Any, *, reads_rows: bool, copy: bool = False
     ) -> Any:
         try:
-            return super()._execute(conn, statement, params, read, reads_rows=reads_rows)
+            return super()._execute(conn, statement, params, read, reads_rows=reads_rows, copy=copy)
         except TransientDatabaseError:
             fresh = self._data_source()
             try:
@@ -324,10 +324,10 @@ class MySQLSilentReconnect(MySQLBackend):
     killed session is replaced by a fresh one, outside the claim's transaction."""
 
     def _execute(
-        self, conn: Any, statement: str, params: dict[str, Any], read: Any, *, reads_rows: bool
+        self, conn: Any, statement: str, params: Any, read: Any, *, reads_rows: bool, copy: bool = False
     ) -> Any:
         _ping_and_reconnect(conn)
-        return super()._execute(conn, statement, params, read, reads_rows=reads_rows)
+        return super()._execute(conn, statement, params, read, reads_rows=reads_rows, copy=copy)
 
     def _commit(self, conn: Any, lease: Any) -> None:
         _ping_and_reconnect(conn)

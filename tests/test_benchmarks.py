@@ -93,6 +93,9 @@ def _check_the_rest(results: dict[str, Any], sql: bool) -> None:
     enqueue_rows = results["benchmarks"]["enqueue_rate"][0]["rows"]
     assert [r["jobs_per_transaction"] for r in enqueue_rows] == [1, TINY.enqueue_batch]
     assert all(r["library_jobs_per_s"] > 0 for r in enqueue_rows)
+    many = results["benchmarks"]["enqueue_rate"][0]["many"]
+    assert many["jobs_per_transaction"] == TINY.enqueue_many_batch and many["library_many_jobs_per_s"] > 0
+    assert ("raw_batched_jobs_per_s" in many) == sql
 
     latency = results["benchmarks"]["latency"][0]
     assert latency["enqueue_to_start"]["started"] == TINY.latency_jobs

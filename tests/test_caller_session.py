@@ -17,6 +17,7 @@ from proletarian_ref import (
     SerializationError,
     constant_id_strategy,
     enqueue,
+    enqueue_many,
 )
 from proletarian_ref.backends.dsn import connection_factory
 
@@ -225,3 +226,32 @@ def test_postgresql_enqueue_that_fails_leaves_every_setting(pg_db: SqlHarness, p
         enqueue(pg_caller, "bad", object(), job_table=pg_db.job_table)
     assert pg_settings(pg_caller) == before
     assert [row.job_id for row in pg_db.jobs()] == [constant]
+
+
+@pytest.mark.parametrize("zone", ["+05:30", "America/New_York"])
+def test_mysql_enqueue_many_leaves_every_session_variable_and_stores_the_utc_instant(
+    mysql_db: SqlHarness, caller: Any, zone: str
+) -> None:
+    set_zone(caller, zone)
+    before = mysql_session(caller)
+    jobs = [("a", n) for n in range(2_500)]  # three INSERTs, within a savepoint
+    enqueue_many(caller, jobs, job_table=mysql_db.job_table, clock=FakeClock(T))
+    assert mysql_session(caller) == before
+    with pytest.raises(PayloadTooLargeError):  # refused before any SQL: the session is left too
+        enqueue_many(caller, [("a", 1), ("a", "x" * 70_000)], job_table=mysql_db.job_table)
+    assert mysql_session(caller) == before
+    caller.commit()
+    assert stored_epochs(mysql_db) == [int(T.timestamp())] * 2_500
+
+
+def test_mysql_enqueue_many_that_fails_in_the_insert_restores_the_session(
+    mysql_db: SqlHarness, caller: Any
+) -> None:
+    set_zone(caller, "-08:00")
+    before = mysql_session(caller)
+    strategy = constant_id_strategy(b"\x02" * 16)
+    with pytest.raises(DatabaseError, match="Duplicate entry"):
+        enqueue_many(caller, [("a", 1), ("b", 2)], job_table=mysql_db.job_table, job_id_strategy=strategy)
+    assert mysql_session(caller) == before
+    caller.commit()
+    assert mysql_db.jobs() == []

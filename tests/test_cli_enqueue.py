@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import shlex
 import uuid
 from collections.abc import Iterator
@@ -179,3 +180,100 @@ def test_a_dsn_of_an_unknown_database_is_a_usage_error(capsys: pytest.CaptureFix
     assert result.code == ExitCode.USAGE_ERROR
     assert "postgresql:// or mysql://" in result.err
     assert "tiger" not in result.err
+
+
+JOB_LINES = (
+    '{"job_type": "my.app/send-email", "payload": {"email": "a@example.com"}}\n'
+    "\n"
+    '{"job_type": ":my.app/job", "payload": [1, 2], "queue": "my.app/mail", "process_in": 3600}\n'
+    '{"job_type": "a/b", "payload": null, "process_at": "2031-05-06T09:08:07+02:00"}\n'
+)
+
+
+def test_from_a_file_enqueues_one_job_a_line_and_prints_the_ids_in_order(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    source = tmp_path / "jobs.jsonl"
+    source.write_text(JOB_LINES, encoding="utf-8")
+    before = datetime.now(UTC)
+    result = run(capsys, "enqueue", "--from", str(source), "--batch-size", "2", *database.args)
+    assert result.code == ExitCode.OK, result.err
+    assert "3 jobs enqueued" in result.err
+    by_id = {job.job_id: job for job in database.jobs()}
+    jobs = [by_id[_stored_id(database, line)] for line in result.out.splitlines()]
+    assert [(job.queue, job.job_type) for job in jobs] == [
+        (":proletarian/default", ":my.app/send-email"),
+        (":my.app/mail", ":my.app/job"),
+        (":proletarian/default", ":a/b"),
+    ]
+    assert jobs[0].payload == '["^ ","~:email","a@example.com"]'
+    assert timedelta(minutes=59) < jobs[1].process_at - before < timedelta(minutes=61)
+    assert jobs[2].process_at == datetime(2031, 5, 6, 7, 8, 7, tzinfo=UTC)
+
+
+def test_from_stdin_with_json_output(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, database: Target
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(JOB_LINES))
+    result = run(capsys, "enqueue", "--from", "-", "--queue", "bulk", "--json", *database.args)
+    assert result.code == ExitCode.OK, result.err
+    printed = json.loads(result.out)
+    assert printed["count"] == 3 and len(printed["job_ids"]) == 3
+    assert sorted(job.queue for job in database.jobs()) == [":bulk", ":bulk", ":my.app/mail"]
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ("{not json", "not JSON"),
+        ('["a/b", 1]', "expected a JSON object"),
+        ('{"job_type": "a/b"}', "no 'payload'"),
+        ('{"job_type": "has space", "payload": 1}', "invalid job_type"),
+        ('{"job_type": "a/b", "payload": 1, "when": 3}', "unknown key 'when'"),
+        ('{"job_type": "a/b", "payload": 1, "process_at": "2031-01-01T00:00:00"}', "no UTC offset"),
+        ('{"job_type": "a/b", "payload": 1, "process_in": "soon"}', "number of seconds"),
+    ],
+)
+def test_a_bad_line_from_stdin_is_a_usage_error_naming_it_and_nothing_is_written(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    database: Target,
+    bad_line: str,
+    message: str,
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(JOB_LINES + bad_line + "\n"))
+    result = run(capsys, "enqueue", "--from", "-", *database.args)
+    assert result.code == ExitCode.USAGE_ERROR
+    assert "stdin line 5: " in result.err and message in result.err
+    assert result.out == ""
+    assert database.jobs() == []
+
+
+def test_a_payload_too_large_for_mysql_in_a_later_batch_writes_nothing_and_names_its_line(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    source = tmp_path / "jobs.jsonl"
+    big = json.dumps({"job_type": "a/b", "payload": "x" * 70_000})
+    source.write_text(JOB_LINES + big + "\n", encoding="utf-8")
+    result = run(capsys, "enqueue", "--from", str(source), "--batch-size", "1", *database.args)
+    if database.dialect == "postgresql":  # TEXT holds it
+        assert result.code == ExitCode.OK, result.err
+        assert len(database.jobs()) == 4
+        return
+    assert result.code == ExitCode.USAGE_ERROR
+    assert f"{source} line 5: payload is 70010 bytes" in result.err
+    assert database.jobs() == []  # the first three batches were in the same, uncommitted, transaction
+
+
+def test_from_with_a_job_type_is_a_usage_error(capsys: pytest.CaptureFixture[str], database: Target) -> None:
+    result = run(capsys, "enqueue", "a/b", "1", "--from", "-", *database.args)
+    assert result.code == ExitCode.USAGE_ERROR
+    assert "--from takes no JOB_TYPE" in result.err
+
+
+def test_a_missing_from_file_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    result = run(capsys, "enqueue", "--from", str(tmp_path / "absent.jsonl"), *database.args)
+    assert result.code == ExitCode.USAGE_ERROR
+    assert "cannot read --from" in result.err

@@ -16,16 +16,29 @@ from proletarian_ref.tables import TableName, table_name
 SEED_DIR = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
 
-def test_both_dialects_define_the_same_statements() -> None:
-    assert set(sql.queries("postgresql")) == set(sql.queries("mysql"))
-    assert set(sql.queries("postgresql")) == {
-        "enqueue",
-        "enqueue_db_generated",
-        "get_next_job",
-        "archive_job",
-        "delete_job",
-        "retry_at",
+def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() -> None:
+    shared = {"enqueue", "enqueue_db_generated", "get_next_job", "archive_job", "delete_job", "retry_at"}
+    # enqueue_many: the multi-row INSERT any SqlBackend can run; on PostgreSQL also COPY and INSERT ...
+    # RETURNING for generated ids; on MySQL the savepoint around a batch of several INSERTs.
+    shared |= {"enqueue_many", "enqueue_many_row"}
+    batch = {
+        "postgresql": {"enqueue_copy", "enqueue_many_db_generated", "enqueue_many_db_generated_row"},
+        "mysql": {
+            "enqueue_many_savepoint",
+            "enqueue_many_rollback",
+            "enqueue_many_release",
+        },
     }
+    for dialect in sql.DIALECTS:
+        assert set(sql.queries(dialect)) == shared | batch[dialect]
+
+
+def test_a_multi_row_insert_repeats_its_row_of_placeholders() -> None:
+    statement = sql.render_rows("mysql", "enqueue_many", table_name("app.job"), 2)
+    assert " ".join(statement.split()) == (
+        "INSERT INTO app.job (job_id, queue, job_type, payload, attempts, enqueued_at, process_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s), (%s, %s, %s, %s, %s, %s, %s)"
+    )
 
 
 def test_proletarians_five_statements_are_the_same_text_in_both_dialects() -> None:

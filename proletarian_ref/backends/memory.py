@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar
@@ -176,6 +176,30 @@ class MemoryBackend:
             conn._lock_row(table, job_id)
             conn._write(table, job_id, job)
         return job_id
+
+    def enqueue_many(
+        self, conn: MemoryConnection, job_table: TableName, jobs: Sequence[JobRecord]
+    ) -> list[Any]:
+        """(E) for a batch, as one statement: a duplicate id anywhere writes none of the jobs."""
+        table = str(job_table)
+        with self.db.lock:
+            if jobs and jobs[0].job_id is None:
+                first = 1 + max((k for k in self.db.tables.get(table, {}) if isinstance(k, int)), default=0)
+                jobs = [job._replace(job_id=first + n) for n, job in enumerate(jobs)]
+            seen: set[Any] = set()
+            for job in jobs:
+                job_id = job.job_id
+                if (
+                    job_id in seen
+                    or conn._get(table, job_id) is not None
+                    or (table, job_id) in self.db.row_locks
+                ):
+                    raise DatabaseError(f"duplicate key: job {job_id!r} already exists in {table}")
+                seen.add(job_id)
+            for job in jobs:
+                conn._lock_row(table, job.job_id)
+                conn._write(table, job.job_id, job)
+        return [job.job_id for job in jobs]
 
     def get_next_job(
         self, conn: MemoryConnection, job_table: TableName, queue: str, now: datetime

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Final
 
 import pymysql
 import pymysql.cursors
 
-from proletarian_ref.backend import Capabilities
+from proletarian_ref import sql
+from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._dbapi import SqlBackend
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.errors import (
@@ -158,6 +159,36 @@ class MySQLBackend(SqlBackend):
         with self._errors():
             self._set_time_zone(conn, zone)
 
+    def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]:
+        if jobs and jobs[0].job_id is None:
+            # A multi-row INSERT reports only its first AUTO_INCREMENT id; the rest are consecutive only
+            # under some innodb_autoinc_lock_mode settings, so the ids could not be returned safely.
+            raise ConfigurationError(
+                "enqueue_many cannot use the database-generated id strategy on MySQL: a multi-row INSERT "
+                "does not say which ids it made; use a UUID strategy, or enqueue one job at a time"
+            )
+        return super().enqueue_many(conn, job_table, jobs)
+
+    @contextlib.contextmanager
+    def _all_or_none(self, conn: Any) -> Iterator[None]:
+        # A failed statement undoes only itself on MySQL: without the savepoint the batch's earlier
+        # statements would stay in the caller's transaction. Released, it leaves the transaction as it was.
+        # In autocommit mode each statement commits anyway and there is no transaction to hold a savepoint.
+        if conn.get_autocommit():
+            yield
+            return
+        batch = sql.queries(self.dialect)
+        self._execute(conn, batch["enqueue_many_savepoint"], None, _ignore, reads_rows=False)
+        try:
+            yield
+        except BaseException:
+            # The INSERT's error is the one to report; a session that cannot roll back is broken anyway.
+            with contextlib.suppress(Exception):
+                self._execute(conn, batch["enqueue_many_rollback"], None, _ignore, reads_rows=False)
+                self._execute(conn, batch["enqueue_many_release"], None, _ignore, reads_rows=False)
+            raise
+        self._execute(conn, batch["enqueue_many_release"], None, _ignore, reads_rows=False)
+
     @staticmethod
     def _set_time_zone(conn: Any, zone: str) -> None:
         with conn.cursor(pymysql.cursors.Cursor) as cursor:
@@ -245,3 +276,7 @@ def _server_session(conn: Any) -> Any:
     """The server's id for the connection's session (PyMySQL's thread_id()), new after a reconnect."""
     thread_id = getattr(conn, "thread_id", None)
     return thread_id() if callable(thread_id) else None
+
+
+def _ignore(cursor: Any) -> None:
+    return None

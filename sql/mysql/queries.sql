@@ -35,3 +35,23 @@ DELETE FROM {job_table} WHERE job_id = %(job_id)s
 -- name: retry_at
 -- (R) Reschedule a failed job and count the failed attempt.
 UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s
+
+-- name: enqueue_many
+-- (E) for a batch (enqueue_many): {rows} is enqueue_many_row once per job, so a chunk of jobs is one
+-- statement that writes all its rows or none.
+INSERT INTO {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES {rows}
+
+-- name: enqueue_many_row
+(%s, %s, %s, %s, %s, %s, %s)
+
+-- name: enqueue_many_savepoint
+-- Before a batch that needs more than one INSERT, in the caller's transaction: a failed statement undoes
+-- only itself on MySQL, so the savepoint undoes the batch's earlier ones; released after the last.
+SAVEPOINT proletarian_enqueue_many
+
+-- name: enqueue_many_rollback
+ROLLBACK TO SAVEPOINT proletarian_enqueue_many
+
+-- name: enqueue_many_release
+RELEASE SAVEPOINT proletarian_enqueue_many

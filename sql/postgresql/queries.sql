@@ -38,3 +38,28 @@ DELETE FROM {job_table} WHERE job_id = %(job_id)s
 -- name: retry_at
 -- (R) Reschedule a failed job and count the failed attempt.
 UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s
+
+-- name: enqueue_copy
+-- (E) for a batch (enqueue_many): every job's row streamed through one COPY, enqueue's columns and values.
+-- No bind-parameter limit applies, and a failed COPY writes no row of the batch.
+COPY {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, process_at) FROM STDIN
+
+-- name: enqueue_many_db_generated
+-- (E) for a batch with the database-generated id strategy: {rows} is enqueue_many_db_generated_row once
+-- per job. PostgreSQL returns the rows of INSERT ... VALUES in the order of the list (not a documented
+-- promise; README, "Enqueueing a batch").
+INSERT INTO {job_table} (queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES {rows}
+RETURNING job_id
+
+-- name: enqueue_many_db_generated_row
+(%s, %s, %s, %s, %s, %s)
+
+-- name: enqueue_many
+-- (E) for a batch on a PostgreSQL backend without COPY (SqlBackend's own way, e.g. over psycopg2): {rows}
+-- is enqueue_many_row once per job; 1,000 rows of 7 values stay below the 65,535 bind parameters.
+INSERT INTO {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, process_at)
+VALUES {rows}
+
+-- name: enqueue_many_row
+(%s, %s, %s, %s, %s, %s, %s)
