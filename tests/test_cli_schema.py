@@ -12,8 +12,8 @@ from cli_support import drop_tables, dsn_for, harness_for, isolate, parametrize_
 
 from conformance.harness import SqlHarness
 from proletarian_ref.cli import ExitCode
+from proletarian_ref.ops.stats import schema_lock
 from proletarian_ref.schema import schema_statements
-from proletarian_ref.stats import schema_lock
 
 
 @pytest.fixture(autouse=True)

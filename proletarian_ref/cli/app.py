@@ -10,7 +10,6 @@ from proletarian_ref import __version__
 from proletarian_ref.cli import demo, embedded, enqueue, schema, stats, worker
 from proletarian_ref.cli.database import is_driver_error
 from proletarian_ref.cli.errors import CliError, ExitCode
-from proletarian_ref.embedded import EmbeddedServerError
 from proletarian_ref.errors import (
     ConfigurationError,
     DatabaseError,
@@ -18,6 +17,7 @@ from proletarian_ref.errors import (
     SchemaMissingError,
     SerializationError,
 )
+from proletarian_ref.ops.embedded import EmbeddedServerError
 
 PROG = "proletarian-ref"
 

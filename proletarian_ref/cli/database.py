@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from proletarian_ref import embedded, schema
+from proletarian_ref import schema
 from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact
 from proletarian_ref.cli.errors import CannotConnectError, CliError, SchemaMissingCliError, UsageError
 from proletarian_ref.errors import ConfigurationError
-from proletarian_ref.stats import missing_tables, schema_lock
+from proletarian_ref.ops import embedded
+from proletarian_ref.ops.stats import missing_tables, schema_lock
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
 DSN_ENV: Final = "PROLETARIAN_DSN"

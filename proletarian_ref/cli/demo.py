@@ -19,8 +19,8 @@ from proletarian_ref.interrupts import sleep
 from proletarian_ref.job import Job, enqueue
 from proletarian_ref.keywords import to_keyword_text
 from proletarian_ref.log import NOT_RETRYING, RETRYING
+from proletarian_ref.ops.stats import ArchiveSummary, archive_summary, archived_count
 from proletarian_ref.retry import RetryStrategy
-from proletarian_ref.stats import ArchiveSummary, archive_summary, archived_count
 
 DEMO_QUEUE: Final = "proletarian-ref/demo"
 DEMO_JOB_TYPE: Final = "proletarian-ref.demo/work"

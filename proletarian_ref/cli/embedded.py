@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from proletarian_ref import embedded
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import CannotConnectError, ExitCode
+from proletarian_ref.ops import embedded
 
 
 def add_parser(subparsers: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import ExitCode
-from proletarian_ref.stats import Stats, queue_stats
+from proletarian_ref.ops.stats import Stats, queue_stats
 
 
 def add_parser(subparsers: Any) -> None:
