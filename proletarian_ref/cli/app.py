@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
 from proletarian_ref import __version__
-from proletarian_ref.cli import demo, embedded, enqueue, schema, stats, worker
+from proletarian_ref.cli import demo, embedded, enqueue, health, jobs, schema, stats, worker
 from proletarian_ref.cli.database import is_driver_error
+from proletarian_ref.cli.env import EnvError, apply_env_defaults, leaf_parsers
 from proletarian_ref.cli.errors import CliError, ExitCode
+from proletarian_ref.cli.logs import add_log_options, cli_logging
+from proletarian_ref.cli.logs import error as log_error
 from proletarian_ref.errors import (
     ConfigurationError,
     DatabaseError,
@@ -25,8 +27,10 @@ EPILOG = """\
 database: --dsn, else $PROLETARIAN_DSN, else the embedded PostgreSQL (started on demand in the user data
 directory, schema installed, stopped when the last command using it ends).
 
+every option can also be set as PROLETARIAN_<OPTION> (e.g. PROLETARIAN_JOB_TABLE); the command line wins.
+
 exit codes: 0 ok, 1 runtime error, 2 usage error, 3 cannot connect to the database, 4 schema missing,
-130 interrupted. See docs/cli.md.
+5 and 6 (health only) lag and claims, 130 interrupted. See docs/cli.md.
 """
 
 
@@ -39,13 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (schema, enqueue, worker, stats, demo, embedded):
+    for module in (schema, enqueue, worker, stats, health, demo, embedded):
         module.add_parser(subparsers)
+    jobs.add_parsers(subparsers)
+    for leaf in leaf_parsers(parser):
+        if leaf is not parser and not any(isinstance(a, argparse._SubParsersAction) for a in leaf._actions):
+            add_log_options(leaf)
     return parser
 
 
 def _error(message: str, code: ExitCode) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
+    log_error(message)
     return int(code)
 
 
@@ -53,10 +61,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (docs/cli.md) instead of exiting."""
     parser = build_parser()
     try:
+        apply_env_defaults(parser)
+    except EnvError as exc:
+        return _error(str(exc), ExitCode.USAGE_ERROR)
+    try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         # argparse exits 2 on a usage error and 0 after --help or --version.
         return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE_ERROR)
+    with cli_logging(args.log_level, args.log_format):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.run(args))
     except CliError as exc:

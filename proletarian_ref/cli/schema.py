@@ -10,6 +10,7 @@ from proletarian_ref import schema
 from proletarian_ref.backends.dsn import dialect_of_dsn
 from proletarian_ref.cli.database import add_database_options, given_dsn, open_database, tables_from
 from proletarian_ref.cli.errors import ExitCode, UsageError
+from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.sql import DIALECTS
 
@@ -63,8 +64,5 @@ def run_install(args: argparse.Namespace) -> int:
             schema.install(conn, job_table=tables.job, archived_job_table=tables.archived, dialect=db.dialect)
         finally:
             conn.close()
-        print(
-            f"proletarian-ref: schema installed in {db.describe()}: {tables.job}, {tables.archived}",
-            file=sys.stderr,
-        )
+        notice(f"schema installed in {db.describe()}: {tables.job}, {tables.archived}")
     return ExitCode.OK
