@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from proletarian_ref import __version__
-from proletarian_ref.cli import demo, embedded, enqueue, health, jobs, schema, stats, worker
+from proletarian_ref.cli import dashboard, demo, embedded, enqueue, health, jobs, schema, stats, worker
 from proletarian_ref.cli.database import is_driver_error
 from proletarian_ref.cli.env import EnvError, apply_env_defaults, leaf_parsers
 from proletarian_ref.cli.errors import CliError, ExitCode
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (schema, enqueue, worker, stats, health, demo, embedded):
         module.add_parser(subparsers)
     jobs.add_parsers(subparsers)
+    dashboard.add_parser(subparsers)
     for leaf in leaf_parsers(parser):
         if leaf is not parser and not any(isinstance(a, argparse._SubParsersAction) for a in leaf._actions):
             add_log_options(leaf)

@@ -273,3 +273,39 @@ def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
     if a is None or b is None:
         return a if b is None else b
     return max(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Jobs of one queue and status finished in the last 1, 5 and 15 minutes."""
+
+    queue: str
+    status: str
+    last_1m: int
+    last_5m: int
+    last_15m: int
+
+
+def throughput(
+    conn: Any,
+    *,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    dialect: str | None = None,
+    clock: Clock | None = None,
+) -> list[Throughput]:
+    """Per queue and status, how many jobs finished in the last 1, 5 and 15 minutes (names without colons)."""
+    active = dialect_of(conn, dialect)
+    tables = Tables(
+        table_name(job_table, option="job_table"), table_name(archived_job_table, option="archived_job_table")
+    )
+    now = now_from(clock if clock is not None else system_utc)
+    params = {f"m{n}": db_time(active, now - timedelta(minutes=n)) for n in (1, 5, 15)}
+    try:
+        rows = query(conn, active, render(active, "ops.sql", "throughput", tables), params)
+    finally:
+        end_read(conn)
+    return [
+        Throughput(from_keyword_text(q), from_keyword_text(s), int(a or 0), int(b or 0), int(c or 0))
+        for q, s, a, b, c in rows
+    ]
