@@ -125,7 +125,10 @@ def dashboard(database: Target) -> Iterator[str]:
         yield base
     finally:
         process.terminate()
-        process.communicate(timeout=10)
+        _, err = process.communicate(timeout=10)
+    # SIGTERM stops it cleanly, as it stops a worker.
+    assert process.returncode == 0, err
+    assert "dashboard stopped" in err
 
 
 @pytest.fixture(scope="module")

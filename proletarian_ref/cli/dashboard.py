@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from types import FrameType
 from typing import Any
 
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
@@ -19,6 +20,24 @@ def _port(text: str) -> int:
     if not 0 < value < 65536:
         raise argparse.ArgumentTypeError(f"not a port number (1 to 65535): {text!r}")
     return value
+
+
+def _server_class() -> Any:
+    import uvicorn
+
+    class QuietStopServer(uvicorn.Server):
+        """uvicorn's server, but SIGINT/SIGTERM end it cleanly (exit 0), as they end a worker.
+
+        uvicorn re-raises the signal after its shutdown, which would make Ctrl-C exit 130 and SIGTERM
+        kill the process before it says it stopped.
+        """
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.should_exit:
+                self.force_exit = True
+            self.should_exit = True
+
+    return QuietStopServer
 
 
 def add_parser(subparsers: Any) -> None:
@@ -70,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
             access_log=False,
             log_level="warning",
         )
-        server = uvicorn.Server(config)
+        server = _server_class()(config)
         server.run()
         if not server.started:
             raise CliError(f"the dashboard could not listen on {args.host}:{args.port}")
