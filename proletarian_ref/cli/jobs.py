@@ -101,7 +101,7 @@ def _filter_given(args: argparse.Namespace) -> bool:
 
 def _describe(job_filter: JobFilter) -> str:
     parts = [
-        f"{name.replace('_', '-')} {value}"
+        f"{name.replace('_', '-')} {from_keyword_text(value) if isinstance(value, str) else value}"
         for name in _FILTER_OPTIONS
         if (value := getattr(job_filter, name)) is not None
     ]

@@ -108,14 +108,18 @@ WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(name)s
 ORDER BY ordinal_position
 
 -- name: long_claims
--- InnoDB transactions holding row locks for over %(max_seconds)s s: a worker's claim is a transaction that
--- holds the job's row lock while the handler runs. Ages come from the server's clock, as trx_started does.
-SELECT trx_mysql_thread_id, TIMESTAMPDIFF(SECOND, trx_started, NOW()) AS seconds, trx_state, trx_rows_locked
-FROM information_schema.innodb_trx
-WHERE trx_mysql_thread_id <> CONNECTION_ID()
-  AND trx_rows_locked > 0
-  AND TIMESTAMPDIFF(SECOND, trx_started, NOW()) > %(max_seconds)s
-ORDER BY trx_started
+-- InnoDB transactions holding row locks for over %(max_seconds)s s, of sessions on this connection's database:
+-- a worker's claim is a transaction that holds the job's row lock while the handler runs. The server keeps
+-- no statement text of an idle transaction to match on. Ages come from the server's clock, as trx_started does.
+SELECT trx.trx_mysql_thread_id, TIMESTAMPDIFF(SECOND, trx.trx_started, NOW()) AS seconds, trx.trx_state,
+       trx.trx_rows_locked
+FROM information_schema.innodb_trx AS trx
+JOIN information_schema.processlist AS session ON session.id = trx.trx_mysql_thread_id
+WHERE trx.trx_mysql_thread_id <> CONNECTION_ID()
+  AND session.db <=> DATABASE()
+  AND trx.trx_rows_locked > 0
+  AND TIMESTAMPDIFF(SECOND, trx.trx_started, NOW()) > %(max_seconds)s
+ORDER BY trx.trx_started
 
 -- name: throughput
 -- Jobs finished per queue and status since %(m15)s, and of those since %(m5)s and %(m1)s: the dashboard's
