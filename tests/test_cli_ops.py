@@ -12,7 +12,9 @@ import pytest
 from cli_support import Target, isolate, parametrize_dialects, run, target
 
 from proletarian_ref import process_next_job
-from proletarian_ref.cli import ExitCode
+from proletarian_ref.cli import ExitCode, build_parser
+from proletarian_ref.cli.env import apply_env_defaults
+from proletarian_ref.ops.durations import parse_duration
 
 pytest_generate_tests = parametrize_dialects
 
@@ -244,3 +246,20 @@ def test_json_log_format_writes_one_object_a_line(
     assert result.code == ExitCode.OK
     lines = [json.loads(line) for line in result.err.splitlines()]
     assert lines and all(line["event"] == "proletarian-ref.cli/notice" for line in lines)
+
+
+def test_a_repeated_option_on_the_command_line_replaces_its_variable_rather_than_adding_to_it() -> None:
+    environ = {"PROLETARIAN_QUEUE": "a/q,b/q", "PROLETARIAN_HANDLER": "app.jobs:handle"}
+    for argv, queues in ((["worker"], ["a/q", "b/q"]), (["worker", "--queue", "c/q"], ["c/q"])):
+        parser = build_parser()
+        apply_env_defaults(parser, argv, environ)
+        args = parser.parse_args(argv)
+        assert (args.queue, args.handler) == (queues, "app.jobs:handle")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("15m", 900), ("1h30m", 5400), ("7d", 604800), ("250ms", 0.25)],
+)
+def test_durations_read_as_people_write_them(text: str, seconds: float) -> None:
+    assert parse_duration(text).total_seconds() == seconds

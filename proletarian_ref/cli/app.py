@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from proletarian_ref import __version__
@@ -61,12 +62,13 @@ def _error(message: str, code: ExitCode) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (docs/cli.md) instead of exiting."""
     parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
     try:
-        apply_env_defaults(parser)
+        apply_env_defaults(parser, arguments)
     except EnvError as exc:
         return _error(str(exc), ExitCode.USAGE_ERROR)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(arguments)
     except SystemExit as exc:
         # argparse exits 2 on a usage error and 0 after --help or --version.
         return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE_ERROR)

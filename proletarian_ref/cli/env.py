@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
 PREFIX: Final = "PROLETARIAN_"
@@ -36,8 +36,19 @@ class EnvError(ValueError):
     """An environment variable holds a value its option does not accept."""
 
 
-def apply_env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None) -> None:
-    """Set each option's default from its PROLETARIAN_* variable, converted and checked as argparse would."""
+def _given(action: argparse.Action, argv: Sequence[str]) -> bool:
+    options = argv[: argv.index("--")] if "--" in argv else argv
+    return any(t == s or t.startswith(s + "=") for t in options for s in action.option_strings)
+
+
+def apply_env_defaults(
+    parser: argparse.ArgumentParser, argv: Sequence[str], environ: Mapping[str, str] | None = None
+) -> None:
+    """Set each option's default from its PROLETARIAN_* variable, converted and checked as argparse would.
+
+    `argv` is the command line: an appending option given there (the worker's --queue) replaces the
+    variable's list rather than adding to it, as any other option given there does.
+    """
     env = os.environ if environ is None else environ
     for sub in leaf_parsers(parser):
         for action in sub._actions:
@@ -51,6 +62,8 @@ def apply_env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, st
                     raise EnvError(f"{name}={text!r}: expected one of {', '.join(_TRUE + _FALSE[1:])}")
                 action.default = lowered in _TRUE
             elif isinstance(action, argparse._AppendAction):
+                if _given(action, argv):
+                    continue
                 action.default = [_convert(sub, action, name, part.strip()) for part in text.split(",")]
             elif isinstance(action, argparse._StoreAction):
                 action.default = _convert(sub, action, name, text)

@@ -221,7 +221,10 @@ def confirm(plan: str, args: argparse.Namespace) -> bool:
         return True
     if not sys.stdin.isatty():
         raise UsageError("stdin is not a terminal: add --yes to confirm")
-    answer = input("proletarian-ref: go on? [y/N] ").strip().lower()
+    # The question goes to stderr with the plan, so stdout keeps only results.
+    sys.stderr.write("proletarian-ref: go on? [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
     if answer not in ("y", "yes"):
         notice("nothing changed")
         return False

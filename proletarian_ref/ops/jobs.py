@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -518,7 +518,3 @@ def purge_archive(
             on_batch(total)
         if deleted < batch_size:
             return total
-
-
-def with_status(job_filter: JobFilter, status: str) -> JobFilter:
-    return replace(job_filter, status=status)

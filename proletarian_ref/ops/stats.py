@@ -302,7 +302,7 @@ def throughput(
     now = now_from(clock if clock is not None else system_utc)
     params = {f"m{n}": db_time(active, now - timedelta(minutes=n)) for n in (1, 5, 15)}
     try:
-        rows = query(conn, active, render(active, "ops.sql", "throughput", tables), params)
+        rows = query(conn, active, render(active, "stats.sql", "throughput", tables), params)
     finally:
         end_read(conn)
     return [
