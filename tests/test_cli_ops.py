@@ -119,7 +119,7 @@ def test_retry_by_id_moves_the_failure_back_and_bulk_retry_needs_yes_off_a_termi
     refused = run(capsys, "retry", "--all", *database.args)
     assert refused.code == ExitCode.USAGE_ERROR and "--yes" in refused.err
     dry = run(capsys, "retry", "--all", "--dry-run", *database.args)
-    assert dry.code == ExitCode.OK and "retry 2 :failure job(s)" in dry.err
+    assert dry.code == ExitCode.OK and "retry 2 failure job(s)" in dry.err
     assert len(database.archived_jobs()) == 2
     bulk = _json(capsys, "retry", "--all", "--yes", *database.args)
     assert bulk["counts"] == {"retried": 2}

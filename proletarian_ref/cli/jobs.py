@@ -74,10 +74,9 @@ def _add_output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _add_confirm(parser: argparse.ArgumentParser, *, dry_run: bool = True) -> None:
+def _add_confirm(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yes", action="store_true", help="go on without asking (needed off a terminal)")
-    if dry_run:
-        parser.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
+    parser.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
 
 
 def _filter_from(args: argparse.Namespace, status: str) -> JobFilter:
@@ -169,7 +168,7 @@ def run_list(args: argparse.Namespace) -> int:
     if page.jobs:
         sys.stdout.write(format_jobs(page.jobs, now))
     else:
-        notice(f"no {job_filter.status} jobs match ({_describe(job_filter)})")
+        notice(f"no {from_keyword_text(job_filter.status)} jobs match ({_describe(job_filter)})")
     if page.next_cursor is not None:
         notice(f"more jobs: add --after {page.next_cursor}")
     return ExitCode.OK
@@ -243,7 +242,7 @@ def _selected(
         raise UsageError("give job ids, or filter options (--queue, --job-type, ...), or --all")
     job_filter = _filter_from(args, status)
     found = [str(v.job_id) for v in jobs.iter_jobs(conn, job_filter, tables=tables, dialect=dialect)]
-    return found, f"{len(found)} {status} job(s) matching {_describe(job_filter)}", False
+    return found, f"{len(found)} {from_keyword_text(status)} job(s) matching {_describe(job_filter)}", False
 
 
 def _report(args: argparse.Namespace, results: list[Result], by_id: bool) -> int:

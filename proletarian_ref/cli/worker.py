@@ -112,7 +112,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--metrics-port",
-        type=_natural,
+        type=_positive,
         metavar="PORT",
         help="serve Prometheus metrics on http://HOST:PORT/metrics (needs prometheus_client)",
     )
