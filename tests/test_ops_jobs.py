@@ -12,7 +12,7 @@ from cli_support import Target, parametrize_dialects, target
 
 from proletarian_ref import enqueue, process_next_job
 from proletarian_ref.keywords import to_keyword_text
-from proletarian_ref.ops.db import Tables
+from proletarian_ref.ops.db import Tables, statements
 from proletarian_ref.ops.jobs import (
     STATUS_CANCELLED,
     JobFilter,
@@ -242,3 +242,8 @@ def test_bad_ids_and_filters_are_refused_before_anything_changes(database: Targe
         JobFilter(queue="has space")
     with pytest.raises(ValueError, match="min_attempts"):
         JobFilter(min_attempts=-1)
+
+
+@pytest.mark.parametrize("filename", ["ops.sql", "stats.sql"])
+def test_both_dialects_name_the_same_statements(filename: str) -> None:
+    assert statements("postgresql", filename).keys() == statements("mysql", filename).keys()
