@@ -101,6 +101,17 @@ def test_bad_input_is_a_usage_error(
     assert "error" in result.err
 
 
+def test_a_whole_number_id_is_a_usage_error_where_ids_are_uuids(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    result = run(capsys, "cancel", "123", "--yes", *database.args)
+    if database.dialect == "postgresql":
+        assert result.code == ExitCode.USAGE_ERROR and "holds UUIDs" in result.err
+    else:
+        # BINARY(16) compares with a number without complaint: the job is simply not there.
+        assert result.code == ExitCode.RUNTIME_ERROR and result.out == "123 not-found\n"
+
+
 def test_a_dsn_of_no_known_database_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     result = run(capsys, "list", "--dsn", "oracle://db/x")
     assert result.code == ExitCode.USAGE_ERROR, result.err

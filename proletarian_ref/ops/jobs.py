@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
@@ -257,18 +258,38 @@ def iter_jobs(
         after = page.next_cursor
 
 
+# PostgreSQL's "operator does not exist": here, a whole-number id compared with a uuid job_id column.
+_UNDEFINED_FUNCTION: Final = "42883"
+
+
+@contextmanager
+def _id_kind_checked(job_ids: Iterable[Any]) -> Iterator[None]:
+    """Turn the database's refusal of a whole-number id for a UUID column into a ConfigurationError."""
+    try:
+        yield
+    except Exception as exc:
+        numbers = [i for i in job_ids if isinstance(i, int)]
+        if numbers and getattr(exc, "sqlstate", None) == _UNDEFINED_FUNCTION:
+            raise ConfigurationError(
+                f"job id {numbers[0]} is a whole number, but the job_id column holds UUIDs"
+            ) from exc
+        raise
+
+
 def show_job(
     conn: Any, job_id: Any, *, tables: Tables | None = None, dialect: str | None = None
 ) -> JobView | None:
     """The job with this id, queued or archived, or None."""
     active = dialect_of(conn, dialect)
     tables = tables or Tables.of()
-    params = {"job_id": encode_job_id(active, parse_job_id(job_id))}
+    parsed = parse_job_id(job_id)
+    params = {"job_id": encode_job_id(active, parsed)}
     try:
-        for name in ("show_queued", "show_archived"):
-            rows = query(conn, active, render(active, "ops.sql", name, tables), params)
-            if rows:
-                return _view(rows[0])
+        with _id_kind_checked([parsed]):
+            for name in ("show_queued", "show_archived"):
+                rows = query(conn, active, render(active, "ops.sql", name, tables), params)
+                if rows:
+                    return _view(rows[0])
     finally:
         end_read(conn)
     return None
@@ -341,10 +362,11 @@ def _apply(
     parsed = [parse_job_id(job_id) for job_id in job_ids]  # every id checked before anything changes
     for batch in _batches(parsed, batch_size):
         try:
-            done = [
-                Result(job_id, one(conn, dialect, tables, encode_job_id(dialect, job_id), value))
-                for job_id in batch
-            ]
+            with _id_kind_checked(batch):
+                done = [
+                    Result(job_id, one(conn, dialect, tables, encode_job_id(dialect, job_id), value))
+                    for job_id in batch
+                ]
             conn.commit()
         except BaseException:
             conn.rollback()
