@@ -256,4 +256,9 @@ def test_without_allow_actions_the_page_has_no_buttons_and_posts_are_refused(dat
         url = f"{base}/jobs/{_uuid(failed.job_id)}/retry"
         assert _post(url, {"csrf": board.csrf}, Origin=base, Cookie=f"{COOKIE}={TOKEN}") == 403
         assert _get(f"{base}/jobs/not-an-id")[0] == 400
+        status, listed = _get(f"{base}/jobs?status=failure")
+        failed_ids = {str(_uuid(a.job_id)) for a in database.archived_jobs() if a.status == ":failure"}
+        assert status == 200 and all(f'data-job-id="{i}"' in listed for i in failed_ids)
+        status, detail = _get(f"{base}/jobs/{_uuid(failed.job_id)}")
+        assert status == 200 and "user" in detail and "@example.com" in detail
     assert len(database.archived_jobs()) == 4
