@@ -5,16 +5,22 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
-from cli_support import Target, isolate, parametrize_dialects, run, target
+from cli_support import (
+    Target,
+    free_port,
+    isolate,
+    parametrize_dialects,
+    run,
+    sigterm_to_self,  # noqa: F401 (a fixture, used by name)
+    target,
+)
 
 from proletarian_ref import log as ev
 from proletarian_ref.cli import ExitCode
@@ -31,25 +37,6 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def database(request: pytest.FixtureRequest) -> Iterator[Target]:
     yield from target(request, "metrics")
-
-
-@pytest.fixture
-def sigterm_to_self() -> Iterator[None]:
-    def ignore(signum: int, frame: FrameType | None) -> None:
-        return None
-
-    previous = signal.signal(signal.SIGTERM, ignore)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _sample(text: str, name: str, **labels: str) -> float | None:
@@ -70,7 +57,7 @@ def test_one_worker_process_runs_two_queues_and_serves_their_metrics(
         ["t/later", "{}", "--queue", "c/q", "--process-in", "3600"],
     ):
         assert run(capsys, "enqueue", *argv, *database.args).code == ExitCode.OK
-    port = _free_port()
+    port = free_port()
     scraped: list[str] = []
 
     def scrape_then_stop() -> None:

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import Target, isolate, parametrize_dialects, run, target
+from cli_support import Target, fail_next, isolate, parametrize_dialects, run, target
 
-from proletarian_ref import process_next_job
 from proletarian_ref.cli import ExitCode, build_parser
 from proletarian_ref.cli.env import apply_env_defaults
 from proletarian_ref.ops.durations import parse_duration
@@ -33,20 +32,6 @@ def _enqueue(capsys: pytest.CaptureFixture[str], database: Target, *argv: str) -
     result = run(capsys, "enqueue", *argv, *database.args)
     assert result.code == ExitCode.OK, result.err
     return result.out.strip()
-
-
-def _fail_next(database: Target, queue: str = "proletarian/default") -> None:
-    def fails(job_type: str, payload: Any) -> None:
-        raise RuntimeError("planned failure")
-
-    assert process_next_job(
-        database.harness.data_source,
-        fails,
-        queue=queue,
-        job_table=database.job_table,
-        archived_job_table=database.archived_job_table,
-        log=lambda event, data: None,
-    )
 
 
 def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
@@ -122,7 +107,7 @@ def test_retry_by_id_moves_the_failure_back_and_bulk_retry_needs_yes_off_a_termi
 ) -> None:
     ids = [_enqueue(capsys, database, "a/t", f'{{"n": {n}}}') for n in range(3)]
     for _ in ids:
-        _fail_next(database)
+        fail_next(database)
     one = run(capsys, "retry", ids[0], *database.args)
     assert one.code == ExitCode.OK, one.err
     assert one.out == f"{ids[0]} retried\n"
@@ -179,7 +164,7 @@ def test_purge_deletes_old_archived_rows_with_progress(
 ) -> None:
     for n in range(3):
         _enqueue(capsys, database, "a/t", f'{{"n": {n}}}')
-        _fail_next(database)
+        fail_next(database)
     assert run(capsys, "purge", "--older-than", "1h", "--yes", *database.args).out == "0\n"
     database.harness.execute(
         f"UPDATE {database.archived_job_table} SET finished_at = {_two_hours_ago(database)}"

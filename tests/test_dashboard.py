@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import threading
 import urllib.error
 import urllib.parse
@@ -17,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import TESTS_DIR, Target, parametrize_dialects, start_cli, subprocess_env, target, wait_for
+from cli_support import (
+    TESTS_DIR,
+    Target,
+    free_port,
+    parametrize_dialects,
+    start_cli,
+    subprocess_env,
+    target,
+    wait_for,
+)
 
 from proletarian_ref import enqueue, process_next_job
 from proletarian_ref.ops.dashboard import COOKIE, Dashboard
@@ -36,13 +44,6 @@ SCREENSHOTS_ENV = "PROLETARIAN_DOC_SCREENSHOTS"
 @pytest.fixture
 def database(request: pytest.FixtureRequest) -> Iterator[Target]:
     yield from target(request, "dash")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _seed(database: Target) -> None:
@@ -101,7 +102,7 @@ def _post(url: str, data: dict[str, str], **headers: str) -> int:
 @pytest.fixture
 def dashboard(database: Target) -> Iterator[str]:
     """The CLI's dashboard with actions allowed, on a free port; yields its address."""
-    port = _free_port()
+    port = free_port()
     process = start_cli(
         "dashboard",
         "--allow-actions",
@@ -205,7 +206,7 @@ def _serving(board: Dashboard) -> Iterator[str]:
     """`board` served by uvicorn in a thread of this process; yields its address."""
     import uvicorn
 
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(board.app(), host="127.0.0.1", port=port, log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from cli_support import Target, parametrize_dialects, target
+from cli_support import Target, fail_next, parametrize_dialects, target
 
-from proletarian_ref import enqueue, process_next_job
+from proletarian_ref import enqueue
 from proletarian_ref.keywords import to_keyword_text
 from proletarian_ref.ops.db import Tables, statements
 from proletarian_ref.ops.jobs import (
@@ -47,20 +47,6 @@ def _enqueue(database: Target, job_type: str, payload: Any, **options: Any) -> A
     finally:
         conn.close()
     return job_id
-
-
-def _fail_next(database: Target, queue: str = "proletarian/default") -> None:
-    def fails(job_type: str, payload: Any) -> None:
-        raise RuntimeError("planned failure")
-
-    assert process_next_job(
-        database.harness.data_source,
-        fails,
-        queue=queue,
-        job_table=database.job_table,
-        archived_job_table=database.archived_job_table,
-        log=lambda event, data: None,
-    )
 
 
 @pytest.fixture
@@ -115,7 +101,7 @@ def test_a_retried_row_is_the_enqueued_row_with_attempts_zero_and_a_new_process_
 ) -> None:
     job_id = _enqueue(database, "my.app/mail", {"to": "a@b", "n": [1, 2.5, None]}, queue="mail/q")
     [enqueued] = database.jobs()
-    _fail_next(database, "mail/q")
+    fail_next(database, "mail/q")
     [archived] = database.archived_jobs()
     assert (archived.status, archived.attempts) == (":failure", 1)
     later = datetime.now(UTC) + timedelta(hours=1)
@@ -131,7 +117,7 @@ def test_a_retried_row_is_the_enqueued_row_with_attempts_zero_and_a_new_process_
 def test_two_retries_of_one_job_at_once_leave_exactly_one_job(database: Target) -> None:
     ids = [_enqueue(database, "a/t", {"n": n}) for n in range(4)]
     for _ in ids:
-        _fail_next(database)
+        fail_next(database)
     barrier = threading.Barrier(2)
     outcomes: list[str] = []
 
@@ -157,7 +143,7 @@ def test_two_retries_of_one_job_at_once_leave_exactly_one_job(database: Target) 
 
 def test_a_retry_waiting_on_another_finds_the_job_gone(database: Target, conn: Any) -> None:
     job_id = _enqueue(database, "a/t", {})
-    _fail_next(database)
+    fail_next(database)
     holder = database.harness.connect()
     stored = job_id.bytes if database.dialect == "mysql" else job_id
     cursor = holder.cursor()
@@ -219,7 +205,7 @@ def test_reschedule_moves_queued_jobs_and_reports_running_ones(database: Target,
 def test_purge_deletes_only_old_archived_rows_in_batches(database: Target, conn: Any) -> None:
     for n in range(5):
         _enqueue(database, "a/t", {"n": n})
-        _fail_next(database)
+        fail_next(database)
     old = "NOW() - INTERVAL 2 DAY" if database.dialect == "mysql" else "NOW() - INTERVAL '2 days'"
     database.harness.execute(
         f"UPDATE {database.archived_job_table} SET finished_at = {old} WHERE payload <> %s",
