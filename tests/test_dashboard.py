@@ -161,6 +161,8 @@ def test_the_page_shows_the_database_numbers_and_a_retry_click_moves_the_job(
     database: Target, dashboard: str, browser: Any, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
 
     _seed(database)
     browser.get(f"{dashboard}/?token={TOKEN}")
@@ -189,7 +191,11 @@ def test_the_page_shows_the_database_numbers_and_a_retry_click_moves_the_job(
 
     chosen = failed_ids[0]
     browser.find_element(By.ID, f"retry-{chosen}").click()
-    assert browser.find_element(By.ID, "flash").text == "retry: retried"
+    # The click posts the form; the job's page comes after the redirect, not at once.
+    flash = WebDriverWait(browser, 20).until(
+        expected_conditions.presence_of_element_located((By.ID, "flash"))
+    )
+    assert flash.text == "retry: retried"
     assert browser.find_element(By.CSS_SELECTOR, "#job td.state").text == "due"
     assert browser.find_element(By.CSS_SELECTOR, "#job td.attempts").text == "0"
     _screenshot(browser, "dashboard-job", tmp_path)
