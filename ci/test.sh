@@ -22,6 +22,21 @@ fi
 
 eval "$(bash ci/services.sh)"
 
+# The scale-out tests (tests/test_scale_*.py) start their own PgBouncer and Galera nodes; without these
+# packages they fail in CI, naming what is missing.
+scale_packages=()
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || scale_packages+=(pgbouncer)
+[ -e /usr/lib/galera/libgalera_smm.so ] || scale_packages+=(galera-4)
+command -v rsync >/dev/null 2>&1 || scale_packages+=(rsync)
+if [ "${#scale_packages[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing ${scale_packages[*]} for the scale-out tests"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${scale_packages[@]}" >/dev/null
+  # The package's own service would hold port 6432; the tests start their own bouncer on a free port.
+  if dpkg -s pgbouncer >/dev/null 2>&1; then
+    (systemctl disable --now pgbouncer || service pgbouncer stop) >/dev/null 2>&1 || true
+  fi
+fi
+
 echo "== the installed wheel carries its SQL"
 (cd "${TMPDIR:-/tmp}" && "$py" -c "
 from proletarian_ref import sql
@@ -42,5 +57,13 @@ if [ "${#bench[@]}" -gt 0 ]; then
 else
   echo "no database server here: benchmarks skipped"
 fi
+echo "== a JDK and jackson-core, for the Jackson oracle test (tests/test_transit_json_jvm.py)"
+if ! { command -v javac >/dev/null && [ -f /usr/share/java/jackson-core.jar ]; } && command -v apt-get >/dev/null; then
+  as_root=()
+  [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
+  { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" apt-get install -y -qq default-jdk-headless libjackson2-core-java >/dev/null; } \
+    || echo "could not install them: in CI the oracle test then fails"
+fi
 echo "== pytest"
-exec "$venv/bin/pytest" -n 2 -p no:cacheprovider "$@"
+# loadgroup: tests marked xdist_group (the Galera ones, which start a 3-node cluster) share one worker.
+exec "$venv/bin/pytest" -n 2 --dist loadgroup -p no:cacheprovider "$@"

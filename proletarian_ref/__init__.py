@@ -1,5 +1,8 @@
 """proletarian-ref: the Python reference implementation of Proletarian, the durable job queue."""
 
+# The submodules the docs name as `pr.<module>.<name>` are attributes of the package after
+# `import proletarian_ref`. None of them imports a driver: backends import theirs when first used.
+from proletarian_ref import schema
 from proletarian_ref.backend import Backend, Capabilities, JobRecord
 from proletarian_ref.errors import (
     ConfigurationError,
@@ -9,6 +12,7 @@ from proletarian_ref.errors import (
     InvalidRetryStrategyError,
     JobInterrupted,
     PayloadDecodeError,
+    PayloadTooLargeError,
     ProletarianError,
     SchemaMissingError,
     SerializationError,
@@ -25,10 +29,14 @@ from proletarian_ref.job_ids import (
     PostgresqlUuidStrategy,
     constant_id_strategy,
     db_generated_strategy,
+    mysql_time_ordered_uuid_strategy,
     mysql_uuid_strategy,
     postgresql_uuid_strategy,
 )
 from proletarian_ref.keywords import DEFAULT_QUEUE
+
+# stats moved to proletarian_ref.ops (operations, not the core); `pr.stats` still names it.
+from proletarian_ref.ops import stats
 from proletarian_ref.retry import RetryStrategy
 from proletarian_ref.serializers import Serializer, TransitSerializer, create_serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
@@ -55,6 +63,7 @@ __all__ = [
     "JobRecord",
     "MysqlUuidStrategy",
     "PayloadDecodeError",
+    "PayloadTooLargeError",
     "PostgresqlUuidStrategy",
     "ProletarianError",
     "QueueWorker",
@@ -72,8 +81,11 @@ __all__ = [
     "db_generated_strategy",
     "enqueue",
     "interrupted",
+    "mysql_time_ordered_uuid_strategy",
     "mysql_uuid_strategy",
     "postgresql_uuid_strategy",
     "process_next_job",
+    "schema",
     "sleep",
+    "stats",
 ]

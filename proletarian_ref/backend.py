@@ -69,6 +69,11 @@ class Backend(Protocol):
     `enqueue`, the caller's own connection) and never commits. Timestamps in and out are aware UTC
     datetimes; the core reads the clock and passes `now` in. Driver errors leave as
     `proletarian_ref.errors.DatabaseError`, `TransientDatabaseError` for those expected to pass.
+
+    Two optional methods, looked up by name: `release_connection(thread_id) -> bool` abandons the open
+    transaction of that thread only (QueueWorker.stop() releases its stuck threads' jobs with it, on a
+    backend other workers may share), and `close_thread_connection()` closes the connection the calling
+    thread kept (each worker thread calls it as it ends). A backend is closed only by whoever built it.
     """
 
     @property
@@ -111,4 +116,18 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release what the backend holds (connections kept for worker threads)."""
+        ...
+
+
+@runtime_checkable
+class PayloadLimits(Protocol):
+    """What a backend whose payload column has a size limit adds; enqueue calls it before the INSERT.
+
+    Optional: a backend without it stores any payload the database takes (PostgreSQL TEXT: up to 1 GB).
+    """
+
+    def check_payload(
+        self, conn: Any, job_table: TableName, archived_job_table: TableName | None, payload: str
+    ) -> None:
+        """Raise PayloadTooLargeError if `payload` does not fit either table's payload column."""
         ...

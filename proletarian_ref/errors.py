@@ -59,3 +59,7 @@ class TransientDatabaseError(DatabaseError):
 
 class SchemaMissingError(DatabaseError):
     """The job or archive table does not exist."""
+
+
+class PayloadTooLargeError(SerializationError):
+    """The encoded payload does not fit the table's payload column; raised before the INSERT."""

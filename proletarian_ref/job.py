@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-from proletarian_ref.backend import Backend, JobRecord
+from proletarian_ref.backend import Backend, JobRecord, PayloadLimits
 from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
 from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 from proletarian_ref.serializers import Serializer, create_serializer
-from proletarian_ref.tables import DEFAULT_JOB_TABLE, TableName, table_name
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
 _DEFAULT_SERIALIZER = create_serializer()
 
@@ -76,6 +76,7 @@ def enqueue(
     process_at: datetime | None = None,
     process_in: timedelta | None = None,
     job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
     serializer: Serializer | None = None,
     job_id_strategy: JobIdStrategy | None = None,
     clock: Clock | None = None,
@@ -85,8 +86,11 @@ def enqueue(
 
     `conn` is an open DB-API connection (psycopg 3 or PyMySQL), or any connection a backend accepts with
     `backend=`. Everything is checked before the INSERT, so bad input never leaves a half-written job.
+    `archived_job_table` is the archive the queue's workers use (the worker's default unless given): a
+    backend with limited columns (MySQL) refuses a payload that either table's payload column cannot hold.
     """
     table = table_name(job_table, option="job_table")
+    archive = table_name(archived_job_table, option="archived_job_table")
     job_type_text = to_keyword_text(job_type, what="job_type")
     queue_text = to_keyword_text(queue, what="queue")
     if backend is None:
@@ -96,6 +100,9 @@ def enqueue(
     now = now_from(clock if clock is not None else system_utc)
     effective_process_at = to_process_at(now, process_at, process_in)
     payload_text = encode_payload(serializer, payload)
+    # PayloadLimits is optional. hasattr, as isinstance of a runtime Protocol costs more than enqueue.
+    if hasattr(backend, "check_payload"):
+        cast(PayloadLimits, backend).check_payload(conn, table, archive, payload_text)
     job_id = strategy.generate_id()
     record = JobRecord(
         job_id=None if job_id is None else strategy.encode_id(job_id),

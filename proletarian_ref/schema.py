@@ -65,7 +65,11 @@ def install(
     archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
     dialect: str | None = None,
 ) -> None:
-    """Create the schema, both tables and the index on `conn` and commit; safe to run again."""
+    """Create the schema, both tables and the index on `conn` and commit; safe to run again.
+
+    A qualified name is taken as it is: on MySQL the default `proletarian.job` goes to the database
+    `proletarian`, whatever database `conn` uses, as Proletarian's DDL puts it.
+    """
     statements = schema_statements(
         dialect if dialect is not None else dialect_of_connection(conn),
         job_table=job_table,

@@ -6,6 +6,9 @@ Proletarian (``proletarian.transit/create-serializer``) writes payloads with tra
 
 Encoding (the same in both modes)
 ---------------------------------
+The text is byte for byte what Proletarian writes (transit-java through Jackson's UTF8JsonGenerator);
+docs/transit.md gives the exact text of every kind below and the rule behind it.
+
 ============================================  ==============================================
 Python value                                  Transit written
 ============================================  ==============================================
@@ -14,16 +17,18 @@ Python value                                  Transit written
                                               at every level; other keys as Transit does
 transit ``frozendict``                        map with its keys exactly as given, so a str key
                                               stays a string key (what exact decode returns)
-``str`` (as a value)                          string
+``str`` (as a value)                          string, escaped as Jackson does (``"\\uD83D\\uDE00"``
+                                              for a char outside the BMP, ``\\u001F``)
 ``Keyword`` / ``Symbol``                      keyword / symbol
 ``list``, ``tuple``                           array (a vector in Clojure)
 transit ``List``                              ``["~#list", [...]]`` (a list in Clojure)
 ``set``, ``frozenset``                        ``["~#set", [...]]``
 ``bool`` / transit ``Boolean`` / ``None``     ``true`` / ``false`` / ``null``
-``int``                                       number, ``"~i..."`` beyond 2**53, ``"~n..."`` (BigInt)
+``int``                                       number, ``"~i..."`` from 2**53, ``"~n..."`` (BigInt)
                                               beyond 64 bits
-``float``                                     number, ``"~zNaN"``, ``"~zINF"``, ``"~z-INF"``
-``Decimal`` (finite)                          ``"~f..."`` (BigDecimal)
+``float``                                     number as ``Double.toString`` (``1.0E20``, ``0.5``),
+                                              ``"~zNaN"``, ``"~zINF"``, ``"~z-INF"``
+``Decimal`` (finite)                          ``"~f..."`` as ``BigDecimal.toString`` (``~f1E+3``)
 aware ``datetime``                            ``"~m<epoch ms>"`` (sub-millisecond part dropped, as
                                               Proletarian's Instant handler does)
 ``uuid.UUID``                                 ``"~u..."``
@@ -31,8 +36,9 @@ other ``TaggedValue``, ``URI``                as transit-python writes them
 ============================================  ==============================================
 
 A top-level scalar is wrapped as ``["~#'", x]``. Anything else (a naive datetime, a ``date``, bytes,
-an arbitrary object, a non-finite Decimal, a str that is not valid Unicode, two keys of one map that
-become the same keyword) raises :class:`SerializationError` naming the type and its path in the payload.
+an arbitrary object, a Decimal that is not finite or beyond Java's BigDecimal, a str with a lone
+surrogate, two keys of one map that become the same keyword) raises :class:`SerializationError` naming
+the type and its path in the payload.
 
 The key cache (``^0``, ``^1``, ...) follows transit-java's rule, which counts UTF-16 code units, and a
 map with composite keys is written as ``["~#cmap", [...]]`` as transit-java writes it. transit-python's
@@ -76,14 +82,16 @@ from json.scanner import make_scanner
 from typing import Any, Final, Protocol, cast, runtime_checkable
 
 from transit import transit_types
-from transit.constants import MAP_AS_ARR
+from transit.constants import ESC, MAP_AS_ARR
 from transit.decoder import Decoder, Tag
 from transit.helpers import pairs
 from transit.rolling_cache import RollingCache, is_cache_key
 from transit.transit_types import Boolean, Keyword, List, Symbol, TaggedValue, frozendict
+from transit.write_handlers import WriteHandler
 from transit.writer import JsonMarshaler, flatten_map
 
 from proletarian_ref.errors import PayloadDecodeError, SerializationError
+from proletarian_ref.transit_json import big_decimal_text, double_text, string_text
 
 __all__ = ["FrozenMap", "Serializer", "TransitSerializer", "create_serializer"]
 
@@ -172,10 +180,61 @@ class _JavaRollingCache(RollingCache):  # type: ignore[misc]  # transit ships no
         return name
 
 
+class _BigDecimalHandler:
+    """transit-java's BigDecimal handler: ``"~f" + BigDecimal.toString()``."""
+
+    @staticmethod
+    def tag(_: Decimal) -> str:
+        return "f"
+
+    @staticmethod
+    def rep(value: Decimal) -> str:
+        return big_decimal_text(value)
+
+    string_rep = rep
+
+
+def _make_write_handlers() -> Any:
+    handlers = WriteHandler()
+    handlers[Decimal] = _BigDecimalHandler
+    return handlers
+
+
+_WRITE_HANDLERS: Final = _make_write_handlers()  # stateless, so one map serves every payload
+
+
 class _JsonMarshaler(JsonMarshaler):  # type: ignore[misc]
+    """transit-python's JSON marshaler, with the JSON text of transit-java's JsonEmitter and Jackson."""
+
+    def _init_handlers(self) -> None:
+        self.handlers = _WRITE_HANDLERS
+
     def emit_cmap(self, m: Any, _: Any, cache: Any) -> None:
         # transit-java (as stored by Proletarian) writes ["~#cmap",[k,v,...]], not {"~#cmap":[...]}.
         self.emit_tagged("cmap", flatten_map(m), cache)
+
+    def emit_double(self, d: Any, as_map_key: bool, cache: Any) -> None:
+        if as_map_key:
+            # JsonEmitter.emitDouble: a key is "~d" + Double.toString; transit-python passes str(float).
+            self.emit_string(ESC, "d", double_text(float(d)), True, cache)
+        else:
+            self.emit_object(d)
+
+    def emit_object(self, obj: Any, as_map_key: bool = False) -> None:
+        self.write_sep()
+        kind = type(obj)
+        if kind is str:
+            self.io.write(string_text(obj))
+        elif kind is int:
+            self.io.write(str(obj))
+        elif kind is float:
+            self.io.write(double_text(obj))
+        elif kind is bool:
+            self.io.write("true" if obj else "false")
+        elif obj is None:
+            self.io.write("null")
+        else:
+            raise AssertionError(f"no JSON form for {type(obj).__name__} {obj!r}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -390,6 +449,10 @@ class _UnencodableError(Exception):
         self.steps: list[str] = []
 
 
+_JAVA_INT_MIN: Final = -(2**31)
+_JAVA_INT_MAX: Final = 2**31 - 1
+
+
 def _short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -400,9 +463,11 @@ def _checked_text(value: str) -> str:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as error:
+            # Jackson would write it as a \uXXXX escape; refused on purpose (docs/transit.md): in Python
+            # it marks undecodable bytes, not text that any UTF-8 reader of the job gets back.
             raise _UnencodableError(
-                f"str {_short_repr(value)} holds a lone surrogate at index {error.start}, which cannot be "
-                "stored as UTF-8"
+                f"str {_short_repr(value)} holds a lone surrogate at index {error.start}, which is not "
+                "Unicode text"
             ) from None
     return value if type(value) is str else str.__str__(value)
 
@@ -432,6 +497,13 @@ def _prepare(value: Any, hashable: bool) -> Any:
     if isinstance(value, Decimal):
         if not value.is_finite():
             raise _UnencodableError(f"{value!r} is not finite; Clojure's BigDecimal cannot represent it")
+        exponent = cast(int, value.as_tuple().exponent)  # an int, as the value is finite
+        if exponent <= _JAVA_INT_MIN or value.adjusted() > _JAVA_INT_MAX:
+            # new BigDecimal(text) refuses these ("Exponent overflow", "Scale out of range"): the job
+            # would be stored but Proletarian could never read it.
+            raise _UnencodableError(
+                f"{_short_repr(value)} has an exponent beyond Java's BigDecimal, whose scale is a 32-bit int"
+            )
         return value
     if isinstance(value, int):
         return int(value)  # IntEnum and other int subclasses: the writer needs a plain int

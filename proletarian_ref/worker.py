@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import atexit
+import contextlib
+import logging
+import os
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -138,17 +141,24 @@ def run_next_job(
     log: LogFn,
     context: Mapping[str, Any],
     stop_event: threading.Event,
+    may_handle: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> bool | None:
     """One poll in one transaction: None when no job was due, else whether the worker may go on.
 
     The handler runs inside the claiming transaction, holding the row lock, exactly as Proletarian does.
+    No claim starts once `stop_event` is set (a thread may have waited for its connection meanwhile), and
+    a claimed job whose `may_handle(job context)` is false goes back untouched, its handler never called.
     """
     with backend.transaction() as conn:
+        if stop_event.is_set():
+            return None
         record = backend.get_next_job(conn, settings.job_table, settings.queue, now_from(settings.clock))
         if record is None:
             return None
         job, decode_error = _to_job(record, settings)
         job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
+        if may_handle is not None and not may_handle(job_context):
+            return False
 
         def job_log(event: str, data: Mapping[str, Any]) -> None:
             log(event, {**data, **job_context})
@@ -161,9 +171,15 @@ def run_next_job(
                 handler_fn(job)
             else:
                 handler_fn(job.job_type, job.payload)
+            # Inside the try, as in Proletarian: a log function that raises here fails the job.
+            log(ev.JOB_FINISHED, job_context)
         except JobInterrupted:
             job_log(ev.JOB_INTERRUPTED, {})
             return False
+        except (MemoryError, RecursionError):
+            # The JVM's OutOfMemoryError and StackOverflowError are Errors, not Exceptions: the process is
+            # short of a resource, which is not the job's failure (docs/worker.md).
+            raise
         except Exception as exc:
             if stop_event.is_set():
                 job_log(ev.HANDLE_JOB_EXCEPTION_WITH_INTERRUPT, {ev.EXCEPTION: exc})
@@ -183,7 +199,6 @@ def run_next_job(
                 log=job_log,
             )
         else:
-            log(ev.JOB_FINISHED, job_context)
             finished_at = now_from(settings.clock)
             backend.archive_job(
                 conn,
@@ -210,8 +225,7 @@ def process_next_job(
     Returns None when no job was due, True when one ran. Takes the job options of create_queue_worker;
     unlike Proletarian it applies their defaults.
     """
-    own_backend = backend is None
-    active = backend if backend is not None else backend_for_data_source(data_source)
+    active, own_backend = _backend_for(data_source, backend)
     try:
         settings = job_settings(active, **options)
         return run_next_job(
@@ -220,6 +234,18 @@ def process_next_job(
     finally:
         if own_backend:
             active.close()
+
+
+def _backend_for(data_source: Any, backend: Backend | None) -> tuple[Backend, bool]:
+    """The backend to run on, and whether the caller lent it (False) or it is built here, ours to close.
+
+    A Backend passed as `backend=` or as the data source, or one the data source hands over through
+    proletarian_backend(), belongs to the caller; a pool passed as the data source is never closed either.
+    """
+    if backend is not None:
+        return backend, False
+    lent = isinstance(data_source, Backend) or callable(getattr(data_source, "proletarian_backend", None))
+    return backend_for_data_source(data_source), not lent
 
 
 def _stop_worker(error: BaseException) -> bool:
@@ -248,6 +274,7 @@ class QueueWorker:
         await_termination_timeout_ms: float,
         install_shutdown_hook: bool,
         on_shutdown: Callable[[], object],
+        owns_backend: bool = False,
     ) -> None:
         self.backend = backend
         self.handler_fn = handler_fn
@@ -260,12 +287,14 @@ class QueueWorker:
         self._await_timeout = await_termination_timeout_ms / 1000
         self._install_shutdown_hook = install_shutdown_hook
         self._on_shutdown = on_shutdown
-        self._lock = threading.Lock()
+        self._owns_backend = owns_backend
+        # Guards the stop request against a handler's start: stop_event is set, and a handler admitted,
+        # under it, so no handler starts once stop() has begun.
+        self._lock = threading.RLock()  # re-entered by a signal handler that interrupts start()
         self._stop_event = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started = False
         self._stopped = False
-        self._previous_sigterm: Any = None
         # Per thread number: the job it is running (for logs and release) and whether stop() released it.
         self._current_jobs: dict[int, dict[str, Any]] = {}
         self._released: set[int] = set()
@@ -273,17 +302,20 @@ class QueueWorker:
     # -- lifecycle -------------------------------------------------------------------------------------
 
     def start(self) -> bool | None:
-        """Start the polling threads; None if already started (a stopped worker cannot restart)."""
+        """Start the polling threads; None if already started (a stopped worker cannot restart).
+
+        The threads inherit daemon-ness from the thread calling start(), as a JVM thread does, so a
+        worker started on the main thread keeps the process alive after the main thread returns, like
+        Proletarian's: stop it with stop(), a `with` block, or a signal with install_shutdown_hook=True.
+        """
         with self._lock:
             if self._started:
                 return None
             self._started = True
             if self._install_shutdown_hook:
-                self._add_shutdown_hooks()
+                _hook(self)
             for n in range(1, self._worker_threads + 1):
-                thread = threading.Thread(
-                    target=self._work, args=(n,), name=f"{self.queue_worker_id}-{n}", daemon=True
-                )
+                thread = threading.Thread(target=self._work, args=(n,), name=f"{self.queue_worker_id}-{n}")
                 self._threads.append(thread)
                 thread.start()
             return True
@@ -291,13 +323,14 @@ class QueueWorker:
     def stop(self) -> bool | None:
         """Stop polling, let running jobs drain for await_termination_timeout_ms, then release the rest.
 
-        Every thread stops claiming jobs at once. A handler sees the request through
-        proletarian_ref.interrupted() / sleep() and may give its job back (JobInterrupted: attempts
-        unchanged); one that ignores it may finish, and its job is archived. Threads still running a job
-        at the deadline have it released: their connection is closed, so the database rolls their
-        transaction back and another worker can claim the job with attempts unchanged, and whatever the
-        handler does when it returns is not written. Then stop() raises ShutdownTimeoutError and skips
-        on_shutdown, as Proletarian does, because those handlers are still running.
+        From the call on, no thread claims a job and no handler starts; a job claimed meanwhile goes back
+        untouched. A handler already running sees the request through proletarian_ref.interrupted() /
+        sleep() and may give its job back (JobInterrupted: attempts unchanged); one that ignores it may
+        finish, and its job is archived. Threads still busy at the deadline are released: a running job's
+        connection is closed, so the database rolls its transaction back and another worker can claim the
+        job with attempts unchanged, and whatever the handler does when it returns is not written; a claim
+        still in progress is abandoned the same way. Then stop() raises ShutdownTimeoutError and skips
+        on_shutdown, as Proletarian does, because those threads are still running.
         """
         with self._lock:
             if not self._started:
@@ -308,9 +341,10 @@ class QueueWorker:
         if already:
             self._safe_log(ev.ALREADY_SHUT_DOWN, context)
         else:
-            self._remove_shutdown_hooks()
+            _unhook(self)
             self._safe_log(ev.SHUTTING_DOWN, context)
-            self._stop_event.set()
+            with self._lock:
+                self._stop_event.set()
             deadline = time.monotonic() + self._await_timeout
             current = threading.current_thread()
             for thread in self._threads:
@@ -321,38 +355,45 @@ class QueueWorker:
                 for n, thread in enumerate(self._threads, 1)
                 if thread.is_alive() and thread is not current
             ]
-            released = self._release(stuck) if stuck else []
-            self.backend.close()
+            still_running = self._release(stuck) if stuck else []
+            if self._owns_backend:
+                self.backend.close()
             if stuck:
-                names = ", ".join(thread.name for _, thread in stuck)
-                outcome = (
-                    f"released their jobs {', '.join(map(str, released))} back to the queue"
-                    if released
-                    else "no job of theirs could be released"
-                )
                 raise ShutdownTimeoutError(
                     f"Could not shut down the queue worker within {self._await_timeout * 1000:g} ms; "
-                    f"still running: {names}; {outcome}"
+                    f"still running: {'; '.join(still_running)}"
                 )
             self._safe_log(ev.COMPLETED_SHUTDOWN, context)
         self._on_shutdown()
         return True
 
-    def _release(self, stuck: list[tuple[int, threading.Thread]]) -> list[Any]:
-        """Release the jobs of threads still running at the deadline; returns their job ids."""
+    def _release(self, stuck: list[tuple[int, threading.Thread]]) -> list[str]:
+        """Release what the threads still running at the deadline hold; says, per thread, what it was."""
         release = getattr(self.backend, "release_connection", None)
-        released: list[Any] = []
+        notes: list[str] = []
         for n, thread in stuck:
             with self._lock:
                 self._released.add(n)
                 job = dict(self._current_jobs.get(n, {}))
-            if release is None or thread.ident is None or not release(thread.ident):
-                continue
-            released.append(job.get(ev.JOB_ID))
-            self._safe_log(
-                ev.JOB_RELEASED, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job}
-            )
-        return released
+            # By thread ident: only this thread's transaction, never another worker's on a shared backend.
+            done = release is not None and thread.ident is not None and bool(release(thread.ident))
+            if not job:
+                note = (
+                    "no job yet: its claim was abandoned"
+                    if done
+                    else "no job yet: waiting for a database connection, nothing to release"
+                )
+            elif done:
+                note = f"job {job[ev.JOB_ID]} released back to the queue"
+                self._safe_log(
+                    ev.JOB_RELEASED, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job}
+                )
+            elif release is None:
+                note = f"job {job[ev.JOB_ID]} still running: this backend cannot release it"
+            else:
+                note = f"job {job[ev.JOB_ID]} finishing: its transaction had already ended"
+            notes.append(f"{thread.name} ({note})")
+        return notes
 
     def __enter__(self) -> QueueWorker:
         self.start()
@@ -369,24 +410,38 @@ class QueueWorker:
 
     # -- polling ---------------------------------------------------------------------------------------
 
+    def _may_handle(self, n: int) -> Callable[[Mapping[str, Any]], bool]:
+        def may_handle(job_context: Mapping[str, Any]) -> bool:
+            # Checked under the lock stop() sets the event with: a handler either starts before stop()
+            # begins, and is drained or released, or never starts.
+            with self._lock:
+                if self._stop_event.is_set():
+                    return False
+                self._current_jobs[n] = {
+                    ev.JOB_ID: job_context[ev.JOB_ID],
+                    ev.JOB_TYPE: job_context[ev.JOB_TYPE],
+                    ev.ATTEMPT: job_context[ev.ATTEMPT],
+                }
+                return True
+
+        return may_handle
+
     def _work(self, n: int) -> None:
+        try:
+            self._poll(n)
+        finally:
+            # A worker on a lent backend gives back the connection its thread opened, and only that one.
+            close_thread_connection = getattr(self.backend, "close_thread_connection", None)
+            if close_thread_connection is not None:
+                with contextlib.suppress(Exception):
+                    close_thread_connection()
+
+    def _poll(self, n: int) -> None:
         bind_stop_event(self._stop_event)
         outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
         context = {**outer, ev.WORKER_THREAD_ID: n}
         current = self._current_jobs
-
-        def log(event: str, data: Mapping[str, Any]) -> None:
-            # Remember the running job so that an error escaping the run, or a release, can name it.
-            if event == ev.HANDLING_JOB:
-                running = {
-                    ev.JOB_ID: data[ev.JOB_ID],
-                    ev.JOB_TYPE: data[ev.JOB_TYPE],
-                    ev.ATTEMPT: data[ev.ATTEMPT],
-                }
-                with self._lock:
-                    current[n] = running
-            self._log_fn(event, data)
-
+        may_handle = self._may_handle(n)
         # Spread the threads' idle polls over the interval, as Proletarian's start-up jitter does, but
         # without blocking start().
         if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
@@ -397,19 +452,26 @@ class QueueWorker:
             try:
                 self._log_fn(ev.POLLING_FOR_JOBS, context)
                 while not self._stop_event.is_set():
-                    with self._lock:
-                        current.pop(n, None)
                     ran = run_next_job(
-                        self.backend, self.settings, self.handler_fn, log, context, self._stop_event
+                        self.backend,
+                        self.settings,
+                        self.handler_fn,
+                        self._log_fn,
+                        context,
+                        self._stop_event,
+                        may_handle,
                     )
+                    with self._lock:
+                        current.pop(n, None)  # its transaction is over: nothing left to release
                     if ran is not True:
                         break
                 failures = 0
             except BaseException as exc:
                 with self._lock:
-                    released, running = n in self._released, current.get(n, {})
+                    released, running = n in self._released, current.pop(n, {})
                 if released:
-                    self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
+                    if running:
+                        self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
                     return
                 failures += 1
                 if isinstance(exc, TransientDatabaseError):
@@ -424,7 +486,7 @@ class QueueWorker:
             self._stop_event.wait(delay)
 
     def _backoff(self, failures: int, cap: float) -> float:
-        # From at least 10 ms, so that even a zero polling interval cannot spin on a failing job.
+        # From at least 10 ms, so that even a 1 ms polling interval cannot spin on a failing job.
         first = max(self._interval, _MIN_BACKOFF_S)
         return min(first * 2.0 ** min(failures - 1, 32), max(cap, self._interval))
 
@@ -438,9 +500,10 @@ class QueueWorker:
             return True
 
     def _stop_async(self) -> None:
-        # A polling thread cannot join itself, so another thread stops the worker.
+        # A polling thread cannot join itself, so another thread stops the worker. Not a daemon: the
+        # process must not exit half way through stop() (it ends within await_termination_timeout_ms).
         threading.Thread(
-            target=self._stop_logging_errors, name=f"{self.queue_worker_id}-stop", daemon=True
+            target=self._stop_logging_errors, name=f"{self.queue_worker_id}-stop", daemon=False
         ).start()
 
     def _safe_log(self, event: str, data: Mapping[str, Any]) -> None:
@@ -451,26 +514,8 @@ class QueueWorker:
         except Exception:
             ev.logger.exception("log function failed on %s", event)
 
-    # -- shutdown hooks --------------------------------------------------------------------------------
-
-    def _add_shutdown_hooks(self) -> None:
-        atexit.register(self._stop_logging_errors)
-        on_main_thread = threading.current_thread() is threading.main_thread()
-        if on_main_thread and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            self._previous_sigterm = signal.SIG_DFL
-            signal.signal(signal.SIGTERM, _exit_on_sigterm)
-
-    def _remove_shutdown_hooks(self) -> None:
-        if not self._install_shutdown_hook:
-            return
-        atexit.unregister(self._stop_logging_errors)
-        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
-            if signal.getsignal(signal.SIGTERM) is _exit_on_sigterm:
-                signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
-
     def _stop_logging_errors(self) -> None:
-        """stop() where no caller could catch its error (at exit, or after an error on a polling thread)."""
+        """stop() where no caller could catch its error (on a signal, or after a polling thread's error)."""
         try:
             self.stop()
         except BaseException as exc:
@@ -478,10 +523,77 @@ class QueueWorker:
                 ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
             )
 
+    def _threads_alive(self) -> bool:
+        current = threading.current_thread()
+        return any(t.is_alive() for t in self._threads if t is not current)
 
-def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    # SystemExit unwinds the main thread normally, so atexit runs the queue workers' stop().
-    raise SystemExit(128 + signum)
+
+# -- the shutdown hook ---------------------------------------------------------------------------------
+#
+# The JVM runs Proletarian's shutdown hook on System.exit, SIGTERM and SIGINT, and not when main returns
+# while worker threads live. Python runs atexit functions only after it has joined every non-daemon
+# thread, so an atexit hook would never fire while the worker runs; the hook is therefore a SIGTERM and
+# SIGINT handler, installed on the main thread over the default handlers only.
+
+_HOOK_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+_hooked: list[QueueWorker] = []
+_hooked_lock = threading.RLock()  # a signal handler may run while the main thread holds it
+_previous_handlers: dict[int, Any] = {}
+
+
+def _is_default_handler(signum: int, handler: Any) -> bool:
+    return handler is (signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+
+
+def _hook(worker: QueueWorker) -> None:
+    with _hooked_lock:
+        _hooked.append(worker)
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python allows signal handlers to be set on the main thread only
+        for signum in _HOOK_SIGNALS:
+            handler = signal.getsignal(signum)
+            if _is_default_handler(signum, handler):
+                _previous_handlers[signum] = handler
+                signal.signal(signum, _stop_on_signal)
+
+
+def _unhook(worker: QueueWorker) -> None:
+    with _hooked_lock:
+        if worker in _hooked:
+            _hooked.remove(worker)
+        if _hooked or threading.current_thread() is not threading.main_thread():
+            return  # a handler left behind with no worker to stop behaves as the default one
+        for signum, previous in list(_previous_handlers.items()):
+            if signal.getsignal(signum) is _stop_on_signal:
+                signal.signal(signum, previous)
+            del _previous_handlers[signum]
+
+
+def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
+    """Stop every hooked worker (drain, then release), then exit with 128 + signal, as the JVM does."""
+    with _hooked_lock:
+        workers = list(_hooked)
+    if not workers:
+        # Every hooked worker is stopping or stopped already (perhaps by this very thread, in a stop()
+        # the signal interrupted): do what the signal would have done without the hook.
+        if signum == signal.SIGINT:
+            signal.default_int_handler(signum, frame)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    for worker in workers:
+        worker._stop_logging_errors()
+    code = 128 + signum
+    if threading.main_thread().is_alive() and not any(w._threads_alive() for w in workers):
+        # The main thread is running: unwind it, so finally blocks and atexit functions run.
+        raise SystemExit(code)
+    # The main thread has returned, so Python is waiting for non-daemon threads, or a released handler is
+    # still running and would keep the process alive: end it, as the JVM halts after its hooks.
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def create_queue_worker(
@@ -509,17 +621,24 @@ def create_queue_worker(
 ) -> QueueWorker:
     """A queue worker over `data_source` (a psycopg_pool.ConnectionPool or a zero-argument connection
     factory); nothing runs until start(). Options mirror Proletarian's create-queue-worker.
+
+    The worker closes only what it opened: the connections it took from a factory. A pool, a Backend
+    (as `backend=` or as the data source) and the factory itself stay the caller's to close.
     """
     if not callable(handler_fn):
         raise ConfigurationError(f"handler_fn must be callable, got {handler_fn!r}")
     if not isinstance(worker_threads, int) or isinstance(worker_threads, bool) or worker_threads < 1:
         raise ConfigurationError(f"worker_threads must be an int >= 1, got {worker_threads!r}")
-    for name, value in (
-        ("polling_interval_ms", polling_interval_ms),
-        ("await_termination_timeout_ms", await_termination_timeout_ms),
+    # Proletarian's scheduleWithFixedDelay refuses a polling delay <= 0 (IllegalArgumentException from
+    # start!); here the same refusal comes before anything runs.
+    for name, value, zero_ok in (
+        ("polling_interval_ms", polling_interval_ms, False),
+        ("await_termination_timeout_ms", await_termination_timeout_ms, True),
     ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 10**12:
-            raise ConfigurationError(f"{name} must be a number of milliseconds >= 0, got {value!r}")
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if not (number and (value >= 0 if zero_ok else value > 0) and value < 10**12):
+            least = ">= 0" if zero_ok else "> 0"
+            raise ConfigurationError(f"{name} must be a number of milliseconds {least}, got {value!r}")
     for name, fn in (("log", log), ("on_polling_error", on_polling_error), ("on_shutdown", on_shutdown)):
         if fn is not None and not callable(fn):
             raise ConfigurationError(f"{name} must be callable, got {fn!r}")
@@ -527,7 +646,7 @@ def create_queue_worker(
     table_name(job_table, option="job_table")
     table_name(archived_job_table, option="archived_job_table")
     to_keyword_text(queue, what="queue")
-    active = backend if backend is not None else backend_for_data_source(data_source)
+    active, owns_backend = _backend_for(data_source, backend)
     settings = job_settings(
         active,
         queue=queue,
@@ -552,4 +671,5 @@ def create_queue_worker(
         await_termination_timeout_ms=await_termination_timeout_ms,
         install_shutdown_hook=install_shutdown_hook,
         on_shutdown=on_shutdown if on_shutdown is not None else _noop,
+        owns_backend=owns_backend,
     )

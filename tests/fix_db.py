@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,3 +222,40 @@ def mysql_db(mysql_harness: SqlHarness) -> Iterator[SqlHarness]:
     mysql_harness.clear()
     yield mysql_harness
     mysql_harness.close()
+
+
+@pytest.fixture(scope="session")
+def mysql_time_zones(mysql_dsn: str) -> str:
+    """The MySQL DSN, on a server whose named time zones ('Europe/Oslo') are loaded.
+
+    A fresh server has empty zone tables; tests that set a named session time zone need them. Loaded from
+    the system's zoneinfo once per server (under the install lock), over PyMySQL so a container's server
+    gets them too.
+    """
+    import pymysql
+    from pymysql.constants import CLIENT
+
+    from proletarian_ref.backends.dsn import mysql_connect_kwargs
+
+    conn = pymysql.connect(**mysql_connect_kwargs(mysql_dsn), client_flag=CLIENT.MULTI_STATEMENTS)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK('proletarian_ref_tests', 300)")
+            cursor.execute("SELECT COUNT(*) FROM mysql.time_zone_name")
+            ((count,),) = cursor.fetchall()
+            if count == 0:
+                tool = shutil.which("mariadb-tzinfo-to-sql") or shutil.which("mysql_tzinfo_to_sql")
+                if tool is None:
+                    pytest.fail("the server has no time zone tables and no mysql_tzinfo_to_sql to load them")
+                script = subprocess.run(
+                    [tool, "/usr/share/zoneinfo"], check=True, capture_output=True, text=True
+                ).stdout
+                cursor.execute("USE mysql")
+                cursor.execute(script)
+                while cursor.nextset():
+                    pass
+                conn.commit()
+            cursor.execute("SELECT RELEASE_LOCK('proletarian_ref_tests')")
+    finally:
+        conn.close()
+    return mysql_dsn

@@ -6,14 +6,20 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from cli_support import drop_tables, dsn_for, harness_for, isolate, parametrize_dialects, run
+from fix_db import table_suffix
 
+from conformance import builtin
 from conformance.harness import SqlHarness
 from proletarian_ref.cli import ExitCode
-from proletarian_ref.ops.stats import schema_lock
+from proletarian_ref.cli.database import Tables
+from proletarian_ref.cli.schema import installed_message
+from proletarian_ref.ops.stats import TableLocation, schema_lock
 from proletarian_ref.schema import schema_statements
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, table_name
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +92,11 @@ def test_install_creates_both_tables_and_is_idempotent(
     ]
     first = run(capsys, *argv)
     assert first.code == ExitCode.OK, first.err
-    assert "schema installed" in first.err
+    # Unqualified names go where the DSN's session puts them: its database's `public` schema on
+    # PostgreSQL, the DSN's database itself on MySQL; the message names them qualified.
+    dsn_database = urlsplit(dsn_for(request, fresh.dialect)).path.lstrip("/")
+    home = "public" if fresh.dialect == "postgresql" else dsn_database
+    assert f"installed {home}.{fresh.job_table} and {home}.{fresh.archived_job_table} " in first.err
     fresh.execute(
         f"INSERT INTO {fresh.job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, "
         "process_at) VALUES (%s, ':q', ':t', '[]', 0, '2030-01-01 00:00:00', '2030-01-01 00:00:00')",
@@ -96,6 +106,52 @@ def test_install_creates_both_tables_and_is_idempotent(
     assert second.code == ExitCode.OK, second.err
     assert len(fresh.jobs()) == 1, "running install again must keep the rows"
     assert fresh.archived_jobs() == []
+
+
+@pytest.fixture
+def elsewhere(fresh: SqlHarness, request: pytest.FixtureRequest) -> Iterator[SqlHarness]:
+    """Tables qualified with a schema (PostgreSQL) or database (MySQL) the DSN does not name."""
+    dialect = fresh.dialect
+    place = f"cli_{table_suffix()}_elsewhere"
+    factory = builtin.postgresql if dialect == "postgresql" else builtin.mysql
+    harness = factory(dsn_for(request, dialect), f"{place}.job", f"{place}.archived_job")
+    drop = f"DROP {'SCHEMA' if dialect == 'postgresql' else 'DATABASE'} IF EXISTS {place}"
+    drop += " CASCADE" if dialect == "postgresql" else ""
+    harness.execute(drop)
+    try:
+        yield harness
+    finally:
+        harness.execute(drop)
+        harness.close()
+
+
+def test_install_names_the_schema_or_database_the_tables_really_went_to(
+    capsys: pytest.CaptureFixture[str], elsewhere: SqlHarness, request: pytest.FixtureRequest
+) -> None:
+    dsn = dsn_for(request, elsewhere.dialect)
+    place = elsewhere.job_table.split(".")[0]
+    argv = ["schema", "install", "--dsn", dsn, "--job-table", elsewhere.job_table]
+    result = run(capsys, *argv, "--archived-job-table", elsewhere.archived_job_table)
+    assert result.code == ExitCode.OK, result.err
+    dsn_database = urlsplit(dsn).path.lstrip("/")
+    installed = f"installed {place}.job and {place}.archived_job"
+    if elsewhere.dialect == "mysql":
+        where = f"(database `{place}`; your DSN's database is `{dsn_database}`)"
+    else:
+        where = f"(schema `{place}` of database `{dsn_database}`)"
+    assert f"proletarian-ref: {installed} {where} on " in result.err
+    assert elsewhere.jobs() == [], "the job table is where the message says"
+
+
+def test_the_default_tables_on_mysql_are_reported_in_the_database_proletarian() -> None:
+    # The seed's DDL qualifies the tables, so MySQL puts them in the database `proletarian` whatever
+    # database the DSN names; the message must not let the DSN suggest otherwise.
+    tables = Tables(table_name(DEFAULT_JOB_TABLE), table_name(DEFAULT_ARCHIVED_JOB_TABLE))
+    located: list[TableLocation | None] = [TableLocation("proletarian", None, "test")] * 2
+    assert installed_message(tables, located) == (
+        "installed proletarian.job and proletarian.archived_job "
+        "(database `proletarian`; your DSN's database is `test`)"
+    )
 
 
 def test_install_on_a_dsn_that_does_not_connect_exits_3(capsys: pytest.CaptureFixture[str]) -> None:

@@ -211,28 +211,3 @@ def test_a_legacy_timestamp_column_holds_utc_wall_clock_whatever_the_session_zon
     assert pg_db.select(f"SELECT enqueued_at, process_at FROM {table}") == [
         (T0.replace(tzinfo=None), T0.replace(tzinfo=None))
     ]
-
-
-def test_mysql_stores_utc_whatever_the_callers_session_time_zone(mysql_db: SqlHarness) -> None:
-    conn = mysql_db.connect()
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute("SET time_zone = '+05:00'")
-        enqueue(conn, "a", None, job_table=mysql_db.job_table, clock=FakeClock())
-        conn.commit()
-    finally:
-        conn.close()
-    [(epoch,)] = mysql_db.select(f"SELECT UNIX_TIMESTAMP(process_at) FROM {mysql_db.job_table}")
-    assert int(epoch) == int(T0.timestamp())
-
-
-def test_mysql_writes_whole_seconds_down_for_now_and_up_for_a_scheduled_time(mysql_db: SqlHarness) -> None:
-    clock = FakeClock(T0 + timedelta(milliseconds=700))
-    enqueue_committed(mysql_db, "now", None, clock=clock)
-    enqueue_committed(mysql_db, "later", None, clock=clock, process_in=timedelta(milliseconds=100))
-    rows = {row.job_type: row for row in mysql_db.jobs()}
-    # Server-side rounding would put the first job half a second in the future; the second must not
-    # become due before it was asked to be.
-    assert rows[":now"].process_at == T0
-    assert rows[":later"].process_at == T0 + timedelta(seconds=1)
-    assert rows[":later"].enqueued_at == T0

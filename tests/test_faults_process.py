@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from support import RecordingLog, enqueue_committed, wait_until
 
+import proletarian_ref
 from conformance.harness import Harness, SqlHarness
 from proletarian_ref import create_queue_worker
 from proletarian_ref import log as ev
@@ -67,7 +68,12 @@ def start_worker_process(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # The script runs from tmp_path: point it at the package under test, not an installed copy.
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": str(Path(proletarian_ref.__file__).resolve().parents[1]),
+        },
     )
     return process, marker
 

@@ -103,7 +103,7 @@ def check_release_at_the_deadline(db: SqlHarness, data_source: Any) -> None:
         first.start()
         assert wait_until(lambda: len(stubborn.started) == 2, timeout=20)
         began = time.monotonic()
-        with pytest.raises(ShutdownTimeoutError, match="released their jobs"):
+        with pytest.raises(ShutdownTimeoutError, match="released back to the queue"):
             first.stop()
         assert time.monotonic() - began < 5
         assert not first.running and not shut_down.is_set()
@@ -151,7 +151,7 @@ def test_stop_on_a_backend_that_cannot_release_still_raises_and_says_so() -> Non
     worker.start()
     try:
         assert wait_until(lambda: len(stubborn.started) == 1, timeout=20)
-        with pytest.raises(ShutdownTimeoutError, match="no job of theirs could be released"):
+        with pytest.raises(ShutdownTimeoutError, match="this backend cannot release it"):
             worker.stop()
     finally:
         stubborn.let_go.set()

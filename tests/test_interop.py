@@ -36,10 +36,14 @@ UTC = datetime.UTC
 Row = dict[str, str]
 
 
+def configured_interop_dir() -> Path:
+    configured = os.environ.get(INTEROP_DIR_ENV)
+    return Path(configured) if configured else DEFAULT_INTEROP_DIR
+
+
 @pytest.fixture(scope="module")
 def interop_dir() -> Path:
-    configured = os.environ.get(INTEROP_DIR_ENV)
-    path = Path(configured) if configured else DEFAULT_INTEROP_DIR
+    path = configured_interop_dir()
     if not path.is_dir():
         message = (
             f"Proletarian interop exemplars not found at {path}: the Clojure interop proofs did not run. "
@@ -227,6 +231,12 @@ PY_WRITTEN_UNORDERED = {"set_mixed"}
 # transit-python's native writer does not handle OrderedDict, so this row's native payload came from
 # its pure-Python fallback ({"~#cmap": ...}); we write transit-java's ["~#cmap", ...] form.
 PY_WRITTEN_NOT_NATIVE_FORM = {"ordered_dict_with_cmap"}
+# transit-python writes these as Python's json module does (1e+300, a raw 😀); we write Proletarian's
+# text (Double.toString, Jackson's escaped surrogate pair): test_transit_json.py pins each rule.
+PY_WRITTEN_AS_PROLETARIAN_WRITES = {
+    "floats": '[0.1,1.0E300,"~zNaN","~zINF",-0.0,2.0]',
+    "unicode": '["é\\n\\t\\uD83D\\uDE00\u2028"]',
+}
 
 
 def test_every_py_written_row_has_a_python_value(interop_dir: Path) -> None:
@@ -247,37 +257,94 @@ def test_our_payloads_are_the_ones_clojure_was_shown_to_read(interop_dir: Path, 
     ours = PLAIN.encode(PY_WRITTEN[name])
     for row in (native, pure):
         assert canon(EXACT.decode(ours)) == canon(EXACT.decode(row["payload_written_by_transit_python"]))
-    if name not in PY_WRITTEN_UNORDERED | PY_WRITTEN_NOT_NATIVE_FORM:
+    if name in PY_WRITTEN_AS_PROLETARIAN_WRITES:
+        assert ours == PY_WRITTEN_AS_PROLETARIAN_WRITES[name]
+    elif name not in PY_WRITTEN_UNORDERED | PY_WRITTEN_NOT_NATIVE_FORM:
         assert ours == native["payload_written_by_transit_python"]
 
 
-# --- py_reencoded.tsv: Clojure payloads read and written again by Python ------------------------------
+# --- clj_written.tsv again: re-encoding gives Proletarian's own text, byte for byte --------------------
 
-# We read ~#list as a transit List and write it back as a list; transit-python's Reader gave a tuple,
-# so its re-encoded row holds a vector. Ours is the payload exactly as Proletarian wrote it.
-REENCODED_AS_LIST = {"list", "lazy_seq"}
-REENCODED_UNORDERED = {"bool_int_set"}
+# Rows whose Clojure value holds something Python has no type for, so writing it back cannot give the
+# same bytes; each maps to the exact text we write instead, which py_reencoded.tsv shows Clojure reads as
+# equal. Clojure's BigInt 1N (`"~n1"`) is a small number that transit-python reads as int, and a small
+# int is a Long ("1"): Python has one integer type, so the BigInt-ness of a small value is not kept.
+NOT_REPRESENTABLE = {
+    "ints": '[1,-1,9007199254740991,"~i9007199254740992","~i9223372036854775807","~n9223372036854775808",1]',
+    "ratio": '[["~#ratio",[1,3]]]',  # a Ratio's numerator and denominator are BigInts 1N and 3N
+}
+# A set's elements come out in Python's iteration order, not in the hash order of Clojure's set (no
+# Clojure hashing here); Clojure reads any order as the same set.
+UNORDERED = {"bool_int_set"}
 
 
 def test_every_clj_written_row_was_reencoded(interop_dir: Path) -> None:
     assert set(rows_by_name(interop_dir / "py_reencoded.tsv", "native")) == set(CLJ_WRITTEN)
 
 
+def assert_same_set_text(ours: str, theirs: str) -> None:
+    """Only the order of set elements may differ: same value, and the same characters."""
+    assert canon(EXACT.decode(ours)) == canon(EXACT.decode(theirs))
+    assert sorted(ours) == sorted(theirs)
+
+
 @pytest.mark.parametrize("name", sorted(CLJ_WRITTEN))
-def test_reencoding_an_exact_decode_gives_back_what_clojure_reads_as_equal(
+def test_reencoding_an_exact_decode_gives_proletarians_text_byte_for_byte(
     interop_dir: Path, name: str
 ) -> None:
     original = rows_by_name(interop_dir / "clj_written.tsv")[name]["payload_written_by_proletarian_clojure"]
-    row = rows_by_name(interop_dir / "py_reencoded.tsv", "native")[name]
-    assert row["clojure_equal_to_its_own_roundtrip"] == "EQUAL"
+    # Clojure read transit-python's own re-encoding as equal too (before ours matched byte for byte).
+    reencoded = rows_by_name(interop_dir / "py_reencoded.tsv", "native")[name]
+    assert reencoded["clojure_equal_to_its_own_roundtrip"] == "EQUAL"
 
     ours = EXACT.encode(EXACT.decode(original))
-    if name in REENCODED_AS_LIST:
-        assert ours == original
-    elif name in REENCODED_UNORDERED:
-        assert canon(EXACT.decode(ours)) == canon(EXACT.decode(row["payload_reencoded_by_transit_python"]))
+    if name in NOT_REPRESENTABLE:
+        assert ours == NOT_REPRESENTABLE[name]
+        assert ours != original
+    elif name in UNORDERED:
+        assert_same_set_text(ours, original)
     else:
-        assert ours == row["payload_reencoded_by_transit_python"]
+        assert ours.encode("utf-8") == original.encode("utf-8")
+
+
+# --- the official exemplars (transit-format examples/0.8, written by transit-clj) ---------------------
+
+# transit-exemplars/examples/0.8, beside the interop folder.
+EXEMPLARS_DIR = configured_interop_dir().parent / "examples" / "0.8"
+# Clojure hash-set element order (see UNORDERED); every other exemplar value is of a kind we write.
+EXEMPLARS_WITH_SETS = {"simple/set_mixed.json", "simple/set_nested.json", "simple/set_simple.json"}
+
+
+def exemplar_files() -> list[str]:
+    simple = sorted(
+        f"simple/{path.name}"
+        for path in (EXEMPLARS_DIR / "simple").glob("*.json")
+        if not path.name.endswith(".verbose.json")
+    )
+    return ["example.json", *simple] if simple else []
+
+
+@pytest.fixture(scope="module")
+def exemplars_dir(interop_dir: Path) -> Path:
+    if not EXEMPLARS_DIR.is_dir():
+        pytest.fail(f"transit exemplars not found at {EXEMPLARS_DIR}, beside {interop_dir}")
+    return EXEMPLARS_DIR
+
+
+def test_the_exemplars_are_all_here(exemplars_dir: Path) -> None:
+    assert len(exemplar_files()) == 1 + 67
+    assert set(exemplar_files()) >= EXEMPLARS_WITH_SETS
+
+
+@pytest.mark.parametrize("name", exemplar_files())
+def test_reencoding_a_transit_clj_exemplar_gives_its_bytes(exemplars_dir: Path, name: str) -> None:
+    # example.json ends with a newline the file's writer added; transit's own text stops before it.
+    original = (exemplars_dir / name).read_text(encoding="utf-8").removesuffix("\n")
+    ours = EXACT.encode(EXACT.decode(original))
+    if name in EXEMPLARS_WITH_SETS:
+        assert_same_set_text(ours, original)
+    else:
+        assert ours.encode("utf-8") == original.encode("utf-8")
 
 
 # --- job_type_text.tsv: what clojure.edn/read-string makes of the queue and job_type columns ---------

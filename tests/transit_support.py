@@ -13,6 +13,9 @@ from proletarian_ref.serializers import FrozenMap
 
 UTC = datetime.UTC
 
+# Decimals whose exponent or scale is beyond a Java int: new BigDecimal(text) refuses them.
+DECIMALS_JAVA_REFUSES = ["1E+2147483648", "1E-2147483648", "1.2E+2147483648", "0E+2147483648"]
+
 
 def canon(value: Any) -> Any:
     """A hashable, type-strict form of a decoded value: True differs from 1, a list from a tuple."""

@@ -65,8 +65,8 @@ class SqlBackend:
     def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
         raise NotImplementedError
 
-    def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
-        """A UTC instant as this driver's parameter; `scheduled` marks a time a job must not run before.
+    def _db_time(self, value: datetime, *, what: str = "time") -> Any:
+        """A UTC instant as this driver's parameter, the exact instant as Proletarian binds it.
 
         Raises ConfigurationError, naming `what`, for a time the column cannot hold, before any SQL runs.
         """
@@ -78,6 +78,13 @@ class SqlBackend:
     def _prepare_session(self, conn: Any, *, worker: bool = False) -> None:
         """Per-connection settings, applied once; `worker` marks a connection the backend itself took."""
 
+    def _caller_session(self, conn: Any) -> AbstractContextManager[str]:
+        """Around enqueue's INSERT on a caller's connection: yields a prefix for the statement.
+
+        Whatever it changes in the session it puts back before the block ends, raised or not.
+        """
+        return contextlib.nullcontext("")
+
     def _begin(self, conn: Any) -> Any:
         """Leave autocommit for the transaction; returns what _end needs to restore."""
         raise NotImplementedError
@@ -88,8 +95,15 @@ class SqlBackend:
     def _is_broken(self, conn: Any) -> bool:
         raise NotImplementedError
 
+    def _abandons_connection(self, error: BaseException) -> bool:
+        """Whether a connection that raised `error` should be replaced though it still looks open."""
+        return False
+
     def _generated_id(self, cursor: Any) -> Any:
         raise NotImplementedError
+
+    def _cancel_statement(self, conn: Any) -> None:
+        """Ask the server, from another thread, to end the statement `conn` is running; may do nothing."""
 
     def _checkout_pooled(self) -> Any:
         raise ConfigurationError(f"{type(self).__name__} cannot take connections from {self._data_source!r}")
@@ -195,10 +209,10 @@ class SqlBackend:
         """Abandon the transaction thread `thread_id` has open: its job becomes claimable again.
 
         Closes the connection at once if the thread is not talking to the server (the usual case: it is
-        running a handler), so the server rolls back and frees the row lock; otherwise the thread closes
-        it after its current statement. Whatever the thread does next on it fails with
-        ConnectionReleasedError, so a handler that returns later writes nothing. False if the thread had
-        no transaction open.
+        running a handler), so the server rolls back and frees the row lock; otherwise the statement is
+        cancelled where the driver can (PostgreSQL) and the thread closes the connection after it.
+        Whatever the thread does next on it fails with ConnectionReleasedError, so a handler that returns
+        later writes nothing. False if the thread had no transaction open.
         """
         with self._lock:
             lease = self._leases.get(thread_id)
@@ -208,7 +222,21 @@ class SqlBackend:
             close_now = not lease.busy
         if close_now:
             _close_quietly(lease.conn)
+        else:
+            # A statement blocked on a lock (a claim behind LOCK TABLE or a migration) would hold the
+            # thread, and then the row it returns, until the lock goes; a driver that can, cuts it short.
+            self._cancel_statement(lease.conn)
         return True
+
+    def close_thread_connection(self) -> None:
+        """Close the connection the calling thread kept, if any; a worker thread calls it as it ends.
+
+        So a worker on a backend it was lent gives back what its own threads opened, and nothing of
+        another worker's. A pool's connections go back to the pool after every transaction already.
+        """
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            self._discard_thread_connection(conn)
 
     def close(self) -> None:
         with self._lock:
@@ -283,16 +311,17 @@ class SqlBackend:
             "payload": job.payload,
             "attempts": job.attempts,
             "enqueued_at": self._db_time(job.enqueued_at, what="enqueued_at"),
-            "process_at": self._db_time(
-                job.process_at, scheduled=job.process_at > job.enqueued_at, what="process_at"
-            ),
+            "process_at": self._db_time(job.process_at, what="process_at"),
         }
-        if job.job_id is not None:
-            self._execute(conn, self._render("enqueue", job_table), params, _rowcount, reads_rows=False)
-            return job.job_id
-        del params["job_id"]
-        statement = self._render("enqueue_db_generated", job_table)
-        return self._execute(conn, statement, params, self._generated_id, reads_rows=False)
+        generated = job.job_id is None
+        if generated:
+            del params["job_id"]
+        statement = self._render("enqueue_db_generated" if generated else "enqueue", job_table)
+        with self._caller_session(conn) as prefix:
+            if not generated:
+                self._execute(conn, prefix + statement, params, _rowcount, reads_rows=False)
+                return job.job_id
+            return self._execute(conn, prefix + statement, params, self._generated_id, reads_rows=False)
 
     def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
         row = self._execute(
@@ -349,7 +378,7 @@ class SqlBackend:
         self._write_one(conn, self._render("delete_job", job_table), {"job_id": job_id}, "delete_job")
 
     def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
-        params = {"job_id": job_id, "retry_at": self._db_time(retry_at, scheduled=True, what="retry_at")}
+        params = {"job_id": job_id, "retry_at": self._db_time(retry_at, what="retry_at")}
         self._write_one(conn, self._render("retry_at", job_table), params, "retry_at")
 
 
@@ -414,7 +443,7 @@ class _Transaction:
                 except Exception:
                     healthy = False
             if error is not None:
-                healthy = healthy and not backend._is_broken(conn)
+                healthy = healthy and not backend._is_broken(conn) and not backend._abandons_connection(error)
         finally:
             backend._finish(lease, pooled=self._pooled, healthy=healthy)
         if error is not None and error is not exc:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Final
 
@@ -11,17 +13,20 @@ import pymysql.cursors
 
 from proletarian_ref.backend import Capabilities
 from proletarian_ref.backends._dbapi import SqlBackend
+from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.errors import (
     ConfigurationError,
     DatabaseError,
     SchemaMissingError,
     TransientDatabaseError,
 )
+from proletarian_ref.tables import TableName
 
 # Server and client error codes after which the same work may succeed on a retry.
 _TRANSIENT_CODES: Final = frozenset(
     {
         1040,  # too many connections
+        1047,  # Galera: "WSREP has not yet prepared node for application use" (joining, or lost quorum)
         1053,  # server shutdown in progress
         1080,  # forcing close of thread (server shutting down)
         1152,  # aborted connection
@@ -41,11 +46,19 @@ _TRANSIENT_CODES: Final = frozenset(
     }
 )
 _NO_SUCH_TABLE: Final = 1146
+# Errors after which the worker thread drops its connection rather than keep it: a Galera node that is
+# not in the primary component answers every statement with 1047 until it rejoins, so the thread must
+# connect again, which a failover_connection_factory sends to a node that is.
+_RECONNECT_CODES: Final = frozenset({1047})
 _CLIENT_ERRORS: Final = range(2000, 3000)  # CR_* codes: connection lost, server gone away, cannot connect
 # The range of MySQL's TIMESTAMP type, as UTC wall-clock time (MariaDB before 11.5 too).
 TIMESTAMP_MIN: Final = datetime(1970, 1, 1, 0, 0, 1)
 TIMESTAMP_MAX: Final = datetime(2038, 1, 19, 3, 14, 7)
-_TIME_ZONE_SQL: Final = "SET time_zone = '+00:00'"
+_UTC: Final = "+00:00"
+_TIME_ZONE_SQL: Final = "SET time_zone = %s"
+# MariaDB runs one statement with a session variable changed and restores it itself: no extra round trip.
+_MARIADB_UTC_PREFIX: Final = f"SET STATEMENT time_zone = '{_UTC}' FOR "
+_UNPREPARED: Final = object()
 _ISOLATION_SQL: Final = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 
@@ -59,8 +72,28 @@ class MySQLBackend(SqlBackend):
 
     def __init__(self, data_source: Any = None, *, first_connection: Any = None) -> None:
         super().__init__(data_source, first_connection=first_connection)
-        # Connections already set up: True for worker connections, False for callers' (time zone only).
-        self._prepared: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        # The worker's own connections already set up, with the server's id for the session: a driver that
+        # reconnects (ping(reconnect=True)) gets a new session with the server's defaults.
+        self._prepared: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        # The payload columns of (server, job table, archive table); read once, re-read before refusing.
+        self._payload_columns: dict[tuple[Any, ...], list[PayloadColumn]] = {}
+
+    def _cancel_statement(self, conn: Any) -> None:
+        # PyMySQL has no out-of-band cancel, so a second session of the same server sends KILL QUERY,
+        # which ends the statement (error 1317) and keeps the session. Only a factory can open that
+        # session; with a lent connection the claim ends when its lock does.
+        if not callable(self._data_source):
+            return
+        session = _server_session(conn)
+        if session is None:
+            return
+        with contextlib.suppress(Exception):  # a statement that ends by itself is as good
+            other = self._data_source()
+            try:
+                with other.cursor(pymysql.cursors.Cursor) as cursor:
+                    cursor.execute("KILL QUERY %s", (int(session),))
+            finally:
+                other.close()
 
     def _translate(self, exc: BaseException) -> DatabaseError | None:
         if not isinstance(exc, pymysql.err.MySQLError):
@@ -73,40 +106,114 @@ class MySQLBackend(SqlBackend):
             return TransientDatabaseError(message)
         return DatabaseError(message)
 
+    def _abandons_connection(self, error: BaseException) -> bool:
+        cause = error.__cause__ if isinstance(error, DatabaseError) else error
+        return (
+            isinstance(cause, pymysql.err.MySQLError)
+            and bool(cause.args)
+            and cause.args[0] in _RECONNECT_CODES
+        )
+
     def _prepare_session(self, conn: Any, *, worker: bool = False) -> None:
-        # TIMESTAMP literals are read in the session time zone, so UTC values need a UTC session. On the
-        # worker's own connections READ COMMITTED also keeps the claim's locking read from taking InnoDB
-        # gap locks, which under the default REPEATABLE READ make enqueues wait for running handlers; a
-        # caller's connection keeps its isolation level. Session state survives commits, so once will do.
-        done = self._prepared.get(conn)
-        if done is not None and (done or not worker):
+        # Only the worker's own connections: a caller's session is never changed (see _caller_session).
+        # TIMESTAMP literals are read in the session time zone, so UTC values need a UTC session. READ
+        # COMMITTED also keeps the claim's locking read from taking InnoDB gap locks, which under the
+        # default REPEATABLE READ make enqueues wait for running handlers. Session state survives
+        # commits, so once per server session will do.
+        if not worker:
+            return
+        session = _server_session(conn)
+        if self._prepared.get(conn, _UNPREPARED) == session:
             return
         with conn.cursor() as cursor:
-            cursor.execute(_TIME_ZONE_SQL)
-            if worker:
-                cursor.execute(_ISOLATION_SQL)
-        self._prepared[conn] = worker
+            cursor.execute(_TIME_ZONE_SQL, (_UTC,))
+            cursor.execute(_ISOLATION_SQL)
+        self._prepared[conn] = session
+
+    @contextlib.contextmanager
+    def _caller_session(self, conn: Any) -> Iterator[str]:
+        # The caller's session keeps its time zone: MariaDB changes it for the INSERT alone; elsewhere
+        # (MySQL) it is read, set to UTC only if it is not, and put back before enqueue returns or raises.
+        # The SETs neither commit nor touch the caller's transaction.
+        if "MariaDB" in str(getattr(conn, "server_version", "")):
+            yield _MARIADB_UTC_PREFIX
+            return
+        with self._errors(), conn.cursor(pymysql.cursors.Cursor) as cursor:
+            cursor.execute("SELECT @@session.time_zone")
+            (zone,) = cursor.fetchone()
+            if zone == _UTC:
+                zone = None
+            else:
+                cursor.execute(_TIME_ZONE_SQL, (_UTC,))
+        if zone is None:
+            yield ""
+            return
+        try:
+            yield ""
+        except BaseException:
+            # The statement's error is the one to report; a session that cannot run SET is broken anyway.
+            with contextlib.suppress(Exception):
+                self._set_time_zone(conn, zone)
+            raise
+        with self._errors():
+            self._set_time_zone(conn, zone)
+
+    @staticmethod
+    def _set_time_zone(conn: Any, zone: str) -> None:
+        with conn.cursor(pymysql.cursors.Cursor) as cursor:
+            cursor.execute(_TIME_ZONE_SQL, (zone,))
+
+    def check_payload(
+        self, conn: Any, job_table: TableName, archived_job_table: TableName | None, payload: str
+    ) -> None:
+        """Raise PayloadTooLargeError if `payload` does not fit the payload column of either table.
+
+        The archive copies the text with INSERT ... SELECT, so the smaller column decides. Columns are
+        read from information_schema once per server and tables, and read again before refusing, so a
+        column widened since (ALTER TABLE ... MEDIUMTEXT) is seen without a restart.
+        """
+        server = (getattr(conn, "host", None), getattr(conn, "port", None), getattr(conn, "db", None))
+        key = (*server, job_table, archived_job_table)
+        columns = self._payload_columns.get(key)
+        if columns is not None and check_payload_fits(payload, columns, raise_error=False):
+            return
+        columns = self._payload_columns[key] = self._read_payload_columns(conn, job_table, archived_job_table)
+        check_payload_fits(payload, columns, raise_error=True)
+
+    def _read_payload_columns(
+        self, conn: Any, job_table: TableName, archived_job_table: TableName | None
+    ) -> list[PayloadColumn]:
+        archive = archived_job_table if archived_job_table is not None else job_table
+        params = {
+            "job_schema": job_table.schema,
+            "job_name": job_table.name,
+            "archive_schema": archive.schema,
+            "archive_name": archive.name,
+        }
+        statement = statements()["payload_columns"]
+        with self._errors(), conn.cursor(pymysql.cursors.Cursor) as cursor:
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+        return [PayloadColumn(*row) for row in rows]
 
     def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
         # A plain tuple cursor whatever cursorclass the caller's connection was made with.
         return conn.cursor(pymysql.cursors.Cursor)
 
-    def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
-        # TIMESTAMP keeps whole seconds and the server rounds fractions, which can push a job due now
-        # half a second into the future. Write whole seconds ourselves: down for times already passed
-        # (the job is due at once), up for a scheduled time so a job never runs before it was asked to.
+    def _db_time(self, value: datetime, *, what: str = "time") -> Any:
+        # The exact instant, fractions included, as Connector/J's setTimestamp sends Proletarian's: the
+        # server stores it in TIMESTAMP(0) its own way (MariaDB truncates, MySQL rounds to nearest), so a
+        # row does not tell which side wrote it (docs/mysql.md, "Timing").
         utc = value.astimezone(UTC).replace(tzinfo=None)
-        whole = utc.replace(microsecond=0)
-        if scheduled and whole != utc and whole.year < 9999:  # the year test only avoids an overflow
-            whole += timedelta(seconds=1)
         # Checked here because the server would refuse it in strict mode, after the caller's transaction
         # has spent a statement, and without strict mode store 0000-00-00, which makes the job due at once.
-        if not TIMESTAMP_MIN <= whole <= TIMESTAMP_MAX:
+        # The bounds are whole seconds, so no server's rounding or truncation takes a value past them.
+        if not TIMESTAMP_MIN <= utc <= TIMESTAMP_MAX:
             raise ConfigurationError(
                 f"{what} {value.isoformat()} is outside what MySQL's TIMESTAMP column can hold "
                 f"({TIMESTAMP_MIN} to {TIMESTAMP_MAX} UTC); nothing was written"
             )
-        return whole
+        return utc
 
     def _from_db_time(self, value: Any) -> datetime:
         if isinstance(value, str):
@@ -132,3 +239,9 @@ class MySQLBackend(SqlBackend):
 
     def _generated_id(self, cursor: Any) -> Any:
         return cursor.lastrowid
+
+
+def _server_session(conn: Any) -> Any:
+    """The server's id for the connection's session (PyMySQL's thread_id()), new after a reconnect."""
+    thread_id = getattr(conn, "thread_id", None)
+    return thread_id() if callable(thread_id) else None

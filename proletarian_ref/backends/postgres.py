@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Final
 
@@ -27,6 +28,18 @@ except ImportError:  # pragma: no cover - psycopg_pool is optional; without it n
 # shutdown, server restart), lock_not_available and idle_in_transaction_session_timeout.
 _TRANSIENT_CLASSES: Final = frozenset({"08", "40", "53", "57"})
 _TRANSIENT_CODES: Final = frozenset({"55P03", "25P03"})
+# invalid_sql_statement_name and duplicate_prepared_statement, on a statement psycopg prepared by itself
+# (its names start with _pg3_): the sign of a pooler that moves a client between server connections.
+_LOST_PREPARED_CODES: Final = frozenset({"26000", "42P05"})
+_PSYCOPG_PREPARED_PREFIX: Final = '"_pg3_'
+PGBOUNCER_ADVICE: Final = (
+    "psycopg prepares a statement once it has run prepare_threshold (default 5) times on a connection, "
+    "and the server connection that ran this transaction does not have it (or has another by that name): "
+    "this happens behind PgBouncer in transaction mode (before 1.21, or without max_prepared_statements). "
+    "Connect with prepare_threshold=None: psycopg.connect(..., prepare_threshold=None), "
+    "ConnectionPool(kwargs={'prepare_threshold': None}), or ?prepare_threshold=none in a proletarian-ref "
+    "DSN (docs/scaling.md)"
+)
 
 
 class _LenientLoader(Loader):
@@ -89,6 +102,15 @@ class PostgresBackend(SqlBackend):
     def _checkin_pooled(self, conn: Any) -> None:
         self._data_source.putconn(conn)
 
+    def _cancel_statement(self, conn: Any) -> None:
+        # psycopg documents cancel from another thread as safe; cancel_safe (3.2+) also waits for it.
+        cancel = getattr(conn, "cancel_safe", None)
+        with contextlib.suppress(Exception):  # a statement that ends by itself is as good
+            if cancel is not None:
+                cancel(timeout=5.0)
+            else:
+                conn.cancel()
+
     def _translate(self, exc: BaseException) -> DatabaseError | None:
         if PoolTimeout is not None and isinstance(exc, PoolTimeout):
             return TransientDatabaseError(f"no connection from the pool in time: {exc}")
@@ -98,6 +120,8 @@ class PostgresBackend(SqlBackend):
         if isinstance(exc, psycopg.errors.UndefinedTable):
             return SchemaMissingError(f"{message} (install the schema: proletarian_ref.schema.install)")
         sqlstate = exc.sqlstate or ""
+        if sqlstate in _LOST_PREPARED_CODES and _PSYCOPG_PREPARED_PREFIX in message:
+            return DatabaseError(f"{message}: {PGBOUNCER_ADVICE}")
         if (
             isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
             or sqlstate[:2] in _TRANSIENT_CLASSES
@@ -116,7 +140,7 @@ class PostgresBackend(SqlBackend):
         cursor.adapters.register_loader("timestamp", _LenientTimestampLoader)
         return cursor
 
-    def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
+    def _db_time(self, value: datetime, *, what: str = "time") -> Any:
         # Text with an explicit offset and no declared type (psycopg sends str as "unknown"): PostgreSQL
         # takes the exact instant into TIMESTAMPTZ and the UTC wall clock into a legacy TIMESTAMP column,
         # whatever the session TimeZone, just as pgjdbc's setTimestamp with a UTC Calendar does.

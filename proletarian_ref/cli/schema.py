@@ -8,10 +8,11 @@ from typing import Any
 
 from proletarian_ref import schema
 from proletarian_ref.backends.dsn import dialect_of_dsn
-from proletarian_ref.cli.database import add_database_options, given_dsn, open_database, tables_from
-from proletarian_ref.cli.errors import ExitCode, UsageError
+from proletarian_ref.cli.database import Tables, add_database_options, given_dsn, open_database, tables_from
+from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.ops.stats import TableLocation, table_location
 from proletarian_ref.sql import DIALECTS
 
 
@@ -62,7 +63,38 @@ def run_install(args: argparse.Namespace) -> int:
         conn = db.connect()
         try:
             schema.install(conn, job_table=tables.job, archived_job_table=tables.archived, dialect=db.dialect)
+            located = [table_location(conn, table, dialect=db.dialect) for table in tables.as_list]
         finally:
             conn.close()
-        notice(f"schema installed in {db.describe()}: {tables.job}, {tables.archived}")
+        notice(f"{installed_message(tables, located)} on {db.describe()}")
     return ExitCode.OK
+
+
+def installed_message(tables: Tables, located: list[TableLocation | None]) -> str:
+    """Which tables the install made, by their real qualified names, and where they are.
+
+    On MySQL `proletarian.job` is in the database `proletarian` whatever database the DSN names (the seed's
+    DDL qualifies it), so the message says both rather than let the DSN suggest another place.
+    """
+    found = [where for where in located if where is not None]
+    if len(found) != len(located):
+        missing = [str(t) for t, where in zip(tables.as_list, located, strict=True) if where is None]
+        raise CliError(f"the install ran but {' and '.join(missing)} cannot be found afterwards")
+    names = " and ".join(where.qualified(table) for table, where in zip(tables.as_list, found, strict=True))
+    own = found[0].connection_database
+    if found[0].schema is not None:
+        schemas = _listed("schema", [where.schema or "" for where in found])
+        return f"installed {names} ({schemas} of database `{found[0].database}`)"
+    databases = [where.database for where in found]
+    if own is None:
+        return f"installed {names} ({_listed('database', databases)}; your DSN names no database)"
+    if set(databases) == {own}:
+        return f"installed {names} (database `{own}`, your DSN's)"
+    return f"installed {names} ({_listed('database', databases)}; your DSN's database is `{own}`)"
+
+
+def _listed(kind: str, names: list[str]) -> str:
+    unique = list(dict.fromkeys(names))
+    if len(unique) == 1:
+        return f"{kind} `{unique[0]}`"
+    return f"{kind}s " + " and ".join(f"`{name}`" for name in unique)

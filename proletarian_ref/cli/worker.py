@@ -88,7 +88,7 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--polling-interval-ms",
-        type=_natural,
+        type=_positive,
         default=100,
         help="pause after a poll finds no job (default: %(default)s)",
     )
@@ -192,6 +192,18 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def start_as_daemons(worker: QueueWorker) -> None:
+    """Start the worker's threads as daemon threads, so the command exits when it says it does.
+
+    Worker threads inherit daemon-ness from the thread that starts them (as JVM threads do), so starting
+    them from a daemon thread makes them daemons: a handler that ignores the stop cannot keep the process
+    alive after the command has given up on it (its job is released, or dies with the connection).
+    """
+    starter = threading.Thread(target=worker.start, name="proletarian-ref-starter", daemon=True)
+    starter.start()
+    starter.join()
 
 
 class WorkerRun:
@@ -335,7 +347,7 @@ def run(args: argparse.Namespace) -> int:
             runs.append((run_state, worker))
         with stop_on_signals(stop):
             for _, worker in runs:
-                worker.start()
+                start_as_daemons(worker)
             threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"
             names = ", ".join(q[1:] for q in queues)
             notice(

@@ -102,20 +102,40 @@ def _render(
     return render(dialect, "stats.sql", name, Tables(job_table, archived_job_table or job_table))
 
 
-def table_exists(conn: Any, table: str | TableName, *, dialect: str | None = None) -> bool:
-    """Whether `table` exists, asked of the catalogue rather than by provoking an error."""
+@dataclass(frozen=True, slots=True)
+class TableLocation:
+    """Where a table really is, beside the database the connection (the DSN) names."""
+
+    database: str
+    schema: str | None  # None on MySQL, where a database is the only level above a table
+    connection_database: str | None  # None for a MySQL DSN that names no database
+
+    def qualified(self, table: TableName) -> str:
+        return f"{self.schema if self.schema is not None else self.database}.{table.name}"
+
+
+def table_location(conn: Any, table: str | TableName, *, dialect: str | None = None) -> TableLocation | None:
+    """Where `table` is, an unqualified name resolved as the core's SQL resolves it; None if it is missing."""
     name = table_name(table, option="table")
     active = dialect_of(conn, dialect)
     try:
         rows = query(
             conn,
             active,
-            statements(active, "stats.sql")["table_exists"],
+            statements(active, "stats.sql")["table_location"],
             {"qualified": str(name), "schema": name.schema, "name": name.name},
         )
     finally:
         end_read(conn)
-    return bool(rows and rows[0][0])
+    if not rows:
+        return None
+    database, schema, connection_database = rows[0]
+    return TableLocation(str(database), schema, connection_database)
+
+
+def table_exists(conn: Any, table: str | TableName, *, dialect: str | None = None) -> bool:
+    """Whether `table` exists, asked of the catalogue rather than by provoking an error."""
+    return table_location(conn, table, dialect=dialect) is not None
 
 
 @contextmanager

@@ -3,9 +3,11 @@
 -- Times are bound as UTC wall-clock values on a session whose time_zone is '+00:00', as queries.sql binds
 -- them, and come from the application's clock, never the database's now().
 
--- name: table_exists
--- True when the table exists; an unqualified name is looked up in the connection's current database.
-SELECT COUNT(*) > 0
+-- name: table_location
+-- Where a table is (no row if it does not exist): its database (MySQL has no schema level) and the
+-- connection's database, which a qualified name such as proletarian.job need not be in. An unqualified
+-- name is looked up in the connection's current database, as the core's SQL is.
+SELECT table_schema, NULL, DATABASE()
 FROM information_schema.tables
 WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(name)s
 

@@ -3,9 +3,12 @@
 -- Times are bound as ISO 8601 text with a +00:00 offset, as queries.sql binds them, and come from the
 -- application's clock, never the database's now().
 
--- name: table_exists
--- True when the table exists; an unqualified name is looked up on the search_path, as the core's SQL is.
-SELECT to_regclass(%(qualified)s) IS NOT NULL
+-- name: table_location
+-- Where a table is (no row if it does not exist): its database and schema, and the connection's database
+-- (on PostgreSQL the same one). An unqualified name is looked up on the search_path, as the core's SQL is.
+SELECT current_database(), n.nspname, current_database()
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass(%(qualified)s)
 
 -- name: schema_lock
 -- A session lock that serialises "check the tables, install the missing ones" between commands starting at once.

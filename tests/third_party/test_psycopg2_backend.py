@@ -53,7 +53,7 @@ class Psycopg2Backend(SqlBackend):
     def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
         return conn.cursor()
 
-    def _db_time(self, value: datetime, *, scheduled: bool = False, what: str = "time") -> Any:
+    def _db_time(self, value: datetime, *, what: str = "time") -> Any:
         # An ISO 8601 literal with its offset: PostgreSQL reads the exact instant into TIMESTAMPTZ.
         return value.astimezone(UTC).isoformat()
 

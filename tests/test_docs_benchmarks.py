@@ -1,0 +1,132 @@
+"""The figures the prose of docs/benchmarks.md and README.md quotes are those of the reference run.
+
+The tables in docs/benchmarks.md are benchmarks/reference/results.md pasted; the prose around them
+summarises them. These tests recompute each quoted summary from benchmarks/reference/results.json, so
+a new reference run with stale prose fails here. The instruction counts come from another tool
+(`python -m benchmarks.instructions`) and are not in results.json; their table is the source.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+RESULTS: Final = json.loads((ROOT / "benchmarks" / "reference" / "results.json").read_text(encoding="utf-8"))
+BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
+README_MD: Final = ROOT / "README.md"
+
+
+def prose(path: Path) -> str:
+    """The text with every run of whitespace (line breaks and list indentation) made one space."""
+    return re.sub(r"\s+", " ", path.read_text(encoding="utf-8"))
+
+
+def _by_backend(benchmark: str) -> dict[str, Any]:
+    return {entry["backend"]: entry for entry in RESULTS["benchmarks"][benchmark]}
+
+
+def _throughput_rows() -> list[dict[str, Any]]:
+    return [row for entry in RESULTS["benchmarks"]["throughput"] for row in entry["rows"]]
+
+
+def _p99_growth(backend: str, indexed: bool) -> float:
+    cells = [c for c in _by_backend("poll_latency")[backend]["cells"] if c["indexed"] is indexed]
+    cells.sort(key=lambda c: c["depth"])
+    return float(cells[-1]["p99_ms"] / cells[0]["p99_ms"])
+
+
+def test_the_reference_run_is_the_one_the_tables_show() -> None:
+    # The tables are results.md pasted, so the prose tests below check what a reader sees.
+    tables = (ROOT / "benchmarks" / "reference" / "results.md").read_text(encoding="utf-8")
+    pasted = BENCHMARKS_MD.read_text(encoding="utf-8")
+    for table_line in (line for line in tables.splitlines() if line.startswith("|")):
+        assert table_line in pasted
+
+
+@pytest.mark.parametrize("document", [BENCHMARKS_MD, README_MD], ids=["docs/benchmarks.md", "README.md"])
+def test_the_throughput_ratios_quoted_are_the_tables(document: Path) -> None:
+    rows = _throughput_rows()
+    ratios = [row["ratio"] for row in rows]
+    rounds = [r for row in rows for r in row["round_ratios"]]
+    spreads = [max(row["round_ratios"]) - min(row["round_ratios"]) for row in rows]
+    passed = sum(1 for row in rows if row["pass"])
+    text = prose(document)
+    assert (
+        f"0.9, met in {passed} of {len(rows)}" in text or f"({passed} of {len(rows)} configurations" in text
+    )
+    assert f"{min(ratios):.2f} to {max(ratios):.2f}" in text
+    assert f"from {min(rounds):.2f} to {max(rounds):.2f}" in text
+    assert f"differ by {min(spreads):.2f} to {max(spreads):.2f}" in text
+
+
+@pytest.mark.parametrize("document", [BENCHMARKS_MD, README_MD], ids=["docs/benchmarks.md", "README.md"])
+def test_the_ratios_per_kind_of_configuration_quoted_are_the_tables(document: Path) -> None:
+    def ratio(backend: str, processes: int, threads: int) -> float:
+        entry = _by_backend("throughput")[backend]
+        (row,) = [r for r in entry["rows"] if (r["processes"], r["threads"]) == (processes, threads)]
+        return float(row["ratio"])
+
+    def several_threads(backend: str) -> str:
+        entry = _by_backend("throughput")[backend]
+        found = [r["ratio"] for r in entry["rows"] if r["processes"] == 1 and r["threads"] > 1]
+        return f"{min(found):.2f} to {max(found):.2f}"
+
+    text = prose(document)
+    assert (
+        f"one thread gave {ratio('postgresql', 1, 1):.2f} (PostgreSQL) and {ratio('mysql', 1, 1):.2f}" in text
+    )
+    assert f"{several_threads('postgresql')} and {several_threads('mysql')}" in text
+    assert f"two processes {ratio('postgresql', 2, 4):.2f} and {ratio('mysql', 2, 4):.2f}" in text
+
+
+def test_the_index_growth_quoted_is_the_tables() -> None:
+    text = prose(BENCHMARKS_MD)
+    postgresql, mysql = _p99_growth("postgresql", False), _p99_growth("mysql", False)
+    assert f"p99 grows {postgresql:.0f}x on PostgreSQL and {mysql:.0f}x on MariaDB" in text
+    assert (
+        f"is {_p99_growth('postgresql', True):.1f}x (PostgreSQL) and {_p99_growth('mysql', True):.1f}x"
+        in text
+    )
+    readme = prose(README_MD)
+    assert f"| {postgresql:.0f}x (p50:" in readme
+    assert f"| {mysql:.0f}x |" in readme
+
+
+def test_the_latency_and_idle_figures_quoted_are_the_tables() -> None:
+    latency = _by_backend("latency")
+    p50 = {b: entry["enqueue_to_start"]["p50_ms"] for b, entry in latency.items()}
+    p99 = {b: entry["enqueue_to_start"]["p99_ms"] for b, entry in latency.items()}
+    cpu = {b: entry["idle"]["client_cpu_percent"] for b, entry in latency.items()}
+    readme = prose(README_MD)
+    assert f"p50 {p50['postgresql']:.0f} ms on PostgreSQL, {p50['mysql']:.0f} ms on MariaDB" in readme
+    assert f"p99 {p99['postgresql']:.0f} and {p99['mysql']:.0f} ms" in readme
+    assert f"{cpu['mysql']:.1f}% (MySQL) to {cpu['postgresql']:.1f}% (PostgreSQL) of a core" in prose(
+        BENCHMARKS_MD
+    )
+
+
+def test_the_enqueue_ratios_quoted_are_the_tables() -> None:
+    rows = {
+        (b, row["jobs_per_transaction"]): row["ratio"]
+        for b, entry in _by_backend("enqueue_rate").items()
+        for row in entry["rows"]
+    }
+    text = prose(BENCHMARKS_MD)
+    assert f"runs at {rows['mysql', 1]:.2f} (MySQL) to {rows['postgresql', 1]:.2f} (PostgreSQL)" in text
+    assert f"at {rows['mysql', 100]:.2f} (MySQL) and {rows['postgresql', 100]:.2f} (PostgreSQL)" in text
+
+
+def test_the_run_length_quoted_is_the_runs() -> None:
+    assert f"(full mode, {RESULTS['duration_s']:.0f} s)" in prose(BENCHMARKS_MD)
+    assert f"({RESULTS['duration_s'] / 60:.0f} minutes here)" in prose(README_MD)
+    settings = RESULTS["settings"]
+    rounds, warmup, window = (settings[f"throughput_{k}"] for k in ("rounds", "warmup_s", "window_s"))
+    assert f"Full mode runs {rounds} rounds ({warmup:g} s warm-up, {window:g} s window)" in prose(
+        BENCHMARKS_MD
+    )
+    assert f"median of {rounds} paired rounds" in prose(README_MD)
