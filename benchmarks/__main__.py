@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_BACKENDS, BackendSpec, BenchmarkFailure, parse_backends
-from benchmarks.progress import Progress, RichProgressDisplay
-from benchmarks.report import write
 from benchmarks.settings import ALL_BENCHMARKS, PRESETS
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -58,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Imported here, not above: every spawned drain process imports this module again as its main, and
+    # needs neither matplotlib nor rich.
+    from benchmarks.progress import Progress, RichProgressDisplay
+    from benchmarks.report import write
+
     args = _parser().parse_args(argv)
     if args.command == "report":
         results = json.loads(args.results.read_text(encoding="utf-8"))

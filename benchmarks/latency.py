@@ -196,6 +196,8 @@ def idle_cost(harness: Harness, settings: Settings) -> dict[str, Any]:
     time.sleep(window)
     worker.stop()
     elapsed = time.perf_counter() - start
+    # A worker closes only a backend it made itself; this one is ours to close (which reads the counters).
+    counting.close()
     cpu_after = process.cpu_times()
     server: dict[str, float] = {}
     if scans_before is not None:

@@ -26,6 +26,8 @@ PACKAGES = (
     "matplotlib",
     "rich",
     "psutil",
+    "pgqueuer",
+    "procrastinate",
 )
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 
 POLL_CHART = "poll_latency.png"
 THROUGHPUT_CHART = "throughput.png"
+PEERS_CHART = "peers.png"
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -70,12 +71,15 @@ def markdown(results: dict[str, Any]) -> str:
     for factory, version in meta.get("servers", {}).items():
         out.append(f"- `{factory}`: {version}")
     out.append("")
+    out += summary(results)
     out += _poll_section(results)
     out += _throughput_section(results)
     out += _enqueue_section(results)
     out += _latency_section(results)
     out += _memory_section(results)
     out += _locust_section(results)
+    out += _peers_section(results)
+    out += _long_handlers_section(results)
     out += _profile_section(results)
     return "\n".join(out).rstrip() + "\n"
 
@@ -322,6 +326,128 @@ def _locust_section(results: dict[str, Any]) -> list[str]:
     return out + _notes(entries)
 
 
+def summary(results: dict[str, Any]) -> list[str]:
+    """Every library / raw ratio and every peer's rate beside ours, in one compact table."""
+    rows: list[list[Any]] = []
+    for e in _entries(results, "throughput"):
+        for r in e.get("rows", []):
+            if "ratio" in r:
+                rows.append(
+                    [e["backend"], f"throughput {r['processes']}x{r['threads']}", "library / raw", r["ratio"]]
+                )
+    for e in _entries(results, "enqueue_rate"):
+        for r in e.get("rows", []):
+            if "ratio" in r:
+                rows.append(
+                    [e["backend"], f"enqueue {r['jobs_per_transaction']}/txn", "library / raw", r["ratio"]]
+                )
+    for e in _entries(results, "peers"):
+        systems = e.get("systems", [])
+        ours = next((s["jobs_per_s"] for s in systems if s["name"] == "proletarian-ref"), None)
+        for s in systems:
+            if s["name"] != "proletarian-ref" and ours:
+                rows.append(
+                    [
+                        e["backend"],
+                        f"drain {e['jobs']:,} jobs",
+                        f"{s['name']} / proletarian-ref",
+                        s["jobs_per_s"] / ours,
+                    ]
+                )
+        if "peers_missing" in e:
+            rows.append([e["backend"], "peers", e["peers_missing"], "-"])
+    if not rows:
+        return []
+    return ["### Summary: every ratio", "", *_table(["backend", "what", "ratio of", "value"], rows), ""]
+
+
+def _peers_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "peers")
+    if not entries:
+        return []
+    out = ["### Beside pgqueuer and procrastinate (no-op jobs, same PostgreSQL)", ""]
+    rows: list[list[Any]] = []
+    notes: list[str] = []
+    for e in entries:
+        if "systems" not in e:
+            continue
+        out.append(
+            f"{e['jobs']:,} jobs drained whole by each system in turn, {e['rounds']} interleaved rounds, "
+            f"{e['processes']} process(es) x {e['connections_per_process']} consumer connection(s) each; "
+            "jobs/s is the median of the rounds (min-max beside it); enqueue is one job per call on one "
+            "connection; latency is from an enqueue returning to its handler starting, one idle consumer."
+        )
+        out.append("")
+        for s in e["systems"]:
+            lat = s.get("latency", {})
+            rows.append(
+                [
+                    s["name"],
+                    s["version"],
+                    s["jobs_per_s"],
+                    f"{s['jobs_per_s_min']:,.0f}-{s['jobs_per_s_max']:,.0f}",
+                    " ".join(f"{r['jobs_per_s']:.0f}" for r in s["rounds"]),
+                    s["enqueue_jobs_per_s"],
+                    lat.get("p50_ms"),
+                    lat.get("p95_ms"),
+                    "exactly once"
+                    if s["verification"]["ok"]
+                    else "FAIL: " + "; ".join(s["verification"]["problems"]),
+                ]
+            )
+            notes.append(f"- **{s['name']}**: {s['promise']}. Configured: {s['config']}.")
+        if "peers_missing" in e:
+            notes.append(f"- {e['peers_missing']}")
+    out += _table(
+        [
+            "system",
+            "version",
+            "drain jobs/s",
+            "min-max",
+            "rounds",
+            "enqueue jobs/s",
+            "latency p50 ms",
+            "p95 ms",
+            "done",
+        ],
+        rows,
+    )
+    out += ["", *notes, ""]
+    return out + _notes(entries)
+
+
+def _long_handlers_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "long_handlers")
+    if not entries:
+        return []
+    out = ["### What long handlers cost", ""]
+    rows: list[list[Any]] = []
+    for e in entries:
+        for phase, p in e.get("phases", {}).items():
+            if not p:
+                continue
+            server = (
+                f"dead tuples {_num(p.get('dead_tuples_max'))}, xmin age {_num(p.get('xmin_age_max'))}"
+                if "dead_tuples_max" in p
+                else f"lock waits {_num(p.get('lock_waits_max'))}, "
+                f"undo history {_num(p.get('history_length_max'))}"
+            )
+            rows.append(
+                [e["backend"], phase, p["short_jobs_per_s"], p["poll_ms_median"], p["poll_ms_max"], server]
+            )
+    if rows:
+        e0 = next(e for e in entries if "phases" in e)
+        out.append(
+            f"{e0['long_handlers']} handlers hold their claim {e0['hold_s']:g} s each while short jobs "
+            f"arrive at {e0['stream_rate_per_s']:g}/s; sampled every {e0['sample_s']:g} s. Server figures "
+            "are the phase's maximum; poll is one claim on the short queue, rolled back."
+        )
+        out.append("")
+    out += _table(["backend", "phase", "short jobs/s", "poll ms median", "poll ms max", "server (max)"], rows)
+    out.append("")
+    return out + _notes(entries)
+
+
 def _profile_section(results: dict[str, Any]) -> list[str]:
     rows: list[list[Any]] = []
     for e in _entries(results, "throughput"):
@@ -416,6 +542,94 @@ def throughput_chart(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def peers_chart(results: dict[str, Any], path: Path) -> bool:
+    """Drain rate (median, min-max, each round), enqueue rate and latency per system; False if no data."""
+    entries = [e for e in _entries(results, "peers") if e.get("systems")]
+    if not entries:
+        return False
+    systems = entries[0]["systems"]
+    names = [s["name"] for s in systems]
+    xs = list(range(len(names)))
+    fig, (drain, enq, lat) = plt.subplots(1, 3, figsize=(11, 4.2), dpi=110)
+    medians = [s["jobs_per_s"] for s in systems]
+    spread = [
+        [m - s["jobs_per_s_min"] for m, s in zip(medians, systems, strict=True)],
+        [s["jobs_per_s_max"] - m for m, s in zip(medians, systems, strict=True)],
+    ]
+    drain.bar(xs, medians, yerr=spread, capsize=6, color="#4c72b0", alpha=0.8)
+    for x, s in zip(xs, systems, strict=True):
+        rates = [r["jobs_per_s"] for r in s["rounds"]]
+        drain.plot([x] * len(rates), rates, "k.", alpha=0.6)
+    drain.set_title(f"drain of {entries[0]['jobs']:,} no-op jobs")
+    drain.set_ylabel("jobs per second (median, min-max, rounds)")
+    enq.bar(xs, [s["enqueue_jobs_per_s"] for s in systems], color="#55a868", alpha=0.8)
+    enq.set_title("enqueue, one job per call")
+    enq.set_ylabel("jobs per second")
+    p50 = [s.get("latency", {}).get("p50_ms") or 0.0 for s in systems]
+    p95 = [s.get("latency", {}).get("p95_ms") or 0.0 for s in systems]
+    lat.bar(
+        xs,
+        p50,
+        yerr=[[0.0] * len(p50), [max(0.0, b - a) for a, b in zip(p50, p95, strict=True)]],
+        capsize=6,
+        color="#c44e52",
+        alpha=0.8,
+    )
+    lat.set_title("enqueue to handler start (p50, to p95)")
+    lat.set_ylabel("milliseconds")
+    for ax in (drain, enq, lat):
+        ax.set_xticks(xs, names, fontsize=8)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, axis="y", alpha=0.3)
+    c = entries[0]
+    fig.suptitle(
+        f"Same PostgreSQL, {c['processes']} process(es) x {c['connections_per_process']} connection(s) each",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def long_handlers_chart(entry: dict[str, Any], path: Path) -> None:
+    """Server-side cost, poll time and the short stream's rate over time; the long holds shaded."""
+    samples = entry["samples"]
+    t = [s["t_s"] for s in samples]
+    fig, (server, poll, rate) = plt.subplots(3, 1, figsize=(7.5, 7.5), dpi=110, sharex=True)
+    if "dead_tuples" in samples[0]:
+        left, right = (
+            ("dead_tuples", "dead tuples (job table)"),
+            ("xmin_age", "oldest backend_xmin age (xids)"),
+        )
+    else:
+        left, right = ("history_length", "undo history length"), ("lock_waits", "lock waits")
+    server.plot(t, [s.get(left[0]) or 0 for s in samples], "-o", markersize=3, color="#4c72b0", label=left[1])
+    server.set_ylabel(left[1], color="#4c72b0")
+    twin = server.twinx()
+    twin.plot(t, [s.get(right[0]) or 0 for s in samples], "--", color="#c44e52", label=right[1])
+    twin.set_ylabel(right[1], color="#c44e52")
+    poll.plot(t, [s["poll_ms"] for s in samples], "-o", markersize=3, color="#8172b2")
+    poll.set_ylabel("claim on the short queue (ms)")
+    rate.plot(t, [s["short_jobs_per_s"] for s in samples], "-o", markersize=3, color="#55a868")
+    rate.set_ylabel("short jobs per second")
+    rate.set_xlabel("seconds")
+    held = entry.get("hold_s_observed")
+    for ax in (server, poll, rate):
+        if held:
+            ax.axvspan(held[0], held[1], color="orange", alpha=0.15)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+    twin.set_ylim(bottom=0)
+    server.set_title(
+        f"{entry['backend']}: {entry['long_handlers']} handlers holding their claim {entry['hold_s']:g} s "
+        "(shaded) beside short jobs"
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
@@ -427,7 +641,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def write(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
-    """results.json, results.md, the two charts, and each backend's profile text; returns the paths."""
+    """results.json, results.md, the charts, and each backend's profile text; returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
         "json": out_dir / "results.json",
@@ -448,4 +662,11 @@ def write(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     paths["markdown"].write_text(markdown(results), encoding="utf-8")
     poll_chart(results, paths["poll_chart"])
     throughput_chart(results, paths["throughput_chart"])
+    if peers_chart(results, out_dir / PEERS_CHART):
+        paths["peers_chart"] = out_dir / PEERS_CHART
+    for e in _entries(results, "long_handlers"):
+        if e.get("samples"):
+            path = out_dir / f"long_handlers_{e['backend']}.png"
+            long_handlers_chart(e, path)
+            paths[f"long_handlers_{e['backend']}"] = path
     return paths

@@ -9,7 +9,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import enqueue_rate, latency, load_test, memory, poll_latency, throughput
+from benchmarks import (
+    enqueue_rate,
+    latency,
+    load_test,
+    long_handlers,
+    memory,
+    peers,
+    poll_latency,
+    throughput,
+)
 from benchmarks.common import BackendSpec, BenchmarkFailure
 from benchmarks.machine import describe, machine
 from benchmarks.progress import Progress
@@ -32,6 +41,10 @@ def _one(
         return memory.run(spec, settings, progress)
     if name == "locust":
         return load_test.run(spec, settings, progress, out_dir)
+    if name == "peers":
+        return peers.run(spec, settings, progress)
+    if name == "long_handlers":
+        return long_handlers.run(spec, settings, progress)
     raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(ALL_BENCHMARKS)}")
 
 

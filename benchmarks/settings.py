@@ -5,7 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-ALL_BENCHMARKS: Final = ("poll_latency", "throughput", "enqueue_rate", "latency", "memory", "locust")
+# How long a spawned drain process waits to start, and at most runs (workers.py and the peers' children).
+CHILD_START_TIMEOUT_S: Final = 60.0
+CHILD_MAX_RUN_S: Final = 900.0
+
+ALL_BENCHMARKS: Final = (
+    "poll_latency",
+    "throughput",
+    "enqueue_rate",
+    "latency",
+    "memory",
+    "locust",
+    "peers",
+    "long_handlers",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +59,26 @@ class Settings:
     locust_drain_timeout_s: float
     # Profile the library's and the raw loop's per-job path with cProfile after the throughput runs.
     profile_jobs: int
+    # Peers: jobs per drain, rounds (each system once per round, interleaved), jobs enqueued one per call
+    # for the enqueue rate, consumer processes and connections per process (the same for every system),
+    # enqueue-to-start samples, and the longest a drain may take.
+    peers_jobs: int
+    peers_rounds: int
+    peers_enqueue_timed: int
+    peers_processes: int
+    peers_connections: int
+    peers_latency_jobs: int
+    peers_drain_timeout_s: float
+    # Long handlers: K handlers holding their claim for hold_s, beside a stream of short jobs at
+    # stream_rate a second drained by stream_threads; sampled every sample_s, from before_s before the
+    # long handlers start to after_s after they end.
+    long_handlers: int
+    long_hold_s: float
+    long_before_s: float
+    long_after_s: float
+    long_sample_s: float
+    long_stream_rate: float
+    long_stream_threads: int
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0
@@ -83,6 +116,20 @@ FULL: Final = Settings(
     locust_worker_threads=4,
     locust_drain_timeout_s=60.0,
     profile_jobs=3_000,
+    peers_jobs=10_000,
+    peers_rounds=3,
+    peers_enqueue_timed=1_000,
+    peers_processes=2,
+    peers_connections=2,
+    peers_latency_jobs=50,
+    peers_drain_timeout_s=900.0,
+    long_handlers=2,
+    long_hold_s=30.0,
+    long_before_s=5.0,
+    long_after_s=10.0,
+    long_sample_s=0.5,
+    long_stream_rate=200.0,
+    long_stream_threads=2,
 )
 
 QUICK: Final = Settings(
@@ -113,6 +160,20 @@ QUICK: Final = Settings(
     locust_worker_threads=2,
     locust_drain_timeout_s=30.0,
     profile_jobs=500,
+    peers_jobs=500,
+    peers_rounds=3,
+    peers_enqueue_timed=100,
+    peers_processes=2,
+    peers_connections=2,
+    peers_latency_jobs=6,
+    peers_drain_timeout_s=300.0,
+    long_handlers=2,
+    long_hold_s=3.0,
+    long_before_s=1.0,
+    long_after_s=1.5,
+    long_sample_s=0.5,
+    long_stream_rate=200.0,
+    long_stream_threads=2,
     profile=False,
 )
 
@@ -144,6 +205,16 @@ TINY: Final = QUICK.with_(
     locust_run_time_s=2,
     locust_drain_timeout_s=20.0,
     profile_jobs=50,
+    peers_jobs=100,
+    peers_rounds=1,
+    peers_enqueue_timed=10,
+    peers_processes=1,
+    peers_latency_jobs=2,
+    peers_drain_timeout_s=20.0,
+    long_hold_s=1.5,
+    long_before_s=0.5,
+    long_after_s=0.5,
+    long_stream_rate=100.0,
     profile=True,
 )
 

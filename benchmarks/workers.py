@@ -12,12 +12,11 @@ from typing import Any, Literal
 
 from benchmarks.common import BENCH_QUEUE, BackendSpec, Counter, require_sql, sql_dialect, wait_until
 from benchmarks.raw import RawDrainer
+from benchmarks.settings import CHILD_MAX_RUN_S, CHILD_START_TIMEOUT_S
 from conformance.harness import Harness
 from proletarian_ref import create_queue_worker
 
 Mode = Literal["library", "raw"]
-CHILD_START_TIMEOUT_S = 60.0
-CHILD_MAX_RUN_S = 900.0
 
 
 class LibraryDrainer:

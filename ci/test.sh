@@ -48,6 +48,8 @@ echo "== ruff" && "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check .
 echo "== mypy --strict" && "$venv/bin/mypy"
 echo "== benchmarks, quick mode"
 # Only on the servers found above: a fresh machine with none still runs the tests (on the embedded server).
+# The test extra installs the peers (pgqueuer, procrastinate), so the log shows the peer comparison and
+# every library / raw ratio in the summary table at the top of the results.
 bench=()
 [ -n "${PROLETARIAN_TEST_PG_DSN:-}" ] && bench+=("conformance.builtin:postgresql")
 [ -n "${PROLETARIAN_TEST_MYSQL_DSN:-}" ] && bench+=("conformance.builtin:mysql")

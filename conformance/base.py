@@ -129,13 +129,18 @@ class SuiteBase:
 
     @staticmethod
     def run_next(
-        harness: Harness, clock: ManualClock, handler: Callable[..., object], **options: Any
+        harness: Harness,
+        clock: ManualClock,
+        handler: Callable[..., object],
+        *,
+        backend: Any = None,
+        **options: Any,
     ) -> bool | None:
-        """process_next_job on a backend of the harness: one poll, one transaction."""
+        """process_next_job on `backend`, else a new backend of the harness: one poll, one transaction."""
         return process_next_job(
             None,
             handler,
-            backend=harness.backend(),
+            backend=backend if backend is not None else harness.backend(),
             log=no_log,
             clock=clock,
             job_id_strategy=harness.job_id_strategy(),

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from proletarian_ref.backend import ArchivedJobRecord, Backend, Capabilities, JobRecord
 from proletarian_ref.backends.memory import MemoryBackend, MemoryDatabase
 from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
 from proletarian_ref.schema import schema_statements
-from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, table_name
 
 H = TypeVar("H", bound="Harness")
 
@@ -85,6 +87,48 @@ class Harness:
         few rows there are, and only an ORDER BY then keeps the claim oldest-first. Does nothing here.
         """
 
+    # -- optional: the session, isolation, zone and size clauses skip, saying why, without these ------
+
+    def supports(self, feature: str) -> bool:
+        """Whether this harness provides `feature`: "sessions" (session_of, kill_session, session_state),
+        "caller_writes" (caller_write, caller_markers), "zones" (zoned) or "payload_bytes"."""
+        return False
+
+    def session_of(self, conn: Any) -> Any:
+        """The server's id of the session behind `conn` (pg_backend_pid(), CONNECTION_ID())."""
+        raise NotImplementedError
+
+    def kill_session(self, session: Any) -> None:
+        """End that session from another one, as an operator or a failover does, and wait until it is gone."""
+        raise NotImplementedError
+
+    def session_state(self, conn: Any) -> dict[str, str]:
+        """Everything a library could change in the session of `conn`: server settings, user variables,
+        the driver's autocommit and isolation flags. Read inside the caller's transaction; changes nothing."""
+        raise NotImplementedError
+
+    def caller_write(self, conn: Any, marker: int) -> None:
+        """A write of the caller's own (a row in a table of its own) on `conn`, uncommitted."""
+        raise NotImplementedError
+
+    def caller_markers(self) -> list[int]:
+        """The committed markers of caller_write."""
+        raise NotImplementedError
+
+    def zoned(self, zone: str) -> Harness:
+        """The same backend and tables, every new session (callers' and the backend's) in time zone `zone`
+        (an offset such as "+05:30" or a named zone such as "America/New_York")."""
+        raise NotImplementedError
+
+    def payload_bytes(self) -> tuple[list[bytes], list[bytes]]:
+        """The payload column's stored bytes (UTF-8) of every committed job and archived job."""
+        raise NotImplementedError
+
+    @property
+    def payload_limit_bytes(self) -> int | None:
+        """The payload column's size limit in UTF-8 bytes, or None when it has none worth testing."""
+        return None
+
     # -- given -----------------------------------------------------------------------------------------
 
     @property
@@ -120,6 +164,68 @@ class Harness:
             backends, self._backends = self._backends, []
         for backend in backends:
             backend.close()
+
+
+# MySQL's TEXT column: 2^16 - 1 bytes.
+MYSQL_TEXT_BYTES: Final = 65_535
+# How long a killed session may take to disappear from the server's session list.
+_SESSION_GONE_S: Final = 10.0
+# Session variables that change by themselves (the clock, counters of the last statement, whether a
+# transaction is open, which the caller's own commit ends).
+_MYSQL_VOLATILE_VARIABLES: Final = frozenset(
+    {
+        "in_transaction",
+        "timestamp",
+        "last_insert_id",
+        "insert_id",
+        "identity",
+        "warning_count",
+        "error_count",
+        "rand_seed1",
+        "rand_seed2",
+        "last_gtid",
+        "gtid_seq_no",
+    }
+)
+_OFFSET: Final = re.compile(r"^([+-])(\d\d):(\d\d)$")
+
+
+def _posix_zone(zone: str) -> str:
+    """PostgreSQL reads a bare "+05:30" as a POSIX zone, west of Greenwich; spell the offset so it is east."""
+    match = _OFFSET.match(zone)
+    if match is None:
+        return zone
+    sign, hours, minutes = match.groups()
+    west = "-" if sign == "+" else "+"
+    return f"<{sign}{hours}{minutes}>{west}{hours}:{minutes}"
+
+
+def _mysql_user_variables(cursor: Any) -> list[tuple[str, Any]]:
+    """The session's user variables: MariaDB's information_schema table, else MySQL 8's performance_schema."""
+    for query in (
+        "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.USER_VARIABLES",
+        "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM performance_schema.user_variables_by_thread "
+        "WHERE THREAD_ID = PS_CURRENT_THREAD_ID()",
+    ):
+        try:
+            cursor.execute(query)
+        except Exception:  # the other server's table; a failed read leaves MySQL's transaction as it was
+            continue
+        return [tuple(row) for row in cursor.fetchall()]
+    return []
+
+
+def _driver_state(conn: Any) -> dict[str, str]:
+    """The driver's own session flags, which change without a statement (psycopg, PyMySQL, psycopg2)."""
+    state: dict[str, str] = {}
+    get_autocommit = getattr(conn, "get_autocommit", None)
+    if callable(get_autocommit):
+        state["driver autocommit"] = str(get_autocommit())
+    for name in ("autocommit", "isolation_level", "read_only", "deferrable", "charset", "encoding"):
+        value = getattr(conn, name, None)
+        if value is not None and not callable(value):
+            state[f"driver {name}"] = str(value)
+    return state
 
 
 def _utc(value: datetime) -> datetime:
@@ -158,11 +264,16 @@ class SqlHarness(Harness):
         backend_class: Callable[[Callable[[], Any]], Backend],
         job_table: str = DEFAULT_JOB_TABLE,
         archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+        zone: str | None = None,
     ) -> None:
         super().__init__(name, job_table, archived_job_table)
         self.dialect = dialect
-        self._connect = connect
+        self.zone = zone
+        self._base_connect = connect
+        self._connect = connect if zone is None else self._zoned_connect
         self._backend_class = backend_class
+        # The caller's own table, for the clauses about the caller's transaction.
+        self.caller_table = str(table_name(f"{job_table}_caller"))
         # One connection for the harness's own reads and writes: the model test reads both tables after
         # every step, and a connect per read would dominate its run time.
         self._own: Any = None
@@ -190,15 +301,131 @@ class SqlHarness(Harness):
 
         The copy has no factory: a separate process rebuilding it would get the original backend.
         """
-        copy = SqlHarness(
+        return SqlHarness(
             name,
             dialect=self.dialect,
-            connect=self._connect,
+            connect=self._base_connect,
             backend_class=backend_class,
             job_table=self.job_table,
             archived_job_table=self.archived_job_table,
+            zone=self.zone,
         )
-        return copy
+
+    def zoned(self, zone: str) -> SqlHarness:
+        """The same database, tables and backend class, every new session in time zone `zone`.
+
+        The copy has no factory, and its own reads stay in UTC as every harness's do.
+        """
+        return SqlHarness(
+            f"{self.name} in {zone}",
+            dialect=self.dialect,
+            connect=self._base_connect,
+            backend_class=self._backend_class,
+            job_table=self.job_table,
+            archived_job_table=self.archived_job_table,
+            zone=zone,
+        )
+
+    def _zoned_connect(self) -> Any:
+        assert self.zone is not None
+        conn = self._base_connect()
+        try:
+            cursor = conn.cursor()
+            try:
+                if self.dialect == "mysql":
+                    cursor.execute("SET time_zone = %s", (self.zone,))
+                else:
+                    cursor.execute("SELECT set_config('TimeZone', %s, false)", (_posix_zone(self.zone),))
+            finally:
+                cursor.close()
+        except Exception as exc:
+            conn.close()
+            raise RuntimeError(
+                f"cannot set the session time zone {self.zone!r}: {exc} (MySQL needs its time zone tables: "
+                "mariadb-tzinfo-to-sql /usr/share/zoneinfo | mariadb -uroot mysql)"
+            ) from exc
+        conn.commit()
+        return conn
+
+    # -- the optional features, for PostgreSQL and MySQL -----------------------------------------------
+
+    def supports(self, feature: str) -> bool:
+        return self.dialect in ("postgresql", "mysql")
+
+    def _one_value(self, conn: Any, statement: str) -> Any:
+        cursor = conn.cursor()
+        try:
+            cursor.execute(statement)
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        return row[0]
+
+    def session_of(self, conn: Any) -> Any:
+        query = "SELECT pg_backend_pid()" if self.dialect == "postgresql" else "SELECT CONNECTION_ID()"
+        return int(self._one_value(conn, query))
+
+    def kill_session(self, session: Any) -> None:
+        if self.dialect == "postgresql":
+            self.select("SELECT pg_terminate_backend(%s)", (session,))
+            gone = "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = %s"
+        else:
+            self.execute("KILL %s", (session,))
+            gone = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = %s"
+        # Both servers end the session asynchronously; a later statement on it must meet a dead session.
+        deadline = time.monotonic() + _SESSION_GONE_S
+        while self.select(gone, (session,))[0][0]:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"session {session} was still there {_SESSION_GONE_S:g} s after the kill"
+                )
+            time.sleep(0.01)
+
+    def session_state(self, conn: Any) -> dict[str, str]:
+        cursor = conn.cursor()
+        state: dict[str, str] = {}
+        try:
+            if self.dialect == "postgresql":
+                cursor.execute("SELECT name, setting FROM pg_settings")
+                state.update((f"setting {name}", str(value)) for name, value in cursor.fetchall())
+                cursor.execute("SHOW transaction_isolation")
+                state["transaction_isolation"] = str(cursor.fetchone()[0])
+            else:
+                cursor.execute("SHOW SESSION VARIABLES")
+                state.update(
+                    (f"variable {name}", str(value))
+                    for name, value in cursor.fetchall()
+                    if name not in _MYSQL_VOLATILE_VARIABLES
+                )
+                state.update((f"user variable @{n}", str(v)) for n, v in _mysql_user_variables(cursor))
+        finally:
+            cursor.close()
+        state.update(_driver_state(conn))
+        return state
+
+    def caller_write(self, conn: Any, marker: int) -> None:
+        cursor = conn.cursor()
+        try:
+            cursor.execute(f"INSERT INTO {self.caller_table} (marker) VALUES (%s)", (marker,))
+        finally:
+            cursor.close()
+
+    def caller_markers(self) -> list[int]:
+        return sorted(int(row[0]) for row in self.select(f"SELECT marker FROM {self.caller_table}"))
+
+    def payload_bytes(self) -> tuple[list[bytes], list[bytes]]:
+        as_bytes = (
+            "convert_to(payload, 'UTF8')" if self.dialect == "postgresql" else "CAST(payload AS BINARY)"
+        )
+        return (
+            [bytes(row[0]) for row in self.select(f"SELECT {as_bytes} FROM {self.job_table}")],
+            [bytes(row[0]) for row in self.select(f"SELECT {as_bytes} FROM {self.archived_job_table}")],
+        )
+
+    @property
+    def payload_limit_bytes(self) -> int | None:
+        # MySQL's TEXT holds 65,535 bytes; PostgreSQL's holds 1 GB, too much to send in a test.
+        return MYSQL_TEXT_BYTES if self.dialect == "mysql" else None
 
     def _session(self, cursor: Any) -> None:
         if self.dialect == "mysql":
@@ -275,10 +502,13 @@ class SqlHarness(Harness):
             self.dialect, job_table=self.job_table, archived_job_table=self.archived_job_table
         ):
             self.execute(statement)
+        self.execute(f"DROP TABLE IF EXISTS {self.caller_table}")
+        self.execute(f"CREATE TABLE {self.caller_table} (marker INTEGER NOT NULL)")
 
     def clear(self) -> None:
         self.execute(f"DELETE FROM {self.job_table}")
         self.execute(f"DELETE FROM {self.archived_job_table}")
+        self.execute(f"DELETE FROM {self.caller_table}")
 
     def analyze(self) -> None:
         if self.dialect == "postgresql":
@@ -344,7 +574,37 @@ class MemoryHarness(Harness):
         self.clear()
 
     def clear(self) -> None:
-        self.memory.clear(self.job_table, self.archived_job_table)
+        self.memory.clear(self.job_table, self.archived_job_table, self._caller_table)
+
+    @property
+    def _caller_table(self) -> str:
+        return f"{self.job_table} (caller)"
+
+    def supports(self, feature: str) -> bool:
+        return feature in ("sessions", "caller_writes", "payload_bytes")
+
+    def session_of(self, conn: Any) -> Any:
+        return conn
+
+    def kill_session(self, session: Any) -> None:
+        session.kill()
+
+    def session_state(self, conn: Any) -> dict[str, str]:
+        return {"autocommit": str(conn.autocommit), "closed": str(conn.closed)}
+
+    def caller_write(self, conn: Any, marker: int) -> None:
+        with self.memory.lock:
+            conn._write(self._caller_table, marker, marker)
+
+    def caller_markers(self) -> list[int]:
+        with self.memory.lock:
+            return sorted(self.memory.tables.get(self._caller_table, {}).values())
+
+    def payload_bytes(self) -> tuple[list[bytes], list[bytes]]:
+        return (
+            [job.payload.encode("utf-8") for job in self.jobs()],
+            [job.payload.encode("utf-8") for job in self.archived_jobs()],
+        )
 
 
 def load_harness(spec: str, **kwargs: Any) -> Harness:

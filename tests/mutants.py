@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import unicodedata
+import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from proletarian_ref.backend import JobRecord
+from proletarian_ref.backends._dbapi import _fetchone
 from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
+from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend
+from proletarian_ref.errors import DatabaseError, TransientDatabaseError
 from proletarian_ref.job import default_serializer
 from proletarian_ref.tables import TableName
 
@@ -200,6 +206,394 @@ class MemoryRollbackCommits(MemoryBackend):
             conn.commit()
 
 
+# -- sessions, isolation, zones and payloads: PostgreSQL ------------------------------------------------
+
+
+def _run_on(conn: Any, *statements: str) -> None:
+    with conn.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)
+
+
+class PgRetriesOnANewConnection(PostgresBackend):
+    """Retries a statement that failed on a lost connection on a fresh one, which commits on its own."""
+
+    def _execute(
+        self, conn: Any, statement: str, params: dict[str, Any], read: Any, *, reads_rows: bool
+    ) -> Any:
+        try:
+            return super()._execute(conn, statement, params, read, reads_rows=reads_rows)
+        except TransientDatabaseError:
+            fresh = self._data_source()
+            try:
+                with fresh.cursor() as cursor:
+                    cursor.execute(statement, params)
+                    result = read(cursor)
+                fresh.commit()
+                return result
+            finally:
+                fresh.close()
+
+
+class _PgWorkerIsolation(PostgresBackend):
+    """Runs its own transactions at `level` instead of PostgreSQL's default READ COMMITTED."""
+
+    level: ClassVar[str]
+
+    def _prepare_session(self, conn: Any, *, worker: bool = False) -> None:
+        super()._prepare_session(conn, worker=worker)
+        if worker:
+            _run_on(conn, f"SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL {self.level}")
+            conn.commit()
+
+
+class PgRepeatableRead(_PgWorkerIsolation):
+    level = "REPEATABLE READ"
+
+
+class PgSerializable(_PgWorkerIsolation):
+    level = "SERIALIZABLE"
+
+
+class _PgCallerSetting(PostgresBackend):
+    """Runs one SET on the caller's connection before its INSERT."""
+
+    setting: ClassVar[str]
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        _run_on(conn, self.setting)
+        return super().enqueue(conn, job_table, job)
+
+
+class PgCallerTimeZone(_PgCallerSetting):
+    setting = "SET TIME ZONE 'UTC'"
+
+
+class PgCallerSearchPath(_PgCallerSetting):
+    setting = "SET search_path = proletarian, public"
+
+
+class PgEnqueueRollsBackOnError(PostgresBackend):
+    """Rolls the caller's transaction back when its INSERT fails, as if the transaction were its own."""
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        try:
+            return super().enqueue(conn, job_table, job)
+        except DatabaseError:
+            conn.rollback()
+            raise
+
+
+class PgEnqueueCommitsEarlierWrites(PostgresBackend):
+    """Commits whatever the caller had pending before inserting, to start from a clean transaction."""
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        conn.commit()
+        return super().enqueue(conn, job_table, job)
+
+
+class PgNaiveTimes(PostgresBackend):
+    """Sends times as UTC wall-clock text without an offset: the server reads them in the session's zone."""
+
+    def _db_time(self, value: datetime, *, what: str = "time") -> Any:
+        return value.astimezone(UTC).replace(tzinfo=None).isoformat()
+
+
+class PgReadsWallClock(PostgresBackend):
+    """Takes the wall-clock time the session's zone shows for UTC."""
+
+    def _from_db_time(self, value: Any) -> datetime:
+        stored: datetime = value
+        return stored.replace(tzinfo=UTC)
+
+
+class PgNormalizesUnicode(PostgresBackend):
+    """Stores the payload text in Unicode normal form C."""
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        return super().enqueue(
+            conn, job_table, job._replace(payload=unicodedata.normalize("NFC", job.payload))
+        )
+
+
+# -- MySQL: its isolation default, implicit commits, session state, zones, character sets, ids ----------
+
+
+class MySQLSilentReconnect(MySQLBackend):
+    """Pings with reconnect=True before each statement and the commit (PyMySQL's well-known idiom): a
+    killed session is replaced by a fresh one, outside the claim's transaction."""
+
+    def _execute(
+        self, conn: Any, statement: str, params: dict[str, Any], read: Any, *, reads_rows: bool
+    ) -> Any:
+        _ping_and_reconnect(conn)
+        return super()._execute(conn, statement, params, read, reads_rows=reads_rows)
+
+    def _commit(self, conn: Any, lease: Any) -> None:
+        _ping_and_reconnect(conn)
+        super()._commit(conn, lease)
+
+
+def _ping_and_reconnect(conn: Any) -> None:
+    with warnings.catch_warnings():
+        # PyMySQL 1.1 deprecates the argument; plenty of code still passes it.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        conn.ping(reconnect=True)
+
+
+class _MySQLWorkerIsolation(MySQLBackend):
+    """Runs its own transactions at `level` instead of READ COMMITTED."""
+
+    level: ClassVar[str]
+
+    def _prepare_session(self, conn: Any, *, worker: bool = False) -> None:
+        super()._prepare_session(conn, worker=worker)
+        if worker:
+            _run_on(conn, f"SET SESSION TRANSACTION ISOLATION LEVEL {self.level}")
+
+
+class MySQLRepeatableRead(_MySQLWorkerIsolation):
+    level = "REPEATABLE READ"
+
+
+class MySQLSerializable(_MySQLWorkerIsolation):
+    level = "SERIALIZABLE"
+
+
+class MySQLTwoStepClaimReadUncommitted(_MySQLWorkerIsolation):
+    """Finds the oldest due job with a plain read, then locks it by id, at READ UNCOMMITTED."""
+
+    level = "READ UNCOMMITTED"
+
+    def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
+        find = self._render("get_next_job", job_table).replace("FOR UPDATE SKIP LOCKED", "")
+        params = {"queue": queue, "now": self._db_time(now, what="now")}
+        found = self._execute(conn, find, params, _fetchone, reads_rows=True)
+        if found is None:
+            return None
+        lock = (
+            "SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at "
+            f"FROM {job_table} WHERE job_id = %(job_id)s FOR UPDATE SKIP LOCKED"
+        )
+        row = self._execute(conn, lock, {"job_id": found[0]}, _fetchone, reads_rows=True)
+        if row is None:
+            return None
+        job_id, queue_text, job_type, payload, attempts, enqueued_at, process_at = row
+        return JobRecord(
+            job_id,
+            queue_text,
+            job_type,
+            payload,
+            int(attempts),
+            self._from_db_time(enqueued_at),
+            self._from_db_time(process_at),
+        )
+
+
+class _MySQLCallerSetting(MySQLBackend):
+    """Runs one SET on the caller's connection before its INSERT."""
+
+    setting: ClassVar[str]
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        _run_on(conn, self.setting)
+        return super().enqueue(conn, job_table, job)
+
+
+class MySQLCallerTimeZone(_MySQLCallerSetting):
+    setting = "SET time_zone = '+00:00'"
+
+
+class MySQLCallerIsolation(_MySQLCallerSetting):
+    setting = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+
+
+class MySQLCallerSqlMode(_MySQLCallerSetting):
+    setting = "SET SESSION sql_mode = 'TRADITIONAL'"
+
+
+class MySQLCallerCollation(_MySQLCallerSetting):
+    setting = "SET NAMES utf8mb4 COLLATE utf8mb4_bin"
+
+
+class MySQLCallerUserVariable(_MySQLCallerSetting):
+    setting = "SET @proletarian_enqueued_at = UTC_TIMESTAMP()"
+
+
+class MySQLEnqueueEnsuresTheTable(MySQLBackend):
+    """Runs CREATE TABLE IF NOT EXISTS before the INSERT: DDL commits the caller's open transaction."""
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        _run_on(conn, f"CREATE TABLE IF NOT EXISTS {job_table} (job_id BINARY(16) PRIMARY KEY)")
+        return super().enqueue(conn, job_table, job)
+
+
+class MySQLEnqueueInAutocommit(MySQLBackend):
+    """Inserts in autocommit mode and turns it off again: SET autocommit = 1 commits what was pending."""
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        was = conn.get_autocommit()
+        conn.autocommit(True)
+        try:
+            return super().enqueue(conn, job_table, job)
+        finally:
+            conn.autocommit(was)
+
+
+class MySQLEnqueueRollsBackOnError(MySQLBackend):
+    """Rolls the caller's transaction back when its INSERT fails."""
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        try:
+            return super().enqueue(conn, job_table, job)
+        except DatabaseError:
+            conn.rollback()
+            raise
+
+
+class MySQLWorkerSessionZone(MySQLBackend):
+    """Leaves its own sessions in the connection's time zone: TIMESTAMP values are read and written there."""
+
+    def _prepare_session(self, conn: Any, *, worker: bool = False) -> None:
+        if not worker:
+            super()._prepare_session(conn, worker=worker)
+            return
+        _run_on(conn, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+
+
+class MySQLTruncatesOversizedPayloads(MySQLBackend):
+    """Checks no payload size and cuts a payload to the TEXT column's 65,535 bytes, as a server outside
+    strict mode does."""
+
+    def check_payload(self, *args: Any) -> None:
+        return None
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        cut = job.payload.encode("utf-8")[:65_535].decode("utf-8", "ignore")
+        return super().enqueue(conn, job_table, job._replace(payload=cut))
+
+
+class MySQLWorkerSessionUtf8mb3(MySQLBackend):
+    """Talks utf8mb3 on its own sessions: characters outside the BMP come back as '?'."""
+
+    def _prepare_session(self, conn: Any, *, worker: bool = False) -> None:
+        super()._prepare_session(conn, worker=worker)
+        if worker:
+            _run_on(conn, "SET NAMES utf8mb3")
+
+
+class MySQLIdByteOrder(MySQLBackend):
+    """Stores the UUID in BINARY(16) in Microsoft's little-endian field order (bytes_le)."""
+
+    def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        swapped = uuid.UUID(bytes=bytes(job.job_id)).bytes_le
+        super().enqueue(conn, job_table, job._replace(job_id=swapped))
+        return job.job_id
+
+
+class MySQLAutocommit(MySQLBackend):
+    """Runs its "transactions" in autocommit: every statement commits alone."""
+
+    def _begin(self, conn: Any) -> Any:
+        state = super()._begin(conn)
+        conn.autocommit(True)
+        return state
+
+
+class _MySQLRewritten(MySQLBackend):
+    """MySQLBackend with one piece of one named statement replaced."""
+
+    statement: ClassVar[str]
+    old: ClassVar[str]
+    new: ClassVar[str]
+
+    def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
+        text = super()._render(name, job_table, archived_job_table)
+        if name != self.statement:
+            return text
+        assert self.old in text, f"{type(self).__name__}: {self.old!r} is not in the {name} statement"
+        return text.replace(self.old, self.new)
+
+
+class MySQLClaimWithoutSkipLocked(_MySQLRewritten):
+    statement, old, new = "get_next_job", "FOR UPDATE SKIP LOCKED", "FOR UPDATE"
+
+
+class MySQLFinishedAtFromDatabase(_MySQLRewritten):
+    statement, old, new = "archive_job", "%(finished_at)s", "UTC_TIMESTAMP()"
+
+
+# -- in memory ---------------------------------------------------------------------------------------------
+
+
+class _RevivingConnection(MemoryConnection):
+    def check_alive(self) -> None:
+        # A killed session is silently replaced by a fresh one: its transaction is gone, the work goes on.
+        self.killed = False
+
+
+class MemoryGoesOnAfterAKill(MemoryBackend):
+    """Goes on in a fresh session when its own was killed, as a reconnecting driver does."""
+
+    @contextmanager
+    def transaction(self) -> Iterator[MemoryConnection]:
+        conn = _RevivingConnection(self.db)
+        try:
+            yield conn
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+
+
+class MemoryDirtyReads(MemoryBackend):
+    """Claims jobs other transactions enqueued but have not committed yet (READ UNCOMMITTED)."""
+
+    def enqueue(self, conn: MemoryConnection, job_table: TableName, job: JobRecord) -> Any:
+        job_id = super().enqueue(conn, job_table, job)
+        _ENQUEUERS.setdefault(id(self.db), []).append(conn)
+        return job_id
+
+    def get_next_job(
+        self, conn: MemoryConnection, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        committed = super().get_next_job(conn, job_table, queue, now)
+        with self.db.lock:
+            # What other open transactions inserted and have neither committed nor rolled back.
+            dirty = [
+                job
+                for other in _ENQUEUERS.get(id(self.db), [])
+                if other is not conn
+                for job in other._changes.get(str(job_table), {}).values()
+                if isinstance(job, JobRecord) and job.queue == queue and job.process_at <= now
+            ]
+        candidates = dirty + ([committed] if committed is not None else [])
+        return min(candidates, key=lambda j: j.process_at) if candidates else None
+
+
+# The connections that enqueued on each in-memory database, for MemoryDirtyReads.
+_ENQUEUERS: dict[int, list[MemoryConnection]] = {}
+
+
+class MemoryEnqueueRollsBackOnError(MemoryBackend):
+    """Rolls the caller's transaction back when the insert fails."""
+
+    def enqueue(self, conn: MemoryConnection, job_table: TableName, job: JobRecord) -> Any:
+        try:
+            return super().enqueue(conn, job_table, job)
+        except DatabaseError:
+            conn.rollback()
+            raise
+
+
+class MemoryEnqueueCommitsEarlierWrites(MemoryBackend):
+    """Commits what the caller had pending before inserting."""
+
+    def enqueue(self, conn: MemoryConnection, job_table: TableName, job: JobRecord) -> Any:
+        conn.commit()
+        return super().enqueue(conn, job_table, job)
+
+
 POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "claim_without_for_update",
@@ -330,6 +724,145 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         Autocommit,
         ("S5", "T2", "T3", "P1", "M1"),
     ),
+    Mutant(
+        "pg_retries_on_a_new_connection",
+        "a statement that failed on a lost connection is retried on a fresh one, which commits it",
+        PgRetriesOnANewConnection,
+        ("K1",),
+    ),
+    Mutant(
+        "pg_repeatable_read",
+        "its transactions run at REPEATABLE READ: a claim keeps its transaction's first snapshot",
+        PgRepeatableRead,
+        ("I1",),
+    ),
+    Mutant("pg_serializable", "its transactions run at SERIALIZABLE", PgSerializable, ("I1",)),
+    Mutant("pg_caller_time_zone", "enqueue sets the caller's TimeZone to UTC", PgCallerTimeZone, ("C4",)),
+    Mutant("pg_caller_search_path", "enqueue sets the caller's search_path", PgCallerSearchPath, ("C4",)),
+    Mutant(
+        "pg_enqueue_rolls_back_on_error",
+        "enqueue rolls the caller's transaction back when its INSERT fails",
+        PgEnqueueRollsBackOnError,
+        ("C3",),
+    ),
+    Mutant(
+        "pg_enqueue_commits_earlier_writes",
+        "enqueue commits the caller's pending writes before its INSERT",
+        PgEnqueueCommitsEarlierWrites,
+        ("C1",),
+    ),
+    Mutant(
+        "pg_naive_times",
+        "times are sent without an offset, so the server reads them in the session's zone",
+        PgNaiveTimes,
+        ("Z1",),
+    ),
+    Mutant(
+        "pg_reads_wall_clock",
+        "times read back are the session zone's wall clock taken as UTC",
+        PgReadsWallClock,
+        ("Z1",),
+    ),
+    Mutant(
+        "pg_normalizes_unicode", "the payload text is stored in Unicode NFC", PgNormalizesUnicode, ("B2",)
+    ),
+)
+
+MYSQL_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "mysql_silent_reconnect",
+        "ping(reconnect=True) before each statement: a killed session goes on in a fresh one",
+        MySQLSilentReconnect,
+        ("K1",),
+    ),
+    Mutant(
+        "mysql_repeatable_read",
+        "its transactions run at InnoDB's default REPEATABLE READ: claims take gap locks",
+        MySQLRepeatableRead,
+        ("I1", "I2"),
+    ),
+    Mutant("mysql_serializable", "its transactions run at SERIALIZABLE", MySQLSerializable, ("I1", "I2")),
+    Mutant(
+        "mysql_two_step_claim_read_uncommitted",
+        "the claim finds its job with a plain read at READ UNCOMMITTED, then locks it by id",
+        MySQLTwoStepClaimReadUncommitted,
+        ("I3",),
+    ),
+    Mutant("mysql_caller_time_zone", "enqueue sets the caller's time_zone", MySQLCallerTimeZone, ("C4",)),
+    Mutant(
+        "mysql_caller_isolation",
+        "enqueue sets the caller's isolation level",
+        MySQLCallerIsolation,
+        ("C4",),
+    ),
+    Mutant("mysql_caller_sql_mode", "enqueue sets the caller's sql_mode", MySQLCallerSqlMode, ("C4",)),
+    Mutant(
+        "mysql_caller_collation",
+        "enqueue sets the caller's character set and collation (SET NAMES)",
+        MySQLCallerCollation,
+        ("C4",),
+    ),
+    Mutant(
+        "mysql_caller_user_variable",
+        "enqueue leaves a user variable in the caller's session",
+        MySQLCallerUserVariable,
+        ("C4",),
+    ),
+    Mutant(
+        "mysql_enqueue_ensures_the_table",
+        "CREATE TABLE IF NOT EXISTS before the INSERT: an implicit commit of the caller's writes",
+        MySQLEnqueueEnsuresTheTable,
+        ("C1",),
+    ),
+    Mutant(
+        "mysql_enqueue_in_autocommit",
+        "the INSERT runs in autocommit: SET autocommit = 1 commits the caller's writes, then the job",
+        MySQLEnqueueInAutocommit,
+        ("E7", "C1"),
+    ),
+    Mutant(
+        "mysql_enqueue_rolls_back_on_error",
+        "enqueue rolls the caller's transaction back when its INSERT fails",
+        MySQLEnqueueRollsBackOnError,
+        ("C3",),
+    ),
+    Mutant(
+        "mysql_worker_session_zone",
+        "its own sessions keep the connection's time zone for TIMESTAMP values",
+        MySQLWorkerSessionZone,
+        ("Z1",),
+    ),
+    Mutant(
+        "mysql_truncates_oversized_payloads",
+        "a payload over the TEXT column's 65,535 bytes is cut to fit",
+        MySQLTruncatesOversizedPayloads,
+        ("B1",),
+    ),
+    Mutant(
+        "mysql_worker_session_utf8mb3",
+        "its own sessions talk utf8mb3: characters outside the BMP come back as '?'",
+        MySQLWorkerSessionUtf8mb3,
+        ("A2", "B2"),
+    ),
+    Mutant(
+        "mysql_id_byte_order",
+        "BINARY(16) ids stored in little-endian field order (uuid.bytes_le)",
+        MySQLIdByteOrder,
+        ("E6",),
+    ),
+    Mutant("mysql_autocommit", "no transaction: each statement commits alone", MySQLAutocommit, ("S5", "T2")),
+    Mutant(
+        "mysql_claim_without_skip_locked",
+        "FOR UPDATE without SKIP LOCKED: a second worker waits for the first",
+        MySQLClaimWithoutSkipLocked,
+        ("S5", "S6"),
+    ),
+    Mutant(
+        "mysql_finished_at_from_database",
+        "finished_at is the server's UTC_TIMESTAMP(), not the worker's clock",
+        MySQLFinishedAtFromDatabase,
+        ("A1", "A3"),
+    ),
 )
 
 MEMORY_MUTANTS: tuple[Mutant, ...] = (
@@ -350,5 +883,29 @@ MEMORY_MUTANTS: tuple[Mutant, ...] = (
         "the in-memory transaction commits even on error",
         MemoryRollbackCommits,
         ("T2", "T3", "M1"),
+    ),
+    Mutant(
+        "memory_goes_on_after_a_kill",
+        "a killed in-memory session is replaced by a fresh one and the work goes on",
+        MemoryGoesOnAfterAKill,
+        ("K1",),
+    ),
+    Mutant(
+        "memory_dirty_reads",
+        "the in-memory claim takes jobs other transactions have not committed",
+        MemoryDirtyReads,
+        ("I3",),
+    ),
+    Mutant(
+        "memory_enqueue_rolls_back_on_error",
+        "the in-memory enqueue rolls the caller's transaction back when it fails",
+        MemoryEnqueueRollsBackOnError,
+        ("C3",),
+    ),
+    Mutant(
+        "memory_enqueue_commits_earlier_writes",
+        "the in-memory enqueue commits the caller's pending writes first",
+        MemoryEnqueueCommitsEarlierWrites,
+        ("C1",),
     ),
 )

@@ -18,20 +18,24 @@ for _module in ("locust", "matplotlib", "psutil", "rich"):
     if importlib.util.find_spec(_module) is None:
         pytest.skip(f"needs the bench extra ({_module}): pip install -e '.[bench]'", allow_module_level=True)
 
-from benchmarks import instructions  # noqa: E402
+from benchmarks import instructions, peers  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks.common import BackendSpec, BenchmarkFailure, percentile, summarize_ms  # noqa: E402
 from benchmarks.load_test import verify  # noqa: E402
 from benchmarks.poll_latency import index_check  # noqa: E402
 from benchmarks.progress import Progress  # noqa: E402
+from benchmarks.report import summary  # noqa: E402
 from benchmarks.runner import failures, run_all  # noqa: E402
 from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+# The scenarios with smoke tests of their own below; the machinery tests run the rest.
+OWN_TESTS = ("peers", "long_handlers")
+MACHINERY = tuple(b for b in ALL_BENCHMARKS if b not in OWN_TESTS)
 
 
-def _run(spec: BackendSpec, out: Path) -> dict[str, Any]:
-    settings = TINY.with_(table_suffix=f"_smoke_{table_suffix()}")
+def _run(spec: BackendSpec, out: Path, benchmarks: tuple[str, ...] = MACHINERY) -> dict[str, Any]:
+    settings = TINY.with_(table_suffix=f"_smoke_{table_suffix()}", benchmarks=benchmarks)
     return run_all([spec], settings, out, Progress())
 
 
@@ -43,7 +47,7 @@ def _check_outputs(out: Path, backend: str, sql: bool) -> dict[str, Any]:
     assert meta["versions"]["python"] and "psycopg" in meta["versions"] and "PyMySQL" in meta["versions"]
     assert "commit" in meta["git"]
     assert results["failures"] == []
-    assert set(results["benchmarks"]) == set(ALL_BENCHMARKS)
+    assert set(results["benchmarks"]) == set(MACHINERY)
     for name, entries in results["benchmarks"].items():
         assert len(entries) == 1, name
         assert "error" not in entries[0], entries[0].get("traceback")
@@ -237,3 +241,128 @@ def test_instruction_count_says_when_valgrind_is_missing(
     monkeypatch.setattr("shutil.which", lambda name: None)
     assert instructions.main([]) == 2
     assert "valgrind is not installed" in capsys.readouterr().out
+
+
+def _png(path: Path) -> bool:
+    data = path.read_bytes()
+    return data.startswith(PNG_MAGIC) and len(data) > 5_000
+
+
+def _check_peers(results: dict[str, Any], out: Path, expected: list[str]) -> dict[str, Any]:
+    assert results["failures"] == []
+    entry: dict[str, Any] = results["benchmarks"]["peers"][0]
+    assert "error" not in entry, entry.get("traceback")
+    assert [s["name"] for s in entry["systems"]] == expected
+    for system in entry["systems"]:
+        assert system["verification"] == {"ok": True, "problems": []}, system["name"]
+        assert len(system["rounds"]) == TINY.peers_rounds
+        assert all(r["jobs"] == TINY.peers_jobs and r["jobs_per_s"] > 0 for r in system["rounds"])
+        assert system["enqueue_jobs_per_s"] > 0 and system["promise"] and system["config"]
+        assert system["latency"]["n"] == TINY.peers_latency_jobs
+    markdown_text = (out / "results.md").read_text(encoding="utf-8")
+    assert "### Beside pgqueuer and procrastinate" in markdown_text
+    assert all(f"| {name} |" in markdown_text for name in expected)
+    assert _png(out / "peers.png")
+    return entry
+
+
+@pytest.mark.postgresql
+def test_peers_drain_every_job_exactly_once_on_each_system(pg_dsn: str, tmp_path: Path) -> None:
+    results = _run(BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn}), tmp_path, ("peers",))
+    missing = peers.missing_peers()
+    expected = ["proletarian-ref"] + [m.NAME for m in peers.PEERS if m.PACKAGE not in missing]
+    entry = _check_peers(results, tmp_path, expected)
+    summary = (tmp_path / "results.md").read_text(encoding="utf-8").split("### Beside")[0]
+    for name in expected[1:]:
+        assert f"| {name} / proletarian-ref |" in summary
+    assert ("peers_missing" in entry) is bool(missing)
+
+
+@pytest.mark.postgresql
+def test_peers_without_their_packages_runs_ours_alone_and_says_so(
+    pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(peers, "missing_peers", lambda: ["pgqueuer", "procrastinate"])
+    results = _run(BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn}), tmp_path, ("peers",))
+    entry = _check_peers(results, tmp_path, ["proletarian-ref"])
+    assert "pgqueuer, procrastinate not installed" in entry["peers_missing"]
+    assert "not installed" in (tmp_path / "results.md").read_text(encoding="utf-8").split("### Beside")[0]
+
+
+def test_peers_and_long_handlers_skip_a_backend_without_sql(tmp_path: Path) -> None:
+    results = _run(BackendSpec("conformance.builtin:memory"), tmp_path, OWN_TESTS)
+    assert results["failures"] == []
+    assert "PostgreSQL only" in results["benchmarks"]["peers"][0]["skipped"]
+    assert "built-in SQL dialect" in results["benchmarks"]["long_handlers"][0]["skipped"]
+    assert not (tmp_path / "peers.png").exists()
+
+
+def test_peers_verification_names_lost_doubled_and_failed_jobs() -> None:
+    assert peers.check(10, 10, (10, 10, 0), 0) == {"ok": True, "problems": []}
+    problems = " ".join(peers.check(10, 11, (11, 9, 1), 1)["problems"])
+    for what in ("handler calls: 11", "completion records: 11", "distinct jobs completed: 9"):
+        assert what in problems
+    assert "records not a plain success: 1" in problems and "jobs left in the queue: 1" in problems
+
+
+def _check_long_handlers(results: dict[str, Any], out: Path, server_keys: tuple[str, ...]) -> None:
+    assert results["failures"] == []
+    entry = results["benchmarks"]["long_handlers"][0]
+    assert "error" not in entry, entry.get("traceback")
+    phases = [s["phase"] for s in entry["samples"]]
+    assert phases[0] == "before" and "during" in phases
+    assert phases == sorted(phases, key=["before", "during", "after"].index)
+    assert entry["hold_s_observed"] is not None
+    assert entry["handled_short"] > 0 and entry["phases"]["during"]["short_jobs_per_s"] > 0
+    for sample in entry["samples"]:
+        assert sample["poll_ms"] > 0 and all(sample[k] is not None for k in server_keys)
+    assert "### What long handlers cost" in (out / "results.md").read_text(encoding="utf-8")
+    assert _png(out / f"long_handlers_{entry['backend']}.png")
+
+
+@pytest.mark.postgresql
+def test_long_handlers_sample_dead_tuples_and_the_xmin_horizon(pg_dsn: str, tmp_path: Path) -> None:
+    results = _run(
+        BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn}), tmp_path, ("long_handlers",)
+    )
+    _check_long_handlers(results, tmp_path, ("dead_tuples", "xmin_age"))
+    # A claim held open holds the horizon: some sample while a handler ran saw an xmin older than zero.
+    during = [s for s in results["benchmarks"]["long_handlers"][0]["samples"] if s["phase"] == "during"]
+    assert max(s["xmin_age"] for s in during) > 0
+
+
+@pytest.mark.mysql
+def test_long_handlers_sample_lock_waits_and_undo_history(mysql_dsn: str, tmp_path: Path) -> None:
+    results = _run(BackendSpec("conformance.builtin:mysql", {"dsn": mysql_dsn}), tmp_path, ("long_handlers",))
+    _check_long_handlers(results, tmp_path, ("lock_waits", "history_length", "open_transactions"))
+    assert results["benchmarks"]["long_handlers"][0]["lock_wait_source"] in (
+        "performance_schema.data_lock_waits",
+        "information_schema.INNODB_LOCK_WAITS",
+    )
+
+
+def test_summary_lists_every_ratio_and_each_peer_against_ours() -> None:
+    results = {
+        "benchmarks": {
+            "throughput": [
+                {"backend": "postgresql", "rows": [{"processes": 1, "threads": 4, "ratio": 0.93}]},
+                {"backend": "mysql", "rows": [{"processes": 2, "threads": 2, "ratio": 0.88}]},
+            ],
+            "enqueue_rate": [{"backend": "mysql", "rows": [{"jobs_per_transaction": 100, "ratio": 0.8}]}],
+            "peers": [
+                {
+                    "backend": "postgresql",
+                    "jobs": 1_000,
+                    "systems": [
+                        {"name": "proletarian-ref", "jobs_per_s": 2_000.0},
+                        {"name": "pgqueuer", "jobs_per_s": 4_000.0},
+                    ],
+                }
+            ],
+        }
+    }
+    table = "\n".join(summary(results))
+    assert "| postgresql | throughput 1x4 | library / raw | 0.93 |" in table
+    assert "| mysql | throughput 2x2 | library / raw | 0.88 |" in table
+    assert "| mysql | enqueue 100/txn | library / raw | 0.80 |" in table
+    assert "| postgresql | drain 1,000 jobs | pgqueuer / proletarian-ref | 2.00 |" in table

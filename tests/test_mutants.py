@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Final
 
 import pytest
-from mutants import MEMORY_MUTANTS, POSTGRESQL_MUTANTS, Mutant
+from kill_matrix import KILL_MATRIX_PROPERTY
+from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, Mutant
 
 from conformance import MemoryHarness, SqlHarness, load_harness
 from conformance.harness import Harness
@@ -28,30 +31,47 @@ class BriefSuite(BackendSuite):
     step_timeout: ClassVar[float] = 1.5
 
 
-def _survivors(mutant: Mutant, harness: Harness) -> list[str]:
+def _survivors(mutant: Mutant, harness: Harness, record_property: Callable[[str, object], None]) -> list[str]:
+    """The clauses named to kill `mutant` that did not; each outcome goes to the kill matrix."""
     tests = clauses()
     survived = []
+    outcomes: dict[str, str] = {}
     for clause in mutant.killed_by:
         name = tests[clause][0]
         result = run_suite_test(BriefSuite, name, harness, max_examples=EXAMPLES)
+        outcomes[clause] = "killed" if result.outcome == "failed" else result.outcome
         if result.outcome != "failed":
             survived.append(f"{clause} {name}: {result.outcome} {result.message}".strip())
+    record_property(KILL_MATRIX_PROPERTY, json.dumps({"mutant": mutant.name, "outcomes": outcomes}))
     return survived
 
 
 @pytest.mark.parametrize("mutant", POSTGRESQL_MUTANTS, ids=lambda m: m.name)
-def test_the_suite_catches_the_postgresql_mutant(mutant: Mutant, pg_db: SqlHarness) -> None:
+def test_the_suite_catches_the_postgresql_mutant(
+    mutant: Mutant, pg_db: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
     harness = pg_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
-    survived = _survivors(mutant, harness)
+    survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize("mutant", MYSQL_MUTANTS, ids=lambda m: m.name)
+def test_the_suite_catches_the_mysql_mutant(
+    mutant: Mutant, mysql_db: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    harness = mysql_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
+    survived = _survivors(mutant, harness, record_property)
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
 
 
 @pytest.mark.parametrize("mutant", MEMORY_MUTANTS, ids=lambda m: m.name)
-def test_the_suite_catches_the_in_memory_mutant(mutant: Mutant) -> None:
+def test_the_suite_catches_the_in_memory_mutant(
+    mutant: Mutant, record_property: Callable[[str, object], None]
+) -> None:
     base = load_harness("conformance.builtin:memory")
     assert isinstance(base, MemoryHarness)
     harness = base.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
-    survived = _survivors(mutant, harness)
+    survived = _survivors(mutant, harness, record_property)
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
 
 
@@ -64,6 +84,12 @@ def _catching_tests(mutants: tuple[Mutant, ...]) -> list[str]:
 def test_each_catching_test_passes_on_the_real_postgresql_backend(test: str, pg_db: SqlHarness) -> None:
     """The control: run the same way, the unbroken backend passes, so the mutant is what fails a test."""
     result = run_suite_test(BriefSuite, test, pg_db, max_examples=EXAMPLES)
+    assert result.outcome == "passed", f"{test}: {result.outcome} {result.message}"
+
+
+@pytest.mark.parametrize("test", _catching_tests(MYSQL_MUTANTS))
+def test_each_catching_test_passes_on_the_real_mysql_backend(test: str, mysql_db: SqlHarness) -> None:
+    result = run_suite_test(BriefSuite, test, mysql_db, max_examples=EXAMPLES)
     assert result.outcome == "passed", f"{test}: {result.outcome} {result.message}"
 
 
@@ -82,7 +108,7 @@ def test_every_suite_test_names_one_clause() -> None:
 
 def test_every_mutant_names_known_clauses_and_a_unique_name() -> None:
     known = clauses()
-    everything = POSTGRESQL_MUTANTS + MEMORY_MUTANTS
+    everything = POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS
     assert len({m.name for m in everything}) == len(everything)
     for mutant in everything:
         assert mutant.killed_by, f"{mutant.name} names no clause that catches it"
@@ -94,7 +120,7 @@ def test_the_docs_list_every_mutant_with_the_clauses_that_catch_it() -> None:
         re.findall(r"^\| `(\w+)` \|[^\n]*\| ([A-Z0-9, ]+) \|$", DOCS.read_text(encoding="utf-8"), re.M)
     )
     documented = {name: tuple(c.strip() for c in killers.split(",")) for name, killers in rows.items()}
-    expected = {m.name: m.killed_by for m in POSTGRESQL_MUTANTS + MEMORY_MUTANTS}
+    expected = {m.name: m.killed_by for m in POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS}
     assert documented == expected, "docs/conformance.md's mutant table is out of date with tests/mutants.py"
 
 
@@ -102,3 +128,23 @@ def test_the_docs_list_every_clause() -> None:
     text = DOCS.read_text(encoding="utf-8")
     missing = [clause for clause in clauses() if f"| {clause} |" not in text]
     assert not missing, f"docs/conformance.md does not list clauses {missing}"
+
+
+def test_the_docs_say_what_each_clause_kills_alone() -> None:
+    """Each clause once in "What each clause kills alone": the mutants only it kills, or why it is kept."""
+    text = DOCS.read_text(encoding="utf-8")
+    section = text[text.index("### What each clause kills alone") :].split("\n## ", 1)[0]
+    entries = re.findall(r"^- \*\*([A-Z]\d+)\*\*: (.*)$", section, re.M)
+    assert sorted(clause for clause, _ in entries) == sorted(clauses()), "clauses missing or listed twice"
+    mutants = {m.name: m for m in POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS}
+    for clause, entry in entries:
+        if "Kept:" in entry:
+            continue
+        named = re.findall(r"`(\w+)`", entry)
+        assert named, f"{clause} names neither its mutants nor why it is kept"
+        for name in named:
+            assert name in mutants, f"{clause}: no mutant {name}"
+            # CI runs the clause against the mutant, so the claim is checked on every run.
+            assert clause in mutants[name].killed_by, (
+                f"{clause} is said to kill {name}, which does not name it"
+            )

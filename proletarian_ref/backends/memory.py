@@ -76,6 +76,8 @@ class MemoryConnection:
         self.db = db
         self.autocommit = autocommit
         self.closed = False
+        # Set by kill(): the server ended this session, as pg_terminate_backend or MySQL's KILL would.
+        self.killed = False
         self._changes: dict[str, dict[Any, Any]] = {}
 
     def proletarian_backend(self) -> MemoryBackend:
@@ -85,6 +87,7 @@ class MemoryConnection:
 
     def commit(self) -> None:
         with self.db.lock:
+            self.check_alive()
             for table, changes in self._changes.items():
                 for key, row in changes.items():
                     self.db._put(table, key, row)
@@ -97,6 +100,17 @@ class MemoryConnection:
     def close(self) -> None:
         self.rollback()
         self.closed = True
+
+    def kill(self) -> None:
+        """End the session from outside: its transaction rolls back and every later use fails."""
+        with self.db.lock:
+            self._release()
+            self.killed = True
+
+    def check_alive(self) -> None:
+        """Raise, as a driver does on a session the server ended; called with db.lock held."""
+        if self.killed:
+            raise TransientDatabaseError("the session was killed; its transaction was rolled back")
 
     def _release(self) -> None:
         self._changes = {}
@@ -152,6 +166,7 @@ class MemoryBackend:
     def enqueue(self, conn: MemoryConnection, job_table: TableName, job: JobRecord) -> Any:
         table = str(job_table)
         with self.db.lock:
+            conn.check_alive()
             job_id = job.job_id
             if job_id is None:
                 job_id = 1 + max((k for k in self.db.tables.get(table, {}) if isinstance(k, int)), default=0)
@@ -167,6 +182,7 @@ class MemoryBackend:
     ) -> JobRecord | None:
         table = str(job_table)
         with self.db.lock:
+            conn.check_alive()
             own = conn._changes.get(table, {})
             candidates: list[JobRecord] = [
                 job
@@ -187,6 +203,7 @@ class MemoryBackend:
             return job
 
     def _locked_job(self, conn: MemoryConnection, table: str, job_id: Any) -> JobRecord:
+        conn.check_alive()
         job = conn._get(table, job_id)
         if job is None:
             raise DatabaseError(f"job {job_id!r} is not in {table}")
