@@ -15,6 +15,11 @@ py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
 "$py" -m pip install --quiet --disable-pip-version-check '.[test,lint]'
 
+# The dashboard's test drives a real headless browser: Debian's Chromium and its WebDriver.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
 eval "$(bash ci/services.sh)"
 
 # The scale-out tests (tests/test_scale_*.py) start their own PgBouncer and Galera nodes; without these

@@ -2,7 +2,7 @@
 
 # The submodules the docs name as `pr.<module>.<name>` are attributes of the package after
 # `import proletarian_ref`. None of them imports a driver: backends import theirs when first used.
-from proletarian_ref import schema, stats
+from proletarian_ref import schema
 from proletarian_ref.backend import Backend, BatchEnqueue, Capabilities, JobRecord
 from proletarian_ref.errors import (
     ConfigurationError,
@@ -34,6 +34,9 @@ from proletarian_ref.job_ids import (
     postgresql_uuid_strategy,
 )
 from proletarian_ref.keywords import DEFAULT_QUEUE
+
+# stats moved to proletarian_ref.ops (operations, not the core); `pr.stats` still names it.
+from proletarian_ref.ops import stats
 from proletarian_ref.retry import RetryStrategy
 from proletarian_ref.serializers import Serializer, TransitSerializer, create_serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE

@@ -66,7 +66,8 @@ logger = logging.getLogger("proletarian_ref")
 def stdlib_logger(event: str, data: Mapping[str, Any]) -> None:
     """The default `log`: the event at its suggested level on the `proletarian_ref` logger.
 
-    The data map travels in `extra["proletarian"]` for structured handlers, and the exception, if any,
+    The data map travels in `extra["proletarian"]` and the event name in `extra["proletarian_event"]`
+    for structured handlers, and the exception, if any,
     as exc_info so tracebacks are not lost.
     """
     level = _LEVELS.get(event, logging.INFO)
@@ -74,7 +75,14 @@ def stdlib_logger(event: str, data: Mapping[str, Any]) -> None:
         return
     error = data.get(EXCEPTION) or data.get(THROWABLE)
     exc_info = error if isinstance(error, BaseException) else None
-    logger.log(level, "%s %s", event, dict(data), exc_info=exc_info, extra={"proletarian": dict(data)})
+    logger.log(
+        level,
+        "%s %s",
+        event,
+        dict(data),
+        exc_info=exc_info,
+        extra={"proletarian": dict(data), "proletarian_event": event},
+    )
 
 
 def null_logger(event: str, data: Mapping[str, Any]) -> None:

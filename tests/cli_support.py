@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, Final
 
 import pytest
@@ -17,6 +20,7 @@ from fix_db import selected_backends, table_suffix
 
 from conformance import builtin
 from conformance.harness import SqlHarness
+from proletarian_ref import process_next_job
 from proletarian_ref.backend import ArchivedJobRecord, JobRecord
 from proletarian_ref.cli import main
 from proletarian_ref.cli.demo import RETRIES, plan
@@ -180,3 +184,41 @@ def expected_numbers(jobs: int) -> dict[str, int]:
         "retried": sum(1 for f in fails if f > 0),
         "attempts": sum(min(f, RETRIES) + 1 for f in fails),
     }
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a server the test starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def fail_next(database: Target, queue: str = "proletarian/default") -> None:
+    """Run the next due job of `queue` with a handler that raises, so it is archived as :failure."""
+
+    def fails(job_type: str, payload: Any) -> None:
+        raise RuntimeError("planned failure")
+
+    assert process_next_job(
+        database.harness.data_source,
+        fails,
+        queue=queue,
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        log=lambda event, data: None,
+    )
+
+
+@pytest.fixture
+def sigterm_to_self() -> Iterator[None]:
+    """SIGTERM is harmless to the test process even outside main(), so a late signal cannot kill pytest."""
+
+    def ignore(signum: int, frame: FrameType | None) -> None:
+        return None
+
+    previous = signal.signal(signal.SIGTERM, ignore)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

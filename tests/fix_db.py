@@ -103,7 +103,7 @@ def pg_dsn() -> Iterator[str]:
         return
     # A fresh machine with neither a server nor Docker still tests PostgreSQL, on the same embedded
     # server the CLI uses (shared by the xdist workers; the last one to release it stops it).
-    from proletarian_ref.embedded import EmbeddedServerError, start
+    from proletarian_ref.ops.embedded import EmbeddedServerError, start
 
     try:
         server = start(Path(tempfile.gettempdir()) / "proletarian-ref-tests-pg")

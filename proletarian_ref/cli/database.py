@@ -5,18 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from proletarian_ref import embedded, schema
+from proletarian_ref import schema
 from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact
 from proletarian_ref.cli.errors import CannotConnectError, CliError, SchemaMissingCliError, UsageError
+from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import ConfigurationError
-from proletarian_ref.stats import missing_tables, schema_lock
+from proletarian_ref.ops import embedded
+from proletarian_ref.ops.stats import missing_tables, schema_lock
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
 DSN_ENV: Final = "PROLETARIAN_DSN"
@@ -144,10 +145,6 @@ def _factory(dsn: str, dialect: str) -> Callable[[], Any]:
         ) from exc
 
 
-def _notice(message: str) -> None:
-    print(f"proletarian-ref: {message}", file=sys.stderr, flush=True)
-
-
 def _start_embedded(tables: Tables, *, keep_running: bool = False) -> Database:
     try:
         server = embedded.start(keep_running=keep_running)
@@ -158,7 +155,7 @@ def _start_embedded(tables: Tables, *, keep_running: bool = False) -> Database:
     else:
         lifetime = "it stops when the last command using it ends"
     state = "started" if server.started_here else "already running"
-    _notice(
+    notice(
         f"no --dsn or {DSN_ENV} given: using the embedded PostgreSQL in {server.data_dir} "
         f"({state}; {lifetime})"
     )
@@ -183,9 +180,7 @@ def _install_once(conn: Any, db: Database) -> None:
             schema.install(
                 conn, job_table=db.tables.job, archived_job_table=db.tables.archived, dialect=db.dialect
             )
-            _notice(
-                f"installed the schema ({db.tables.job}, {db.tables.archived}) in the embedded PostgreSQL"
-            )
+            notice(f"installed the schema ({db.tables.job}, {db.tables.archived}) in the embedded PostgreSQL")
 
 
 def _check_schema(db: Database, *, install_if_missing: bool) -> None:

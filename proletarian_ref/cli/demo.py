@@ -13,14 +13,15 @@ from typing import Any, Final
 
 from proletarian_ref.cli.database import Database, add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import CliError, ExitCode
+from proletarian_ref.cli.logs import notice
 from proletarian_ref.cli.worker import WorkerRun, stop_on_signals
 from proletarian_ref.clock import system_utc
 from proletarian_ref.interrupts import sleep
 from proletarian_ref.job import Job, enqueue
 from proletarian_ref.keywords import to_keyword_text
 from proletarian_ref.log import NOT_RETRYING, RETRYING
+from proletarian_ref.ops.stats import ArchiveSummary, archive_summary, archived_count
 from proletarian_ref.retry import RetryStrategy
-from proletarian_ref.stats import ArchiveSummary, archive_summary, archived_count
 
 DEMO_QUEUE: Final = "proletarian-ref/demo"
 DEMO_JOB_TYPE: Final = "proletarian-ref.demo/work"
@@ -175,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
             conn.close()
     sys.stdout.write(format_summary(summary, db, 1.0 if db.dialect == "mysql" else 0.0))
     if interrupted:
-        print("proletarian-ref: demo interrupted", file=sys.stderr)
+        notice("demo interrupted")
         return ExitCode.INTERRUPTED
     if done < args.jobs:
         raise CliError(

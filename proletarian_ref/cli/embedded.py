@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from proletarian_ref import embedded
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import CannotConnectError, ExitCode
+from proletarian_ref.cli.logs import notice
+from proletarian_ref.ops import embedded
 
 
 def add_parser(subparsers: Any) -> None:
@@ -43,19 +43,14 @@ def run_stop(args: argparse.Namespace) -> int:
     except embedded.EmbeddedServerError as exc:
         raise CannotConnectError(str(exc)) from exc
     state = "stopped" if was_running else "was not running"
-    print(
-        f"proletarian-ref: the embedded PostgreSQL in {embedded.default_data_dir()} {state}", file=sys.stderr
-    )
+    notice(f"the embedded PostgreSQL in {embedded.default_data_dir()} {state}")
     return ExitCode.OK
 
 
 def run_status(args: argparse.Namespace) -> int:
     dsn = embedded.running_dsn()
     if dsn is None:
-        print(
-            f"proletarian-ref: the embedded PostgreSQL in {embedded.default_data_dir()} is not running",
-            file=sys.stderr,
-        )
+        notice(f"the embedded PostgreSQL in {embedded.default_data_dir()} is not running")
         return ExitCode.CANNOT_CONNECT
     print(dsn)
     return ExitCode.OK

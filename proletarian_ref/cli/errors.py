@@ -13,6 +13,9 @@ class ExitCode(IntEnum):
     USAGE_ERROR = 2
     CANNOT_CONNECT = 3
     SCHEMA_MISSING = 4
+    # Only `health`: a probe tells what is wrong from the code alone.
+    QUEUE_LAGGING = 5
+    CLAIM_HELD_TOO_LONG = 6
     INTERRUPTED = 130
 
 

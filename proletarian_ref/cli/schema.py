@@ -10,9 +10,10 @@ from proletarian_ref import schema
 from proletarian_ref.backends.dsn import dialect_of_dsn
 from proletarian_ref.cli.database import Tables, add_database_options, given_dsn, open_database, tables_from
 from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
+from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.ops.stats import TableLocation, table_location
 from proletarian_ref.sql import DIALECTS
-from proletarian_ref.stats import TableLocation, table_location
 
 
 def add_parser(subparsers: Any) -> None:
@@ -65,7 +66,7 @@ def run_install(args: argparse.Namespace) -> int:
             located = [table_location(conn, table, dialect=db.dialect) for table in tables.as_list]
         finally:
             conn.close()
-        print(f"proletarian-ref: {installed_message(tables, located)} on {db.describe()}", file=sys.stderr)
+        notice(f"{installed_message(tables, located)} on {db.describe()}")
     return ExitCode.OK
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import timedelta
 from typing import Any
 
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import ExitCode
-from proletarian_ref.stats import Stats, queue_stats
+from proletarian_ref.ops.durations import format_duration as format_age
+from proletarian_ref.ops.stats import Stats, queue_stats
 
 
 def add_parser(subparsers: Any) -> None:
@@ -23,20 +23,6 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_database_options(parser)
     parser.set_defaults(run=run)
-
-
-def format_age(age: timedelta | None) -> str:
-    if age is None:
-        return "-"
-    seconds = age.total_seconds()
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d {whole % 86400 // 3600:02d}h"
 
 
 def format_table(stats: Stats) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import signal
 import sys
@@ -24,10 +23,12 @@ from proletarian_ref.cli.database import (
     tables_from,
 )
 from proletarian_ref.cli.errors import CliError, ExitCode, SchemaMissingCliError, UsageError
+from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import InvalidKeywordError, SchemaMissingError, ShutdownTimeoutError
 from proletarian_ref.job import Job
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
-from proletarian_ref.log import LogFn, stdlib_logger
+from proletarian_ref.log import stdlib_logger
+from proletarian_ref.ops.db import Tables
 from proletarian_ref.retry import RetryStrategy, RetryStrategyFn
 from proletarian_ref.worker import HANDLER_FN_MODES, HandlerFn, QueueWorker, create_queue_worker
 
@@ -77,8 +78,14 @@ def add_parser(subparsers: Any) -> None:
         help="the handler, e.g. my_app.jobs:handle; called as f(job_type, payload), or f(job) with "
         "--handler-mode advanced. The current directory is on the import path.",
     )
-    parser.add_argument("--queue", default=DEFAULT_QUEUE, help="queue keyword (default: %(default)s)")
-    parser.add_argument("--threads", type=_positive, default=1, help="worker threads (default: %(default)s)")
+    parser.add_argument(
+        "--queue",
+        action="append",
+        help=f"queue keyword; repeat it to run a queue worker per queue (default: {DEFAULT_QUEUE})",
+    )
+    parser.add_argument(
+        "--threads", type=_positive, default=1, help="worker threads per queue (default: %(default)s)"
+    )
     parser.add_argument(
         "--polling-interval-ms",
         type=_positive,
@@ -104,11 +111,12 @@ def add_parser(subparsers: Any) -> None:
         help="how long stopping waits for jobs in flight (default: %(default)s)",
     )
     parser.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default="info",
-        help="worker log level on stderr (default: %(default)s)",
+        "--metrics-port",
+        type=_positive,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (needs prometheus_client)",
     )
+    parser.add_argument("--metrics-host", default="127.0.0.1", help="(default: %(default)s)")
     add_database_options(parser)
     parser.set_defaults(run=run)
 
@@ -173,9 +181,7 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
         if stop.is_set():
             raise KeyboardInterrupt
         name = signal.Signals(signum).name
-        print(
-            f"proletarian-ref: {name}: stopping (send it again to exit at once)", file=sys.stderr, flush=True
-        )
+        notice(f"{name}: stopping (send it again to exit at once)")
         stop.set()
 
     previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
@@ -203,8 +209,9 @@ def start_as_daemons(worker: QueueWorker) -> None:
 class WorkerRun:
     """A queue worker under the CLI's stop rules: a signal, or an error that stops the worker itself."""
 
-    def __init__(self) -> None:
-        self.stop_requested = threading.Event()
+    def __init__(self, stop_requested: threading.Event | None = None) -> None:
+        # Shared by the workers of one command, so one signal (or one worker's error) stops them all.
+        self.stop_requested = stop_requested if stop_requested is not None else threading.Event()
         self.shut_down = threading.Event()
         self.error: BaseException | None = None
 
@@ -261,59 +268,94 @@ class WorkerRun:
         raise CliError(f"the worker stopped on an error: {type(error).__name__}: {error}") from error
 
 
-def _stderr_log_handler(level: str) -> logging.Handler:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(message)s"))
-    handler.setLevel(level.upper())
-    return handler
+def _queues(names: list[str] | None) -> list[str]:
+    try:
+        queues = [to_keyword_text(name, what="--queue") for name in names or [DEFAULT_QUEUE]]
+    except InvalidKeywordError as exc:
+        raise UsageError(str(exc)) from exc
+    return list(dict.fromkeys(queues))
 
 
 @contextmanager
-def worker_logging(level: str) -> Iterator[LogFn]:
-    """The worker's events on stderr at `level` and above, for the duration of the command."""
-    logger = logging.getLogger("proletarian_ref")
-    handler = _stderr_log_handler(level)
-    previous_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(level.upper())
+def metrics_server(args: argparse.Namespace, db: Database) -> Iterator[Any]:
+    """WorkerMetrics served on --metrics-port while the block runs, or None without that option."""
+    if args.metrics_port is None:
+        yield None
+        return
     try:
-        yield stdlib_logger
+        from proletarian_ref.ops.metrics import QueueCollector, WorkerMetrics, serve
+    except ImportError as exc:
+        raise CliError(
+            f"--metrics-port needs prometheus_client: pip install 'proletarian-ref[metrics]' ({exc})"
+        ) from exc
+    metrics = WorkerMetrics()
+    collector = QueueCollector(db.factory, Tables(db.tables.job, db.tables.archived), db.dialect)
+    metrics.registry.register(collector)
+    try:
+        stop = serve(metrics.registry, args.metrics_port, args.metrics_host)
+    except OSError as exc:
+        raise CliError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}") from exc
+    notice(f"metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
+    try:
+        yield metrics
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(previous_level)
+        stop()
+        collector.close()
+
+
+def _finish_all(runs: list[tuple[WorkerRun, QueueWorker]], db: Database, timeout_ms: float) -> None:
+    """Stop every queue worker at once (each drains in parallel); raise the first error any of them had."""
+    errors: list[BaseException] = []
+
+    def finish(run_state: WorkerRun, worker: QueueWorker) -> None:
+        try:
+            run_state.finish(worker, db, timeout_ms)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=finish, args=pair, name="stop-worker") for pair in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def run(args: argparse.Namespace) -> int:
     handler = load_handler(args.handler)
     retry_fn = retry_strategy_fn(args.retries, args.delays)
-    try:
-        queue = to_keyword_text(args.queue, what="--queue")
-    except InvalidKeywordError as exc:
-        raise UsageError(str(exc)) from exc
+    queues = _queues(args.queue)
     tables = tables_from(args)
-    with open_database(args, tables) as db, worker_logging(args.log_level) as log:
-        run_state = WorkerRun()
-        worker = run_state.create(
-            db,
-            handler,
-            queue=queue,
-            handler_fn_mode=args.handler_mode,
-            retry_strategy_fn=retry_fn,
-            log=log,
-            polling_interval_ms=args.polling_interval_ms,
-            worker_threads=args.threads,
-            await_termination_timeout_ms=args.shutdown_timeout_ms,
-        )
-        with stop_on_signals(run_state.stop_requested):
-            start_as_daemons(worker)
-            threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"
-            print(
-                f"proletarian-ref: worker running on queue {queue[1:]} of {tables.job} in {db.describe()} "
-                f"with {threads}, handler {args.handler}; stop it with Ctrl-C or SIGTERM",
-                file=sys.stderr,
-                flush=True,
+    with open_database(args, tables) as db, metrics_server(args, db) as metrics:
+        stop = threading.Event()
+        runs: list[tuple[WorkerRun, QueueWorker]] = []
+        for queue in queues:
+            run_state = WorkerRun(stop)
+            log = stdlib_logger if metrics is None else metrics.log_for(queue, stdlib_logger)
+            worker = run_state.create(
+                db,
+                handler,
+                queue=queue,
+                handler_fn_mode=args.handler_mode,
+                retry_strategy_fn=retry_fn,
+                log=log,
+                polling_interval_ms=args.polling_interval_ms,
+                worker_threads=args.threads,
+                await_termination_timeout_ms=args.shutdown_timeout_ms,
             )
-            run_state.wait()
-            run_state.finish(worker, db, args.shutdown_timeout_ms)
-        print("proletarian-ref: worker stopped", file=sys.stderr, flush=True)
+            runs.append((run_state, worker))
+        with stop_on_signals(stop):
+            for _, worker in runs:
+                start_as_daemons(worker)
+            threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"
+            names = ", ".join(q[1:] for q in queues)
+            notice(
+                f"worker running on queue{'s' if len(queues) > 1 else ''} {names} of {tables.job} in "
+                f"{db.describe()} with {threads}{' each' if len(queues) > 1 else ''}, handler "
+                f"{args.handler}; stop it with Ctrl-C or SIGTERM"
+            )
+            runs[0][0].wait()
+            _finish_all(runs, db, args.shutdown_timeout_ms)
+        notice("worker stopped")
     return ExitCode.OK

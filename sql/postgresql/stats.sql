@@ -51,3 +51,15 @@ FROM {archived_job_table}
 WHERE queue = %(queue)s AND enqueued_at >= %(since)s
 GROUP BY status
 ORDER BY status
+
+-- name: throughput
+-- Jobs finished per queue and status since %(m15)s, and of those since %(m5)s and %(m1)s: the dashboard's
+-- throughput over the last minutes.
+SELECT queue, status,
+       SUM(CASE WHEN finished_at >= %(m1)s THEN 1 ELSE 0 END) AS last_1m,
+       SUM(CASE WHEN finished_at >= %(m5)s THEN 1 ELSE 0 END) AS last_5m,
+       COUNT(*) AS last_15m
+FROM {archived_job_table}
+WHERE finished_at >= %(m15)s
+GROUP BY queue, status
+ORDER BY queue, status

@@ -5,16 +5,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from functools import cache
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.keywords import from_keyword_text
-from proletarian_ref.sql import parse_named_blocks, read_sql_file
+from proletarian_ref.ops.db import (
+    Tables,
+    db_time,
+    dialect_of,
+    end_read,
+    from_db_time,
+    query,
+    render,
+    statements,
+)
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
-_MYSQL_UTC_SESSION: Final = "SET time_zone = '+00:00'"
 # Any constant will do, as long as it is the same for every proletarian-ref process.
 _SCHEMA_LOCK_KEY: Final = 0x70726F6C
 _SCHEMA_LOCK_NAME: Final = "proletarian_ref_schema"
@@ -89,57 +96,10 @@ class ArchiveSummary:
         return self.last_finished_at - self.first_enqueued_at
 
 
-@cache
-def _statements(dialect: str) -> dict[str, str]:
-    return parse_named_blocks(read_sql_file(dialect, "stats.sql"))
-
-
 def _render(
     dialect: str, name: str, job_table: TableName, archived_job_table: TableName | None = None
 ) -> str:
-    # Only TableName values reach the text: they are validated identifiers, never user-quoted strings.
-    return _statements(dialect)[name].format(job_table=job_table, archived_job_table=archived_job_table)
-
-
-def _dialect(conn: Any, dialect: str | None) -> str:
-    if dialect is not None:
-        return dialect
-    from proletarian_ref.backends import dialect_of_connection
-
-    return dialect_of_connection(conn)
-
-
-def _db_time(dialect: str, value: datetime) -> Any:
-    # The same parameter forms the backends bind (see their _db_time), so comparisons mean the same instant.
-    utc = value.astimezone(UTC)
-    if dialect == "mysql":
-        return utc.replace(tzinfo=None, microsecond=0)
-    return utc.isoformat()
-
-
-def _from_db_time(value: Any) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise TypeError(f"expected a timestamp from the database, got {value!r}")
-    # Naive values are UTC wall-clock time: MySQL on a UTC session, or a legacy PostgreSQL TIMESTAMP column.
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _query(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    cursor = conn.cursor()
-    try:
-        if dialect == "mysql":
-            cursor.execute(_MYSQL_UTC_SESSION)
-        cursor.execute(statement, params)
-        return [tuple(row) for row in cursor.fetchall()]
-    finally:
-        cursor.close()
-
-
-def _end_read(conn: Any) -> None:
-    # End the read-only transaction the driver opened, so no snapshot or lock outlives the call.
-    conn.rollback()
+    return render(dialect, "stats.sql", name, Tables(job_table, archived_job_table or job_table))
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,16 +117,16 @@ class TableLocation:
 def table_location(conn: Any, table: str | TableName, *, dialect: str | None = None) -> TableLocation | None:
     """Where `table` is, an unqualified name resolved as the core's SQL resolves it; None if it is missing."""
     name = table_name(table, option="table")
-    active = _dialect(conn, dialect)
+    active = dialect_of(conn, dialect)
     try:
-        rows = _query(
+        rows = query(
             conn,
             active,
-            _statements(active)["table_location"],
+            statements(active, "stats.sql")["table_location"],
             {"qualified": str(name), "schema": name.schema, "name": name.name},
         )
     finally:
-        _end_read(conn)
+        end_read(conn)
     if not rows:
         return None
     database, schema, connection_database = rows[0]
@@ -181,14 +141,14 @@ def table_exists(conn: Any, table: str | TableName, *, dialect: str | None = Non
 @contextmanager
 def schema_lock(conn: Any, *, dialect: str | None = None) -> Iterator[None]:
     """Hold a session-level lock so that concurrent commands check and install the schema one at a time."""
-    active = _dialect(conn, dialect)
+    active = dialect_of(conn, dialect)
     params = {"key": _SCHEMA_LOCK_KEY, "name": _SCHEMA_LOCK_NAME, "timeout_s": _SCHEMA_LOCK_TIMEOUT_S}
-    _query(conn, active, _statements(active)["schema_lock"], params)
+    query(conn, active, statements(active, "stats.sql")["schema_lock"], params)
     conn.commit()
     try:
         yield
     finally:
-        _query(conn, active, _statements(active)["schema_unlock"], params)
+        query(conn, active, statements(active, "stats.sql")["schema_unlock"], params)
         conn.commit()
 
 
@@ -203,20 +163,25 @@ def queue_stats(
     archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
     dialect: str | None = None,
     clock: Clock | None = None,
+    archived: bool = True,
 ) -> Stats:
-    """Per queue: jobs due now, scheduled later, the age of the oldest due job, archived jobs by status."""
+    """Per queue: jobs due now, scheduled later, the age of the oldest due job, archived jobs by status.
+
+    `archived=False` leaves out the archive (a scan of its every row), for frequent callers such as a
+    metrics scrape.
+    """
     job = table_name(job_table, option="job_table")
-    archived = table_name(archived_job_table, option="archived_job_table")
-    active = _dialect(conn, dialect)
+    archive = table_name(archived_job_table, option="archived_job_table")
+    active = dialect_of(conn, dialect)
     now = now_from(clock if clock is not None else system_utc)
     try:
-        waiting = _query(conn, active, _render(active, "queue_stats", job), {"now": _db_time(active, now)})
-        done = _query(conn, active, _render(active, "archive_stats", job, archived), {})
+        waiting = query(conn, active, _render(active, "queue_stats", job), {"now": db_time(active, now)})
+        done = query(conn, active, _render(active, "archive_stats", job, archive), {}) if archived else []
     finally:
-        _end_read(conn)
+        end_read(conn)
     queues: dict[str, QueueStats] = {}
     for queue_text, due, scheduled, oldest_due in waiting:
-        oldest = _from_db_time(oldest_due)
+        oldest = from_db_time(oldest_due)
         queues[queue_text] = QueueStats(
             queue=from_keyword_text(queue_text),
             due=int(due or 0),
@@ -228,7 +193,7 @@ def queue_stats(
         readable = from_keyword_text(status)
         entry.archived[readable] = entry.archived.get(readable, 0) + int(count)
     ordered = tuple(sorted(queues.values(), key=lambda q: q.queue))
-    return Stats(job_table=job, archived_job_table=archived, now=now, queues=ordered)
+    return Stats(job_table=job, archived_job_table=archive, now=now, queues=ordered)
 
 
 def _archive_rows(
@@ -244,16 +209,16 @@ def _archive_rows(
     """Rows of the named archive query for the jobs of `queue` enqueued since `since`."""
     job = table_name(job_table, option="job_table")
     archived = table_name(archived_job_table, option="archived_job_table")
-    active = _dialect(conn, dialect)
+    active = dialect_of(conn, dialect)
     try:
-        return _query(
+        return query(
             conn,
             active,
             _render(active, name, job, archived),
-            {"queue": queue, "since": _db_time(active, since)},
+            {"queue": queue, "since": db_time(active, since)},
         )
     finally:
-        _end_read(conn)
+        end_read(conn)
 
 
 def archived_count(
@@ -305,8 +270,8 @@ def archive_summary(
         by_status[from_keyword_text(status)] = int(jobs)
         retried += int(status_retried or 0)
         attempts += int(status_attempts or 0)
-        first = _earliest(first, _from_db_time(first_enqueued))
-        last = _latest(last, _from_db_time(last_finished))
+        first = _earliest(first, from_db_time(first_enqueued))
+        last = _latest(last, from_db_time(last_finished))
     return ArchiveSummary(
         processed=sum(by_status.values()),
         succeeded=by_status.get("success", 0),
@@ -328,3 +293,39 @@ def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
     if a is None or b is None:
         return a if b is None else b
     return max(a, b)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    """Jobs of one queue and status finished in the last 1, 5 and 15 minutes."""
+
+    queue: str
+    status: str
+    last_1m: int
+    last_5m: int
+    last_15m: int
+
+
+def throughput(
+    conn: Any,
+    *,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    dialect: str | None = None,
+    clock: Clock | None = None,
+) -> list[Throughput]:
+    """Per queue and status, how many jobs finished in the last 1, 5 and 15 minutes (names without colons)."""
+    active = dialect_of(conn, dialect)
+    tables = Tables(
+        table_name(job_table, option="job_table"), table_name(archived_job_table, option="archived_job_table")
+    )
+    now = now_from(clock if clock is not None else system_utc)
+    params = {f"m{n}": db_time(active, now - timedelta(minutes=n)) for n in (1, 5, 15)}
+    try:
+        rows = query(conn, active, render(active, "stats.sql", "throughput", tables), params)
+    finally:
+        end_read(conn)
+    return [
+        Throughput(from_keyword_text(q), from_keyword_text(s), int(a or 0), int(b or 0), int(c or 0))
+        for q, s, a, b, c in rows
+    ]

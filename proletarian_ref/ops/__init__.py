@@ -1,0 +1,1 @@
+"""Operating a queue: list, show, retry, cancel, reschedule and purge jobs, health, stats, metrics."""

@@ -1,0 +1,140 @@
+"""What the operations share: their named SQL, UTC times as each driver binds them, job ids, statements."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from typing import Any, Final
+
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.sql import parse_named_blocks, read_sql_file
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+
+MYSQL_UTC_SESSION: Final = "SET time_zone = '+00:00'"
+# The range of MySQL's TIMESTAMP type, as UTC wall-clock time.
+_MYSQL_MIN: Final = datetime(1970, 1, 1, 0, 0, 1)
+_MYSQL_MAX: Final = datetime(2038, 1, 19, 3, 14, 7)
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """The job table and the archive an operation works on, both validated."""
+
+    job: TableName
+    archived: TableName
+
+    @classmethod
+    def of(
+        cls,
+        job_table: str | TableName = DEFAULT_JOB_TABLE,
+        archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    ) -> Tables:
+        return cls(
+            table_name(job_table, option="job_table"),
+            table_name(archived_job_table, option="archived_job_table"),
+        )
+
+
+@cache
+def statements(dialect: str, filename: str) -> dict[str, str]:
+    return parse_named_blocks(read_sql_file(dialect, filename))
+
+
+def render(dialect: str, filename: str, name: str, tables: Tables) -> str:
+    # Only TableName values reach the text: they are validated identifiers, never user-quoted strings.
+    return statements(dialect, filename)[name].format(
+        job_table=tables.job, archived_job_table=tables.archived
+    )
+
+
+def dialect_of(conn: Any, dialect: str | None) -> str:
+    if dialect is not None:
+        return dialect
+    from proletarian_ref.backends import dialect_of_connection
+
+    return dialect_of_connection(conn)
+
+
+def db_time(dialect: str, value: datetime, *, scheduled: bool = False) -> Any:
+    """`value` as the backends bind it, so a row written here reads as one the core wrote.
+
+    On MySQL (whole seconds) a time already passed is rounded down and a `scheduled` one up, as the
+    MySQL backend does, so a job never runs before it was asked to.
+    """
+    utc = value.astimezone(UTC)
+    if dialect != "mysql":
+        return utc.isoformat()
+    naive = utc.replace(tzinfo=None)
+    whole = naive.replace(microsecond=0)
+    if scheduled and whole != naive and whole.year < 9999:
+        whole += timedelta(seconds=1)
+    if not _MYSQL_MIN <= whole <= _MYSQL_MAX:
+        raise ConfigurationError(
+            f"{value.isoformat()} is outside what MySQL's TIMESTAMP column can hold "
+            f"({_MYSQL_MIN} to {_MYSQL_MAX} UTC)"
+        )
+    return whole
+
+
+def from_db_time(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a timestamp from the database, got {value!r}")
+    # Naive values are UTC wall-clock time: MySQL on a UTC session, or a legacy PostgreSQL TIMESTAMP column.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def parse_job_id(text: str | uuid.UUID | int) -> uuid.UUID | int:
+    """A job id as given by a person: a UUID (with or without dashes), or a whole number (generated ids)."""
+    if isinstance(text, uuid.UUID | int) and not isinstance(text, bool):
+        return text
+    value = str(text).strip()
+    if value.isdigit():
+        return int(value)
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"not a job id: {value!r} (expected a UUID such as 0b6e4c1a-8d1f-4e7a-9c55-2f0d3e9a1b2c)"
+        ) from None
+
+
+def encode_job_id(dialect: str, job_id: uuid.UUID | int) -> Any:
+    # MySQL keeps Proletarian's UUIDs as BINARY(16) in RFC 4122 byte order (job_ids.MysqlUuidStrategy).
+    if dialect == "mysql" and isinstance(job_id, uuid.UUID):
+        return job_id.bytes
+    return job_id
+
+
+def decode_job_id(value: Any) -> uuid.UUID | int | str:
+    if isinstance(value, bytes | bytearray | memoryview) and len(bytes(value)) == 16:
+        return uuid.UUID(bytes=bytes(value))
+    if isinstance(value, uuid.UUID | int):
+        return value
+    return str(value)
+
+
+def execute(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> Any:
+    """Run one statement on a plain cursor; returns the cursor (rows fetched, rowcount) after closing it."""
+    cursor = conn.cursor()
+    try:
+        if dialect == "mysql":
+            cursor.execute(MYSQL_UTC_SESSION)
+        cursor.execute(statement, params)
+        rows = [tuple(row) for row in cursor.fetchall()] if cursor.description is not None else []
+        return rows, cursor.rowcount
+    finally:
+        cursor.close()
+
+
+def query(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = execute(conn, dialect, statement, params)[0]
+    return rows
+
+
+def end_read(conn: Any) -> None:
+    # End the read-only transaction the driver opened, so no snapshot or lock outlives the call.
+    conn.rollback()

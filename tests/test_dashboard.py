@@ -1,0 +1,271 @@
+"""The dashboard in headless Chromium: its numbers are the database's, and a retry click moves a job."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_support import (
+    TESTS_DIR,
+    Target,
+    free_port,
+    parametrize_dialects,
+    start_cli,
+    subprocess_env,
+    target,
+    wait_for,
+)
+
+from proletarian_ref import enqueue, process_next_job
+from proletarian_ref.ops.dashboard import COOKIE, Dashboard
+from proletarian_ref.ops.db import Tables
+from proletarian_ref.ops.stats import queue_stats
+
+pytest_generate_tests = parametrize_dialects
+
+TOKEN = "test-token-0123456789abcdef"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# Set to 1 to refresh the screenshots in docs/img (they are written to the test's tmp_path otherwise).
+SCREENSHOTS_ENV = "PROLETARIAN_DOC_SCREENSHOTS"
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest) -> Iterator[Target]:
+    yield from target(request, "dash")
+
+
+def _seed(database: Target) -> None:
+    conn = database.harness.connect()
+    try:
+        for n in range(4):
+            enqueue(
+                conn, "my.app/report", {"n": n, "to": f"user{n}@example.com"}, job_table=database.job_table
+            )
+        enqueue(
+            conn,
+            "my.app/mail",
+            {"to": "a@b"},
+            queue="mail/q",
+            process_in=timedelta(hours=1),
+            job_table=database.job_table,
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+    def fails(job_type: str, payload: Any) -> None:
+        if payload["n"] < 2:
+            raise RuntimeError("planned failure")
+
+    # Every report job, so which ones ran does not hang on the order of equal process_at values.
+    for _ in range(4):
+        process_next_job(
+            database.harness.data_source,
+            fails,
+            job_table=database.job_table,
+            archived_job_table=database.archived_job_table,
+            log=lambda event, data: None,
+        )
+
+
+def _get(url: str, **headers: str) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _post(url: str, data: dict[str, str], **headers: str) -> int:
+    body = urllib.parse.urlencode(data).encode()
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.fixture
+def dashboard(database: Target) -> Iterator[str]:
+    """The CLI's dashboard with actions allowed, on a free port; yields its address."""
+    port = free_port()
+    process = start_cli(
+        "dashboard",
+        "--allow-actions",
+        "--token",
+        TOKEN,
+        "--port",
+        str(port),
+        *database.args,
+        env=subprocess_env(),
+    )
+    base = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        try:
+            return _get(base + "/")[0] == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(answers, timeout=30, what="the dashboard to answer", process=process)
+        yield base
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=10)
+    # SIGTERM stops it cleanly, as it stops a worker.
+    assert process.returncode == 0, err
+    assert "dashboard stopped" in err
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,800"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _screenshot(browser: Any, name: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{name}.png"
+    assert browser.save_screenshot(str(path))
+    if os.environ.get(SCREENSHOTS_ENV) == "1":
+        target_dir = TESTS_DIR.parent / "docs" / "img"
+        target_dir.mkdir(exist_ok=True)
+        shutil.copy(path, target_dir / f"{name}.png")
+
+
+def test_the_page_shows_the_database_numbers_and_a_retry_click_moves_the_job(
+    database: Target, dashboard: str, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _seed(database)
+    browser.get(f"{dashboard}/?token={TOKEN}")
+    assert browser.current_url == f"{dashboard}/"
+    conn = database.harness.connect()
+    try:
+        stats = queue_stats(
+            conn, job_table=database.job_table, archived_job_table=database.archived_job_table
+        )
+    finally:
+        conn.close()
+    for queue in stats.queues:
+        row = browser.find_element(By.CSS_SELECTOR, f'tr[data-queue="{queue.queue}"]')
+        due = row.find_element(By.CSS_SELECTOR, "td.due").text
+        scheduled = row.find_element(By.CSS_SELECTOR, "td.scheduled").text
+        assert (int(due), int(scheduled)) == (queue.due, queue.scheduled)
+    default = browser.find_element(By.CSS_SELECTOR, 'tr[data-queue="proletarian/default"]')
+    assert default.find_element(By.CSS_SELECTOR, "td.done15").text == "4"
+    assert default.find_element(By.CSS_SELECTOR, "td.failed15").text == "2"
+    failures = browser.find_elements(By.CSS_SELECTOR, "#failures tr[data-job-id]")
+    failed_ids = sorted(row.get_attribute("data-job-id") for row in failures)
+    assert failed_ids == sorted(
+        str(_uuid(a.job_id)) for a in database.archived_jobs() if a.status == ":failure"
+    )
+    _screenshot(browser, "dashboard-overview", tmp_path)
+
+    chosen = failed_ids[0]
+    browser.find_element(By.ID, f"retry-{chosen}").click()
+    # The click posts the form; the job's page comes after the redirect, not at once.
+    flash = WebDriverWait(browser, 20).until(
+        expected_conditions.presence_of_element_located((By.ID, "flash"))
+    )
+    assert flash.text == "retry: retried"
+    assert browser.find_element(By.CSS_SELECTOR, "#job td.state").text == "due"
+    assert browser.find_element(By.CSS_SELECTOR, "#job td.attempts").text == "0"
+    _screenshot(browser, "dashboard-job", tmp_path)
+    assert chosen in {str(_uuid(j.job_id)) for j in database.jobs()}
+    assert chosen not in {str(_uuid(a.job_id)) for a in database.archived_jobs()}
+
+
+def _uuid(value: Any) -> Any:
+    return uuid.UUID(bytes=bytes(value)) if isinstance(value, bytes | bytearray) else value
+
+
+@contextmanager
+def _serving(board: Dashboard) -> Iterator[str]:
+    """`board` served by uvicorn in a thread of this process; yields its address."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(board.app(), host="127.0.0.1", port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=10, what="the dashboard to start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def _board(database: Target, *, allow_actions: bool) -> Dashboard:
+    return Dashboard(
+        database.harness.data_source,
+        Tables.of(database.job_table, database.archived_job_table),
+        database.dialect,
+        allow_actions=allow_actions,
+        token=TOKEN,
+    )
+
+
+def test_actions_refuse_requests_without_the_session_csrf_field_or_same_origin(database: Target) -> None:
+    _seed(database)
+    [failed, *_] = [a for a in database.archived_jobs() if a.status == ":failure"]
+    board = _board(database, allow_actions=True)
+    csrf, cookie = board.csrf, f"{COOKIE}={TOKEN}"
+    with _serving(board) as base:
+        url = f"{base}/jobs/{_uuid(failed.job_id)}/retry"
+        assert _post(url, {"csrf": csrf}, Origin=base) == 403  # no session cookie
+        assert _post(url, {"csrf": "forged"}, Origin=base, Cookie=cookie) == 403
+        assert _post(url, {"csrf": csrf}, Origin="http://evil.example", Cookie=cookie) == 403
+        cross_site = {"Sec-Fetch-Site": "cross-site", "Origin": base}
+        assert _post(url, {"csrf": csrf}, Cookie=cookie, **cross_site) == 403
+        assert _post(url, {"csrf": csrf}, Cookie=cookie) == 403  # neither Origin nor Referer
+        assert _get(f"{base}/?token=wrong")[0] == 403
+        assert len(database.archived_jobs()) == 4  # nothing was retried
+        assert _post(url, {"csrf": csrf}, Origin=base, Cookie=cookie) == 200  # 303, then the job page
+    assert len(database.archived_jobs()) == 3
+
+
+def test_without_allow_actions_the_page_has_no_buttons_and_posts_are_refused(database: Target) -> None:
+    _seed(database)
+    [failed, *_] = [a for a in database.archived_jobs() if a.status == ":failure"]
+    board = _board(database, allow_actions=False)
+    with _serving(board) as base:
+        status, html = _get(base + "/")
+        assert status == 200 and "read-only" in html and "<button" not in html
+        url = f"{base}/jobs/{_uuid(failed.job_id)}/retry"
+        assert _post(url, {"csrf": board.csrf}, Origin=base, Cookie=f"{COOKIE}={TOKEN}") == 403
+        assert _get(f"{base}/jobs/not-an-id")[0] == 400
+        status, listed = _get(f"{base}/jobs?status=failure")
+        failed_ids = {str(_uuid(a.job_id)) for a in database.archived_jobs() if a.status == ":failure"}
+        assert status == 200 and all(f'data-job-id="{i}"' in listed for i in failed_ids)
+        status, detail = _get(f"{base}/jobs/{_uuid(failed.job_id)}")
+        assert status == 200 and "user" in detail and "@example.com" in detail
+    assert len(database.archived_jobs()) == 4

@@ -1,0 +1,235 @@
+"""The operations API on PostgreSQL and MySQL: list, show, retry, cancel, reschedule, purge."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from cli_support import Target, fail_next, parametrize_dialects, target
+
+from proletarian_ref import enqueue
+from proletarian_ref.keywords import to_keyword_text
+from proletarian_ref.ops.db import Tables, statements
+from proletarian_ref.ops.jobs import (
+    STATUS_CANCELLED,
+    JobFilter,
+    PurgeFilter,
+    cancel_jobs,
+    iter_jobs,
+    list_jobs,
+    purge_archive,
+    purge_count,
+    reschedule_jobs,
+    retry_jobs,
+    show_job,
+)
+
+pytest_generate_tests = parametrize_dialects
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest) -> Iterator[Target]:
+    yield from target(request, "opsapi")
+
+
+def _tables(database: Target) -> Tables:
+    return Tables.of(database.job_table, database.archived_job_table)
+
+
+def _enqueue(database: Target, job_type: str, payload: Any, **options: Any) -> Any:
+    conn = database.harness.connect()
+    try:
+        job_id = enqueue(conn, job_type, payload, job_table=database.job_table, **options)
+        conn.commit()
+    finally:
+        conn.close()
+    return job_id
+
+
+@pytest.fixture
+def conn(database: Target) -> Iterator[Any]:
+    connection = database.harness.connect()
+    yield connection
+    connection.close()
+
+
+def _locked(database: Target, job_id: Any) -> Any:
+    """A connection holding the job's row lock, as a worker running it does."""
+    holder = database.harness.connect()
+    stored = job_id.bytes if database.dialect == "mysql" else job_id
+    cursor = holder.cursor()
+    cursor.execute(f"SELECT job_id FROM {database.job_table} WHERE job_id = %s FOR UPDATE", (stored,))
+    assert cursor.fetchall()
+    return holder
+
+
+def test_listing_pages_by_keyset_visits_every_job_once_in_run_order(database: Target, conn: Any) -> None:
+    ids = [_enqueue(database, "a/t", {"n": n}, process_in=timedelta(seconds=n * 10)) for n in range(7)]
+    _enqueue(database, "a/other", {}, queue="other/q")
+    seen: list[Any] = []
+    after = None
+    pages = 0
+    while True:
+        page = list_jobs(
+            conn, JobFilter(queue="proletarian/default"), after=after, limit=3, tables=_tables(database)
+        )
+        seen += [job.job_id for job in page.jobs]
+        pages += 1
+        if page.next_cursor is None:
+            break
+        after = page.next_cursor
+    assert (seen, pages) == (ids, 3)
+    by_type = list(iter_jobs(conn, JobFilter(job_type="a/other"), tables=_tables(database)))
+    assert [job.queue for job in by_type] == [":other/q"]
+    scheduled = list(iter_jobs(conn, JobFilter(status="scheduled"), tables=_tables(database)))
+    assert [job.job_id for job in scheduled] == ids[1:]
+
+
+def test_show_decodes_the_payload_as_a_default_handler_sees_it(database: Target, conn: Any) -> None:
+    job_id = _enqueue(database, "a/t", {"email": "a@b", "tags": ["x", 1]})
+    shown = show_job(conn, str(job_id), tables=_tables(database))
+    assert shown is not None and shown.status is None
+    assert shown.payload() == {"email": "a@b", "tags": ["x", 1]}
+    assert show_job(conn, "00000000-0000-4000-8000-000000000000", tables=_tables(database)) is None
+
+
+def test_a_retried_row_is_the_enqueued_row_with_attempts_zero_and_a_new_process_at(
+    database: Target, conn: Any
+) -> None:
+    job_id = _enqueue(database, "my.app/mail", {"to": "a@b", "n": [1, 2.5, None]}, queue="mail/q")
+    [enqueued] = database.jobs()
+    fail_next(database, "mail/q")
+    [archived] = database.archived_jobs()
+    assert (archived.status, archived.attempts) == (":failure", 1)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    results = retry_jobs(conn, [job_id], process_at=later, tables=_tables(database))
+    assert [r.outcome for r in results] == ["retried"]
+    [retried] = database.jobs()
+    assert retried._replace(process_at=enqueued.process_at) == enqueued
+    assert retried.attempts == 0
+    assert retried.process_at >= later.replace(microsecond=0)
+    assert database.archived_jobs() == []
+
+
+def test_two_retries_of_one_job_at_once_leave_exactly_one_job(database: Target) -> None:
+    ids = [_enqueue(database, "a/t", {"n": n}) for n in range(4)]
+    for _ in ids:
+        fail_next(database)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def retry_all() -> None:
+        connection = database.harness.connect()
+        try:
+            barrier.wait()
+            outcomes.extend(r.outcome for r in retry_jobs(connection, ids, tables=_tables(database)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=retry_all) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == ["not-found"] * 4 + ["retried"] * 4
+    assert sorted(
+        str(job.job_id) for job in list_jobs(database.harness.connect(), tables=_tables(database)).jobs
+    ) == sorted(str(i) for i in ids)
+    assert database.archived_jobs() == []
+
+
+def test_a_retry_waiting_on_another_finds_the_job_gone(database: Target, conn: Any) -> None:
+    job_id = _enqueue(database, "a/t", {})
+    fail_next(database)
+    holder = database.harness.connect()
+    stored = job_id.bytes if database.dialect == "mysql" else job_id
+    cursor = holder.cursor()
+    cursor.execute(
+        f"SELECT job_id FROM {database.archived_job_table} WHERE job_id = %s FOR UPDATE", (stored,)
+    )
+    result: list[str] = []
+    waiting = threading.Thread(
+        target=lambda: result.extend(r.outcome for r in retry_jobs(conn, [job_id], tables=_tables(database)))
+    )
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive(), "the second retry must wait for the first one's lock"
+    cursor.execute(f"DELETE FROM {database.archived_job_table} WHERE job_id = %s", (stored,))
+    holder.commit()
+    holder.close()
+    waiting.join(30)
+    assert result == ["not-found"]
+    assert database.jobs() == []
+
+
+def test_cancel_archives_a_queued_job_with_a_keyword_status_and_skips_a_running_one(
+    database: Target, conn: Any
+) -> None:
+    idle, running = _enqueue(database, "a/t", {"n": 1}), _enqueue(database, "a/t", {"n": 2})
+    holder = _locked(database, running)
+    try:
+        results = cancel_jobs(
+            conn, [idle, running, "00000000-0000-4000-8000-000000000001"], tables=_tables(database)
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert [r.outcome for r in results] == ["cancelled", "running", "not-found"]
+    [archived] = database.archived_jobs()
+    assert archived.status == STATUS_CANCELLED == to_keyword_text(archived.status, what="status")
+    assert archived.attempts == 0
+    assert [job.payload for job in database.jobs()] == ['["^ ","~:n",2]']
+
+
+def test_reschedule_moves_queued_jobs_and_reports_running_ones(database: Target, conn: Any) -> None:
+    free, running = _enqueue(database, "a/t", {}), _enqueue(database, "a/t", {})
+    before = {job.job_id: job for job in database.jobs()}
+    later = datetime.now(UTC) + timedelta(days=1)
+    holder = _locked(database, running)
+    try:
+        results = reschedule_jobs(conn, [free, running], later, tables=_tables(database))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert [r.outcome for r in results] == ["rescheduled", "running"]
+    after = {job.job_id: job for job in database.jobs()}
+    for job_id, job in after.items():
+        assert job._replace(process_at=before[job_id].process_at) == before[job_id]
+    moved = [job for job in after.values() if job.process_at != before[job.job_id].process_at]
+    assert len(moved) == 1 and moved[0].process_at >= later.replace(microsecond=0)
+
+
+def test_purge_deletes_only_old_archived_rows_in_batches(database: Target, conn: Any) -> None:
+    for n in range(5):
+        _enqueue(database, "a/t", {"n": n})
+        fail_next(database)
+    old = "NOW() - INTERVAL 2 DAY" if database.dialect == "mysql" else "NOW() - INTERVAL '2 days'"
+    database.harness.execute(
+        f"UPDATE {database.archived_job_table} SET finished_at = {old} WHERE payload <> %s",
+        ('["^ ","~:n",4]',),
+    )
+    purge = PurgeFilter(older_than=timedelta(days=1))
+    assert purge_count(conn, purge, tables=_tables(database)) == 4
+    progress: list[int] = []
+    deleted = purge_archive(conn, purge, tables=_tables(database), batch_size=3, on_batch=progress.append)
+    assert (deleted, progress) == (4, [3, 4])
+    assert [job.payload for job in database.archived_jobs()] == ['["^ ","~:n",4]']
+
+
+def test_bad_ids_and_filters_are_refused_before_anything_changes(database: Target, conn: Any) -> None:
+    job_id = _enqueue(database, "a/t", {})
+    with pytest.raises(ValueError, match="not a job id"):
+        cancel_jobs(conn, [job_id, "nope"], tables=_tables(database))
+    assert len(database.jobs()) == 1
+    with pytest.raises(ValueError, match="invalid queue"):
+        JobFilter(queue="has space")
+    with pytest.raises(ValueError, match="min_attempts"):
+        JobFilter(min_attempts=-1)
+
+
+@pytest.mark.parametrize("filename", ["ops.sql", "stats.sql"])
+def test_both_dialects_name_the_same_statements(filename: str) -> None:
+    assert statements("postgresql", filename).keys() == statements("mysql", filename).keys()
