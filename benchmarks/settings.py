@@ -207,7 +207,8 @@ TINY: Final = QUICK.with_(
     memory_timeout_s=30.0,
     locust_users=2,
     locust_user_rate=20.0,
-    locust_run_time_s=2,
+    # Long enough for locust's own start-up on a loaded 2-core machine, where 2 s committed nothing.
+    locust_run_time_s=5,
     locust_drain_timeout_s=20.0,
     profile_jobs=50,
     peers_jobs=100,
