@@ -232,19 +232,7 @@ class MySQLBackend(SqlBackend):
         return conn.cursor(pymysql.cursors.Cursor)
 
     def _db_time(self, value: datetime, *, what: str = "time") -> Any:
-        # The exact instant, fractions included, as Connector/J's setTimestamp sends Proletarian's: the
-        # server stores it in TIMESTAMP(0) its own way (MariaDB truncates, MySQL rounds to nearest), so a
-        # row does not tell which side wrote it (docs/mysql.md, "Timing").
-        utc = value.astimezone(UTC).replace(tzinfo=None)
-        # Checked here because the server would refuse it in strict mode, after the caller's transaction
-        # has spent a statement, and without strict mode store 0000-00-00, which makes the job due at once.
-        # The bounds are whole seconds, so no server's rounding or truncation takes a value past them.
-        if not TIMESTAMP_MIN <= utc <= TIMESTAMP_MAX:
-            raise ConfigurationError(
-                f"{what} {value.isoformat()} is outside what MySQL's TIMESTAMP column can hold "
-                f"({TIMESTAMP_MIN} to {TIMESTAMP_MAX} UTC); nothing was written"
-            )
-        return utc
+        return mysql_timestamp(value, what=what)
 
     def _from_db_time(self, value: Any) -> datetime:
         if isinstance(value, str):
@@ -280,3 +268,22 @@ def _server_session(conn: Any) -> Any:
 
 def _ignore(cursor: Any) -> None:
     return None
+
+
+def mysql_timestamp(value: datetime, *, what: str = "time") -> datetime:
+    """An instant as the MySQL backend binds it: the exact UTC wall-clock time, fractions included.
+
+    That is what Connector/J's setTimestamp sends for Proletarian: the server stores it in TIMESTAMP(0) its
+    own way (MariaDB truncates, MySQL rounds to nearest), so a row does not tell which side wrote it
+    (docs/mysql.md, "Timing"). Raises ConfigurationError, naming `what`, outside TIMESTAMP's range.
+    """
+    utc = value.astimezone(UTC).replace(tzinfo=None)
+    # Checked here because the server would refuse it in strict mode, after the caller's transaction
+    # has spent a statement, and without strict mode store 0000-00-00, which makes the job due at once.
+    # The bounds are whole seconds, so no server's rounding or truncation takes a value past them.
+    if not TIMESTAMP_MIN <= utc <= TIMESTAMP_MAX:
+        raise ConfigurationError(
+            f"{what} {value.isoformat()} is outside what MySQL's TIMESTAMP column can hold "
+            f"({TIMESTAMP_MIN} to {TIMESTAMP_MAX} UTC); nothing was written"
+        )
+    return utc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Final
 
@@ -13,9 +13,6 @@ from proletarian_ref.sql import parse_named_blocks, read_sql_file
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
 MYSQL_UTC_SESSION: Final = "SET time_zone = '+00:00'"
-# The range of MySQL's TIMESTAMP type, as UTC wall-clock time.
-_MYSQL_MIN: Final = datetime(1970, 1, 1, 0, 0, 1)
-_MYSQL_MAX: Final = datetime(2038, 1, 19, 3, 14, 7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +54,14 @@ def dialect_of(conn: Any, dialect: str | None) -> str:
     return dialect_of_connection(conn)
 
 
-def db_time(dialect: str, value: datetime, *, scheduled: bool = False) -> Any:
-    """`value` as the backends bind it, so a row written here reads as one the core wrote.
+def db_time(dialect: str, value: datetime) -> Any:
+    """`value` as the core's backends bind it, so a row written here reads as one the core wrote."""
+    if dialect == "mysql":
+        from proletarian_ref.backends.mysql import mysql_timestamp
 
-    On MySQL (whole seconds) a time already passed is rounded down and a `scheduled` one up, as the
-    MySQL backend does, so a job never runs before it was asked to.
-    """
-    utc = value.astimezone(UTC)
-    if dialect != "mysql":
-        return utc.isoformat()
-    naive = utc.replace(tzinfo=None)
-    whole = naive.replace(microsecond=0)
-    if scheduled and whole != naive and whole.year < 9999:
-        whole += timedelta(seconds=1)
-    if not _MYSQL_MIN <= whole <= _MYSQL_MAX:
-        raise ConfigurationError(
-            f"{value.isoformat()} is outside what MySQL's TIMESTAMP column can hold "
-            f"({_MYSQL_MIN} to {_MYSQL_MAX} UTC)"
-        )
-    return whole
+        return mysql_timestamp(value)
+    # As PostgresBackend binds it: text with an explicit offset, the exact instant whatever the TimeZone.
+    return value.astimezone(UTC).isoformat()
 
 
 def from_db_time(value: Any) -> datetime | None:

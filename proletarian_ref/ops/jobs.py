@@ -396,7 +396,7 @@ def retry_jobs(
     """
     active = dialect_of(conn, dialect)
     now = now_from(clock or system_utc)
-    when = db_time(active, to_process_at(now, process_at, None), scheduled=process_at is not None)
+    when = db_time(active, to_process_at(now, process_at, None))
     return _apply(
         conn,
         job_ids,
@@ -451,7 +451,7 @@ def reschedule_jobs(
     """Set process_at of queued jobs (a past time means now); jobs being run are skipped as "running"."""
     active = dialect_of(conn, dialect)
     now = now_from(clock or system_utc)
-    when = db_time(active, to_process_at(now, process_at, None), scheduled=True)
+    when = db_time(active, to_process_at(now, process_at, None))
     return _apply(
         conn,
         job_ids,
