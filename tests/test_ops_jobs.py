@@ -11,6 +11,7 @@ import pytest
 from cli_support import Target, fail_next, parametrize_dialects, target
 
 from proletarian_ref import enqueue
+from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.keywords import to_keyword_text
 from proletarian_ref.ops.db import Tables, statements
 from proletarian_ref.ops.jobs import (
@@ -233,3 +234,40 @@ def test_bad_ids_and_filters_are_refused_before_anything_changes(database: Targe
 @pytest.mark.parametrize("filename", ["ops.sql", "stats.sql"])
 def test_both_dialects_name_the_same_statements(filename: str) -> None:
     assert statements("postgresql", filename).keys() == statements("mysql", filename).keys()
+
+
+def _session_state(conn: Any, dialect: str) -> Any:
+    cursor = conn.cursor()
+    if dialect == "mysql":
+        cursor.execute("SHOW SESSION VARIABLES")
+    else:
+        cursor.execute("SELECT name, setting FROM pg_settings ORDER BY name")
+    rows = sorted((str(name), str(value)) for name, value in cursor.fetchall())
+    cursor.close()
+    return [row for row in rows if row[0] not in {"timestamp", "in_transaction", "last_insert_id"}]
+
+
+def test_reads_leave_the_callers_session_and_open_transaction_and_writes_refuse_to_commit_it(
+    database: Target, conn: Any
+) -> None:
+    """The brief: the library never changes state it does not own. A read keeps the caller's pending
+    write and session (MySQL in a zone of its own); a write that commits refuses a caller's transaction.
+    """
+    job_id = _enqueue(database, "a/t", {})
+    cursor = conn.cursor()
+    if database.dialect == "mysql":
+        cursor.execute("SET time_zone = '+05:30'")
+    else:
+        cursor.execute("SET TimeZone = 'Asia/Kolkata'")
+    conn.commit()
+    before = _session_state(conn, database.dialect)
+    # The caller's own write, not committed yet.
+    enqueue(conn, "caller/pending", {}, job_table=database.job_table)
+    page = list_jobs(conn, JobFilter(queue="proletarian/default"), tables=_tables(database))
+    assert {job.job_type for job in page.jobs} >= {":a/t", ":caller/pending"}
+    assert show_job(conn, job_id, tables=_tables(database)) is not None
+    with pytest.raises(ConfigurationError, match="has one open"):
+        reschedule_jobs(conn, [job_id], datetime.now(UTC), tables=_tables(database))
+    assert _session_state(conn, database.dialect) == before
+    conn.commit()  # the caller's write survived every read
+    assert sorted(job.job_type for job in database.jobs()) == [":a/t", ":caller/pending"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -12,7 +13,11 @@ from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.sql import parse_named_blocks, read_sql_file
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
-MYSQL_UTC_SESSION: Final = "SET time_zone = '+00:00'"
+# SERVER_STATUS_IN_TRANS in the MySQL protocol's status flags; psycopg's TransactionStatus.IDLE.
+_MYSQL_IN_TRANSACTION: Final = 1
+_PG_IDLE: Final = 0
+# Connections whose open transaction an operation began: the only ones end_read and commits may end.
+_begun: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,16 +109,44 @@ def decode_job_id(value: Any) -> uuid.UUID | int | str:
 
 
 def execute(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> Any:
-    """Run one statement on a plain cursor; returns the cursor (rows fetched, rowcount) after closing it."""
+    """Run one statement on a plain cursor; returns the cursor (rows fetched, rowcount) after closing it.
+
+    The connection's session is left as it was: on MySQL the statement runs in UTC as enqueue's INSERT
+    does (MySQLBackend._caller_session). A transaction this statement begins is marked, so that
+    end_read ends it and never one the caller had open.
+    """
+    if not in_transaction(conn, dialect):
+        _begun.add(conn)
     cursor = conn.cursor()
     try:
         if dialect == "mysql":
-            cursor.execute(MYSQL_UTC_SESSION)
-        cursor.execute(statement, params)
+            from proletarian_ref.backends.mysql import MySQLBackend
+
+            with MySQLBackend()._caller_session(conn) as prefix:
+                cursor.execute(prefix + statement, params)
+        else:
+            cursor.execute(statement, params)
         rows = [tuple(row) for row in cursor.fetchall()] if cursor.description is not None else []
         return rows, cursor.rowcount
     finally:
         cursor.close()
+
+
+def in_transaction(conn: Any, dialect: str) -> bool:
+    """Whether `conn` has a transaction open (psycopg's transaction status, PyMySQL's server status)."""
+    if dialect == "mysql":
+        return bool(getattr(conn, "server_status", 0) & _MYSQL_IN_TRANSACTION)
+    status = getattr(getattr(conn, "info", None), "transaction_status", None)
+    return status is not None and int(status) != _PG_IDLE
+
+
+def require_no_transaction(conn: Any, dialect: str, what: str) -> None:
+    """Refuse to commit on a connection whose caller has a transaction open: it would commit theirs."""
+    if in_transaction(conn, dialect) and conn not in _begun:
+        raise ConfigurationError(
+            f"{what} commits its own short transactions, and this connection has one open: commit or roll "
+            "it back first, or pass a connection of its own"
+        )
 
 
 def query(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -121,6 +154,14 @@ def query(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> li
     return rows
 
 
+def ended(conn: Any) -> None:
+    """The operation committed or rolled back the transaction its statements began."""
+    _begun.discard(conn)
+
+
 def end_read(conn: Any) -> None:
-    # End the read-only transaction the driver opened, so no snapshot or lock outlives the call.
-    conn.rollback()
+    # End the read-only transaction the operation's statements began, so no snapshot or lock outlives the
+    # call; a transaction the caller had open stays theirs.
+    if conn in _begun:
+        _begun.discard(conn)
+        conn.rollback()

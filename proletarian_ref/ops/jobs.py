@@ -5,8 +5,9 @@ id, queue, job type, Transit payload text and enqueued_at) with attempts 0 and a
 cancelled job is archived as archive_job does, with the status ":cancelled" (an EDN keyword).
 
 The functions that change rows commit on the connection they are given, one short transaction per job
-or batch, so that a failure half-way leaves every finished transaction whole and nothing else changed.
-Pass a connection of your own that is not inside a transaction.
+or batch, so that a failure half-way leaves every finished transaction whole and nothing else changed;
+they refuse a connection with a transaction open, which they would commit. Reads end only the
+transaction they began, and no function changes the connection's session (ops.db.execute).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from proletarian_ref.ops.db import (
     dialect_of,
     encode_job_id,
     end_read,
+    ended,
     execute,
     from_db_time,
     parse_job_id,
     query,
     render,
+    require_no_transaction,
 )
 from proletarian_ref.serializers import Serializer, create_serializer
 
@@ -360,6 +363,7 @@ def _apply(
     """`one` on each job, a transaction per batch: a batch that fails is rolled back whole and raised."""
     results: list[Result] = []
     parsed = [parse_job_id(job_id) for job_id in job_ids]  # every id checked before anything changes
+    require_no_transaction(conn, dialect, "changing jobs")
     for batch in _batches(parsed, batch_size):
         try:
             with _id_kind_checked(batch):
@@ -371,6 +375,8 @@ def _apply(
         except BaseException:
             conn.rollback()
             raise
+        finally:
+            ended(conn)
         results.extend(done)
         if on_result is not None:
             for result in done:
@@ -528,6 +534,7 @@ def purge_archive(
     params = {**purge.params(active, now_from(clock or system_utc)), "batch": batch_size}
     statement = render(active, "ops.sql", "purge_batch", tables or Tables.of())
     total = 0
+    require_no_transaction(conn, active, "purge")
     while True:
         try:
             deleted = int(execute(conn, active, statement, params)[1])
@@ -535,6 +542,8 @@ def purge_archive(
         except BaseException:
             conn.rollback()
             raise
+        finally:
+            ended(conn)
         total += max(deleted, 0)
         if on_batch is not None:
             on_batch(total)
