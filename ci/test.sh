@@ -15,25 +15,29 @@ py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
 "$py" -m pip install --quiet --disable-pip-version-check '.[test,lint]'
 
-# The dashboard's test drives a real headless browser: Debian's Chromium and its WebDriver.
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
-fi
-
 eval "$(bash ci/services.sh)"
 
-# The scale-out tests (tests/test_scale_*.py) start their own PgBouncer and Galera nodes; without these
-# packages they fail in CI, naming what is missing.
-scale_packages=()
-command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || scale_packages+=(pgbouncer)
-[ -e /usr/lib/galera/libgalera_smm.so ] || scale_packages+=(galera-4)
-command -v rsync >/dev/null 2>&1 || scale_packages+=(rsync)
-if [ "${#scale_packages[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "== installing ${scale_packages[*]} for the scale-out tests"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${scale_packages[@]}" >/dev/null
+# Debian packages some tests drive, installed once where missing; without them those tests fail in CI,
+# naming what is missing. Chromium and its WebDriver: the dashboard's browser test. PgBouncer, Galera and
+# rsync (its state transfer): the scale-out tests, which start their own bouncer and nodes. A JDK and
+# jackson-core: the Jackson oracle (tests/test_transit_json_jvm.py).
+packages=()
+{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || packages+=(chromium chromium-driver)
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || packages+=(pgbouncer)
+[ -e /usr/lib/galera/libgalera_smm.so ] || packages+=(galera-4)
+command -v rsync >/dev/null 2>&1 || packages+=(rsync)
+{ command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/jackson-core.jar ]; } \
+  || packages+=(default-jdk-headless libjackson2-core-java)
+if [ "${#packages[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing ${packages[*]}"
+  as_root=()
+  [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
+  { "${as_root[@]}" apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null; } \
+    || echo "could not install them: the tests that need them fail"
   # The package's own service would hold port 6432; the tests start their own bouncer on a free port.
   if dpkg -s pgbouncer >/dev/null 2>&1; then
-    (systemctl disable --now pgbouncer || service pgbouncer stop) >/dev/null 2>&1 || true
+    ("${as_root[@]}" systemctl disable --now pgbouncer || "${as_root[@]}" service pgbouncer stop) >/dev/null 2>&1 || true
   fi
 fi
 
@@ -60,13 +64,6 @@ if [ "${#bench[@]}" -gt 0 ]; then
     --backends "$(IFS=,; echo "${bench[*]}")"
 else
   echo "no database server here: benchmarks skipped"
-fi
-echo "== a JDK and jackson-core, for the Jackson oracle test (tests/test_transit_json_jvm.py)"
-if ! { command -v javac >/dev/null && [ -f /usr/share/java/jackson-core.jar ]; } && command -v apt-get >/dev/null; then
-  as_root=()
-  [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
-  { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" apt-get install -y -qq default-jdk-headless libjackson2-core-java >/dev/null; } \
-    || echo "could not install them: in CI the oracle test then fails"
 fi
 echo "== pytest"
 # loadgroup: tests marked xdist_group (the Galera ones, which start a 3-node cluster) share one worker.
