@@ -172,7 +172,8 @@ class GaleraNode(ThrowawayMySQL):
         self.peers = peers
         self.bootstrap = False
         (root / "server.log").touch()
-        _hand_over(_server_user("mysql"), root, root / "server.log")
+        (root / "tmp").mkdir()
+        _hand_over(_server_user("mysql"), root, root / "server.log", root / "tmp")
         super().__init__(root, ports[0], mysqld, install)
 
     def _user_args(self) -> list[str]:

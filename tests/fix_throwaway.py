@@ -250,7 +250,15 @@ class ThrowawayMySQL(ThrowawayServer):
         super().__init__(root, port)
         self.mysqld = mysqld
         self.data = root / "data"
-        _run([*install, f"--datadir={self.data}", *self._user_args()], user=None, what="install-db")
+        # A temporary directory of its own: in the shared /tmp a bootstrap beside other servers' lost its
+        # temporary table (ENOENT, then error 1051 on mysql.tmp_user_sys) in a CI run.
+        self.tmp = root / "tmp"
+        self.tmp.mkdir(exist_ok=True)
+        _run(
+            [*install, f"--datadir={self.data}", f"--tmpdir={self.tmp}", *self._user_args()],
+            user=None,
+            what="install-db",
+        )
 
     @property
     def dsn(self) -> str:
@@ -264,6 +272,7 @@ class ThrowawayMySQL(ThrowawayServer):
             self.mysqld,
             "--no-defaults",
             f"--datadir={self.data}",
+            f"--tmpdir={self.tmp}",
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             f"--socket={self.root / 'mysqld.sock'}",
