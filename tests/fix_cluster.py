@@ -32,6 +32,7 @@ from fix_throwaway import (
     _pg_bindir,
     _run,
     free_port,
+    running_server,
 )
 
 PGBOUNCER_POOL_SIZE = 4
@@ -133,12 +134,9 @@ def started_pgbouncer(server: ThrowawayPostgres) -> Iterator[PgBouncer]:
     binary = pgbouncer_binary()
     if binary is None:
         raise MissingTool(str(pgbouncer_missing()))
-    bouncer = PgBouncer(Path(tempfile.mkdtemp(prefix="scale_pgbouncer_")), free_port(), server, binary)
-    try:
-        bouncer.start()
+    root = Path(tempfile.mkdtemp(prefix="scale_pgbouncer_"))
+    with running_server(lambda: PgBouncer(root, free_port(), server, binary)) as bouncer:
         yield bouncer
-    finally:
-        bouncer.destroy()
 
 
 @pytest.fixture(scope="session")
@@ -277,12 +275,9 @@ def started_galera(size: int = GALERA_NODES) -> Iterator[GaleraCluster]:
     binaries = _mysql_binaries()
     if reason is not None or binaries is None:
         raise MissingTool(str(reason))
-    cluster = GaleraCluster(Path(tempfile.mkdtemp(prefix="scale_galera_")), *binaries, size=size)
-    try:
-        cluster.start()
+    root = Path(tempfile.mkdtemp(prefix="scale_galera_"))
+    with running_server(lambda: GaleraCluster(root, *binaries, size=size)) as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 @pytest.fixture(scope="session")
@@ -442,12 +437,9 @@ def started_network_pg(addresses: list[str]) -> Iterator[NetworkPostgres]:
     bindir = _pg_bindir()
     if bindir is None:
         raise MissingTool("PostgreSQL server binaries (initdb, postgres): set PROLETARIAN_TEST_PG_BINDIR")
-    server = NetworkPostgres(Path(tempfile.mkdtemp(prefix="scale_hosts_pg_")), free_port(), bindir, addresses)
-    try:
-        server.start()
+    root = Path(tempfile.mkdtemp(prefix="scale_hosts_pg_"))
+    with running_server(lambda: NetworkPostgres(root, free_port(), bindir, addresses)) as server:
         yield server
-    finally:
-        server.destroy()
 
 
 @pytest.fixture

@@ -387,7 +387,8 @@ def _mysql_binaries() -> tuple[str, list[str]] | None:
 
 
 @contextlib.contextmanager
-def _server(make: Any) -> Iterator[Any]:
+def running_server(make: Any) -> Iterator[Any]:
+    """The server `make()` builds, started, and destroyed with its data at the end."""
     server = make()
     try:
         server.start()
@@ -403,7 +404,7 @@ def _throwaway_pg_session() -> Iterator[ThrowawayPostgres]:
         _missing("PostgreSQL server binaries (initdb, postgres): set PROLETARIAN_TEST_PG_BINDIR")
     assert bindir is not None
     root = Path(tempfile.mkdtemp(prefix="fault_pg_"))
-    with _server(lambda: ThrowawayPostgres(root, free_port(), bindir)) as server:
+    with running_server(lambda: ThrowawayPostgres(root, free_port(), bindir)) as server:
         yield server
 
 
@@ -416,7 +417,7 @@ def _throwaway_mysql_session() -> Iterator[ThrowawayMySQL]:
         )
     assert binaries is not None
     root = Path(tempfile.mkdtemp(prefix="fault_mysql_"))
-    with _server(lambda: ThrowawayMySQL(root, free_port(), *binaries)) as server:
+    with running_server(lambda: ThrowawayMySQL(root, free_port(), *binaries)) as server:
         yield server
 
 
