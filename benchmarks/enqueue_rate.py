@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import (
@@ -32,45 +33,53 @@ def library_enqueue(
     With `backend` None the library finds the backend from the connection on every call, as an
     application that passes only its connection does.
     """
-    conn = harness.connect()
-    try:
-        count = 0
-        start = time.perf_counter()
-        deadline = start + window_s
-        while count < max_jobs and time.perf_counter() < deadline:
-            for _ in range(per_transaction):
-                enqueue(
-                    conn,
-                    BENCH_JOB_TYPE,
-                    {"i": count},
-                    queue=BENCH_QUEUE,
-                    job_table=harness.job_table,
-                    backend=backend,
-                )
-            conn.commit()
-            count += per_transaction
-        return count, time.perf_counter() - start
-    finally:
-        conn.close()
+
+    def one_transaction(conn: Any, first: int) -> None:
+        for _ in range(per_transaction):
+            enqueue(
+                conn,
+                BENCH_JOB_TYPE,
+                {"i": first},
+                queue=BENCH_QUEUE,
+                job_table=harness.job_table,
+                backend=backend,
+            )
+
+    return _timed_transactions(harness, per_transaction, window_s, max_jobs, one_transaction)
 
 
 def library_enqueue_many(
     harness: Harness, per_transaction: int, window_s: float, max_jobs: int, backend: Backend | None
 ) -> tuple[int, float]:
     """Jobs enqueued through one proletarian_ref.enqueue_many call per transaction, and seconds taken."""
+
+    def one_transaction(conn: Any, first: int) -> None:
+        enqueue_many(
+            conn,
+            [(BENCH_JOB_TYPE, {"i": first + n}) for n in range(per_transaction)],
+            queue=BENCH_QUEUE,
+            job_table=harness.job_table,
+            backend=backend,
+        )
+
+    return _timed_transactions(harness, per_transaction, window_s, max_jobs, one_transaction)
+
+
+def _timed_transactions(
+    harness: Harness,
+    per_transaction: int,
+    window_s: float,
+    max_jobs: int,
+    one_transaction: Callable[[Any, int], None],
+) -> tuple[int, float]:
+    """Commit `one_transaction` of `per_transaction` jobs until `max_jobs` or `window_s`; (jobs, seconds)."""
     conn = harness.connect()
     try:
         count = 0
         start = time.perf_counter()
         deadline = start + window_s
         while count < max_jobs and time.perf_counter() < deadline:
-            enqueue_many(
-                conn,
-                [(BENCH_JOB_TYPE, {"i": count + n}) for n in range(per_transaction)],
-                queue=BENCH_QUEUE,
-                job_table=harness.job_table,
-                backend=backend,
-            )
+            one_transaction(conn, count)
             conn.commit()
             count += per_transaction
         return count, time.perf_counter() - start
