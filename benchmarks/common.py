@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -50,7 +51,11 @@ def parse_backends(text: str) -> list[BackendSpec]:
 
 
 def bench_tables(bench: str, suffix: str = "") -> tuple[str, str]:
-    """Our own tables, never the defaults or another engineer's: proletarian.bench_job_<bench><suffix>."""
+    """Our own tables, never the defaults or another engineer's: proletarian.bench_job_<bench><suffix>.
+
+    PROLETARIAN_BENCH_TABLE_SUFFIX keeps runs from several checkouts on one server apart.
+    """
+    suffix += os.environ.get("PROLETARIAN_BENCH_TABLE_SUFFIX", "")
     return (
         f"{BENCH_SCHEMA}.bench_job_{bench}{suffix}",
         f"{BENCH_SCHEMA}.bench_archived_job_{bench}{suffix}",
