@@ -149,3 +149,40 @@ class BatchEnqueue(Protocol):
         cannot store raises before any SQL runs.
         """
         ...
+
+
+@runtime_checkable
+class BatchClaim(Protocol):
+    """What a backend that runs a queue worker's batch mode adds (create_queue_worker's batch_size > 1).
+
+    Optional: without it batch_size must stay 1, and create_queue_worker says so naming the backend.
+    Every method takes the connection `transaction` yielded and never commits.
+    """
+
+    def get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        """(S) for a batch: lock and return up to `limit` due jobs of `queue`, oldest process_at first,
+        skipping locked rows."""
+        ...
+
+    def archive_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """(A) for a batch, one statement: archive_job of every job of `job_ids`, or raise and write none."""
+        ...
+
+    def delete_jobs(self, conn: Any, job_table: TableName, job_ids: Sequence[Any]) -> None:
+        """(D) for a batch, as one statement: delete every job of `job_ids`, or raise and delete none."""
+        ...
+
+    def savepoint(self, conn: Any) -> AbstractContextManager[None]:
+        """A savepoint around one job's writes: an error in the block undoes what the block wrote (and only
+        that), leaving the transaction usable; the error goes on."""
+        ...

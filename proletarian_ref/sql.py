@@ -73,3 +73,15 @@ def render_rows(dialect: str, name: str, job_table: TableName, rows: int) -> str
     if rows < 1:
         raise ValueError(f"a multi-row statement needs at least one row, not {rows}")
     return statements[name].format(job_table=job_table, rows=", ".join([row] * rows))
+
+
+@lru_cache(maxsize=256)
+def render_ids(
+    dialect: str, name: str, job_table: TableName, archived_job_table: TableName | None, count: int
+) -> str:
+    """The statement `name` with tables filled in and {ids} as `count` positional placeholders."""
+    if count < 1:
+        raise ValueError(f"an id list needs at least one id, not {count}")
+    return queries(dialect)[name].format(
+        job_table=job_table, archived_job_table=archived_job_table, ids=", ".join(["%s"] * count)
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
 import random
@@ -16,7 +17,7 @@ from types import FrameType, TracebackType
 from typing import Any, Final, Literal
 
 from proletarian_ref import log as ev
-from proletarian_ref.backend import STATUS_SUCCESS, Backend, JobRecord
+from proletarian_ref.backend import STATUS_SUCCESS, Backend, BatchClaim, JobRecord
 from proletarian_ref.backends import backend_for_data_source
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import (
@@ -61,6 +62,9 @@ class JobSettings:
     retry_strategy_fn: RetryStrategyFn
     failed_job_fn: FailedJobFn
     clock: Clock
+    # Jobs claimed and run per transaction: 1 is Proletarian's one job a transaction (run_next_job),
+    # more is batch mode (proletarian_ref.batch.run_next_batch).
+    batch_size: int = 1
 
 
 def job_settings(
@@ -75,8 +79,10 @@ def job_settings(
     retry_strategy_fn: RetryStrategyFn | None = None,
     failed_job_fn: FailedJobFn | None = None,
     clock: Clock | None = None,
+    batch_size: int = 1,
 ) -> JobSettings:
     """Apply defaults and check every option before anything runs."""
+    check_batch_size(batch_size, backend)
     if handler_fn_mode not in HANDLER_FN_MODES:
         raise ConfigurationError(
             f"handler_fn_mode must be one of {', '.join(map(repr, HANDLER_FN_MODES))}, "
@@ -105,7 +111,19 @@ def job_settings(
         retry_strategy_fn=retry_strategy_fn if retry_strategy_fn is not None else no_retries,
         failed_job_fn=failed_job_fn if failed_job_fn is not None else no_failed_job_fn,
         clock=clock if clock is not None else system_utc,
+        batch_size=batch_size,
     )
+
+
+def check_batch_size(batch_size: object, backend: Backend | None = None) -> None:
+    """Refuse a batch_size that is not an int >= 1, or > 1 on a backend without batch mode."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ConfigurationError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if batch_size > 1 and backend is not None and not isinstance(backend, BatchClaim):
+        raise ConfigurationError(
+            f"batch_size={batch_size} needs a backend with batch mode (proletarian_ref.backend.BatchClaim); "
+            f"{type(backend).__name__} has none: leave batch_size at 1"
+        )
 
 
 def _to_job(record: JobRecord, settings: JobSettings) -> tuple[Job, PayloadDecodeError | None]:
@@ -159,46 +177,8 @@ def run_next_job(
         job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
         if may_handle is not None and not may_handle(job_context):
             return False
-
-        def job_log(event: str, data: Mapping[str, Any]) -> None:
-            log(event, {**data, **job_context})
-
-        try:
-            log(ev.HANDLING_JOB, job_context)
-            if decode_error is not None:
-                raise decode_error
-            if settings.handler_fn_mode == "advanced":
-                handler_fn(job)
-            else:
-                handler_fn(job.job_type, job.payload)
-            # Inside the try, as in Proletarian: a log function that raises here fails the job.
-            log(ev.JOB_FINISHED, job_context)
-        except JobInterrupted:
-            job_log(ev.JOB_INTERRUPTED, {})
-            return False
-        except (MemoryError, RecursionError):
-            # The JVM's OutOfMemoryError and StackOverflowError are Errors, not Exceptions: the process is
-            # short of a resource, which is not the job's failure (docs/worker.md).
-            raise
-        except Exception as exc:
-            if stop_event.is_set():
-                job_log(ev.HANDLE_JOB_EXCEPTION_WITH_INTERRUPT, {ev.EXCEPTION: exc})
-                return False
-            job_log(ev.HANDLE_JOB_EXCEPTION, {ev.EXCEPTION: exc})
-            maybe_retry(
-                backend,
-                conn,
-                job_table=settings.job_table,
-                archived_job_table=settings.archived_job_table,
-                stored_job_id=record.job_id,
-                job=job,
-                exception=exc,
-                retry_strategy_fn=settings.retry_strategy_fn,
-                failed_job_fn=settings.failed_job_fn,
-                clock=settings.clock,
-                log=job_log,
-            )
-        else:
+        failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+        if failure is None:
             finished_at = now_from(settings.clock)
             backend.archive_job(
                 conn,
@@ -209,7 +189,89 @@ def run_next_job(
                 finished_at,
             )
             backend.delete_job(conn, settings.job_table, record.job_id)
+        elif failure is GIVEN_BACK:
+            return False
+        else:
+            write_failure(backend, conn, settings, record, job, failure, log, job_context)
         return not stop_event.is_set()
+
+
+class _GivenBack(enum.Enum):
+    """What handle_job returns for a job that goes back to the queue untouched: nothing of it is written."""
+
+    GIVEN_BACK = enum.auto()
+
+
+GIVEN_BACK: Final = _GivenBack.GIVEN_BACK
+
+
+def handle_job(
+    settings: JobSettings,
+    handler_fn: HandlerFn,
+    log: LogFn,
+    job: Job,
+    decode_error: PayloadDecodeError | None,
+    job_context: Mapping[str, Any],
+    stop_event: threading.Event,
+) -> Exception | _GivenBack | None:
+    """Run one claimed job's handler and decide: None when it finished (its success archive is the caller's
+    to write), the exception when it failed (write_failure's to write), GIVEN_BACK when the job goes back
+    untouched (JobInterrupted, or a failure while the worker stops). MemoryError and RecursionError leave
+    as they came, so the transaction rolls back."""
+    try:
+        log(ev.HANDLING_JOB, job_context)
+        if decode_error is not None:
+            raise decode_error
+        if settings.handler_fn_mode == "advanced":
+            handler_fn(job)
+        else:
+            handler_fn(job.job_type, job.payload)
+        # Inside the try, as in Proletarian: a log function that raises here fails the job.
+        log(ev.JOB_FINISHED, job_context)
+    except JobInterrupted:
+        log(ev.JOB_INTERRUPTED, job_context)
+        return GIVEN_BACK
+    except (MemoryError, RecursionError):
+        # The JVM's OutOfMemoryError and StackOverflowError are Errors, not Exceptions: the process is
+        # short of a resource, which is not the job's failure (docs/worker.md).
+        raise
+    except Exception as exc:
+        if stop_event.is_set():
+            log(ev.HANDLE_JOB_EXCEPTION_WITH_INTERRUPT, {ev.EXCEPTION: exc, **job_context})
+            return GIVEN_BACK
+        log(ev.HANDLE_JOB_EXCEPTION, {ev.EXCEPTION: exc, **job_context})
+        return exc
+    return None
+
+
+def write_failure(
+    backend: Backend,
+    conn: Any,
+    settings: JobSettings,
+    record: JobRecord,
+    job: Job,
+    exception: Exception,
+    log: LogFn,
+    job_context: Mapping[str, Any],
+) -> None:
+    """maybe_retry for a job whose handler failed: reschedule it, or archive it as a failure."""
+
+    def job_log(event: str, data: Mapping[str, Any]) -> None:
+        log(event, {**data, **job_context})
+
+    maybe_retry(
+        backend,
+        conn,
+        job_table=settings.job_table,
+        archived_job_table=settings.archived_job_table,
+        stored_job_id=record.job_id,
+        job=job,
+        exception=exception,
+        retry_strategy_fn=settings.retry_strategy_fn,
+        failed_job_fn=settings.failed_job_fn,
+        clock=settings.clock,
+        log=job_log,
+    )
 
 
 def process_next_job(
@@ -223,17 +285,26 @@ def process_next_job(
     """Run the next due job by hand, for tests and a REPL (proletarian.worker/process-next-job!).
 
     Returns None when no job was due, True when one ran. Takes the job options of create_queue_worker;
-    unlike Proletarian it applies their defaults.
+    unlike Proletarian it applies their defaults. With batch_size > 1 it runs one batch: up to that many
+    due jobs in one transaction (docs/worker.md, "Batch mode").
     """
     active, own_backend = _backend_for(data_source, backend)
     try:
         settings = job_settings(active, **options)
-        return run_next_job(
+        run = run_next_job if settings.batch_size == 1 else _run_next_batch()
+        return run(
             active, settings, handler_fn, log if log is not None else stdlib_logger, {}, threading.Event()
         )
     finally:
         if own_backend:
             active.close()
+
+
+def _run_next_batch() -> Callable[..., bool | None]:
+    # Imported here: proletarian_ref.batch builds on this module's pieces.
+    from proletarian_ref.batch import run_next_batch
+
+    return run_next_batch
 
 
 def _backend_for(data_source: Any, backend: Backend | None) -> tuple[Backend, bool]:
@@ -442,6 +513,7 @@ class QueueWorker:
         context = {**outer, ev.WORKER_THREAD_ID: n}
         current = self._current_jobs
         may_handle = self._may_handle(n)
+        run_next = run_next_job if self.settings.batch_size == 1 else _run_next_batch()
         # Spread the threads' idle polls over the interval, as Proletarian's start-up jitter does, but
         # without blocking start().
         if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
@@ -452,7 +524,7 @@ class QueueWorker:
             try:
                 self._log_fn(ev.POLLING_FOR_JOBS, context)
                 while not self._stop_event.is_set():
-                    ran = run_next_job(
+                    ran = run_next(
                         self.backend,
                         self.settings,
                         self.handler_fn,
@@ -618,12 +690,16 @@ def create_queue_worker(
     on_shutdown: Callable[[], object] | None = None,
     clock: Clock | None = None,
     backend: Backend | None = None,
+    batch_size: int = 1,
 ) -> QueueWorker:
     """A queue worker over `data_source` (a psycopg_pool.ConnectionPool or a zero-argument connection
     factory); nothing runs until start(). Options mirror Proletarian's create-queue-worker.
 
     The worker closes only what it opened: the connections it took from a factory. A pool, a Backend
     (as `backend=` or as the data source) and the factory itself stay the caller's to close.
+
+    `batch_size` > 1 is batch mode, not Proletarian's: each transaction claims and runs up to that many
+    jobs and commits once (docs/worker.md, "Batch mode").
     """
     if not callable(handler_fn):
         raise ConfigurationError(f"handler_fn must be callable, got {handler_fn!r}")
@@ -646,19 +722,26 @@ def create_queue_worker(
     table_name(job_table, option="job_table")
     table_name(archived_job_table, option="archived_job_table")
     to_keyword_text(queue, what="queue")
+    check_batch_size(batch_size)
     active, owns_backend = _backend_for(data_source, backend)
-    settings = job_settings(
-        active,
-        queue=queue,
-        job_table=job_table,
-        archived_job_table=archived_job_table,
-        serializer=serializer,
-        job_id_strategy=job_id_strategy,
-        handler_fn_mode=handler_fn_mode,
-        retry_strategy_fn=retry_strategy_fn,
-        failed_job_fn=failed_job_fn,
-        clock=clock,
-    )
+    try:
+        settings = job_settings(
+            active,
+            queue=queue,
+            job_table=job_table,
+            archived_job_table=archived_job_table,
+            serializer=serializer,
+            job_id_strategy=job_id_strategy,
+            handler_fn_mode=handler_fn_mode,
+            retry_strategy_fn=retry_strategy_fn,
+            failed_job_fn=failed_job_fn,
+            clock=clock,
+            batch_size=batch_size,
+        )
+    except BaseException:
+        if owns_backend:
+            active.close()
+        raise
     return QueueWorker(
         active,
         handler_fn,

@@ -400,8 +400,9 @@ class SqlBackend:
             _fetchone,
             reads_rows=True,
         )
-        if row is None:
-            return None
+        return None if row is None else self._job_record(row)
+
+    def _job_record(self, row: Sequence[Any]) -> JobRecord:
         job_id, queue_text, job_type, payload, attempts, enqueued_at, process_at = row
         return JobRecord(
             job_id=job_id,
@@ -412,6 +413,66 @@ class SqlBackend:
             enqueued_at=self._from_db_time(enqueued_at),
             process_at=self._from_db_time(process_at),
         )
+
+    # -- batch mode (BatchClaim) -----------------------------------------------------------------------
+
+    def get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        rows = self._execute(
+            conn,
+            self._render("get_next_jobs", job_table),
+            {"queue": queue, "now": self._db_time(now, what="now"), "limit": limit},
+            _fetchall,
+            reads_rows=True,
+        )
+        return [self._job_record(row) for row in rows]
+
+    def _write_all(
+        self,
+        conn: Any,
+        name: str,
+        job_table: TableName,
+        archived_job_table: TableName | None,
+        values: list[Any],
+        job_ids: Sequence[Any],
+    ) -> None:
+        statement = sql.render_ids(self.dialect, name, job_table, archived_job_table, len(job_ids))
+        count = self._execute(conn, statement, [*values, *job_ids], _rowcount, reads_rows=False)
+        # As _write_one: every row is locked by this transaction, so any other count means the table is not
+        # what the worker thinks it is; the batch's transaction rolls back and keeps every job.
+        if count != len(job_ids):
+            raise DatabaseError(
+                f"{name} changed {count} rows of {len(job_ids)} jobs; expected {len(job_ids)}"
+            )
+
+    def archive_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        values = [status, self._db_time(finished_at, what="finished_at")]
+        self._write_all(conn, "archive_jobs", job_table, archived_job_table, values, job_ids)
+
+    def delete_jobs(self, conn: Any, job_table: TableName, job_ids: Sequence[Any]) -> None:
+        self._write_all(conn, "delete_jobs", job_table, None, [], job_ids)
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        statements = sql.queries(self.dialect)
+        self._execute(conn, statements["job_savepoint"], None, _rowcount, reads_rows=False)
+        try:
+            yield
+        except BaseException:
+            # Should the rollback fail, its error leaves instead and the whole transaction rolls back.
+            self._execute(conn, statements["job_savepoint_rollback"], None, _rowcount, reads_rows=False)
+            self._execute(conn, statements["job_savepoint_release"], None, _rowcount, reads_rows=False)
+            raise
+        self._execute(conn, statements["job_savepoint_release"], None, _rowcount, reads_rows=False)
 
     def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
         count = self._execute(conn, statement, params, _rowcount, reads_rows=False)
@@ -545,6 +606,10 @@ def _chunks(rows: list[tuple[Any, ...]], max_rows: int, max_bytes: int) -> Itera
 
 def _first_column(cursor: Any) -> list[Any]:
     return [row[0] for row in cursor.fetchall()]
+
+
+def _fetchall(cursor: Any) -> list[Any]:
+    return list(cursor.fetchall())
 
 
 def _rowcount(cursor: Any) -> int:

@@ -235,23 +235,51 @@ class MemoryBackend:
         assert isinstance(job, JobRecord)
         return job
 
-    def archive_job(
+    def get_next_jobs(
+        self, conn: MemoryConnection, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        """(S) for batch mode: up to `limit` due jobs, oldest first, skipping rows other connections lock."""
+        table = str(job_table)
+        with self.db.lock:
+            conn.check_alive()
+            own = conn._changes.get(table, {})
+            candidates: list[JobRecord] = [
+                job
+                for job in own.values()
+                if job is not _DELETED and job.queue == queue and job.process_at <= now
+            ]
+            taken = 0
+            for process_at, _, key in self.db.due_index.get((table, queue), ()):
+                if process_at > now or taken == limit:
+                    break
+                if key not in own and self.db.row_locks.get((table, key), conn) is conn:
+                    candidates.append(self.db.tables[table][key])
+                    taken += 1
+            jobs = sorted(candidates, key=lambda j: j.process_at)[:limit]
+            for job in jobs:
+                conn._lock_row(table, job.job_id)
+            return jobs
+
+    def _archive(
         self,
         conn: MemoryConnection,
-        job_table: TableName,
-        archived_job_table: TableName,
-        job_id: Any,
+        table: str,
+        archive: str,
+        job_ids: Sequence[Any],
         status: str,
         finished_at: datetime,
     ) -> None:
-        archive = str(archived_job_table)
-        with self.db.lock:
-            job = self._locked_job(conn, str(job_table), job_id)
-            if conn._get(archive, job_id) is not None:
-                raise DatabaseError(f"duplicate key: job {job_id!r} is already in {archive}")
+        """Archive every job of `job_ids` or, if one cannot be, none; called with db.lock held."""
+        jobs = [self._locked_job(conn, table, job_id) for job_id in job_ids]
+        for job in jobs:
+            if conn._get(archive, job.job_id) is not None:
+                raise DatabaseError(f"duplicate key: job {job.job_id!r} is already in {archive}")
+        if len({job.job_id for job in jobs}) != len(jobs):
+            raise DatabaseError(f"duplicate key: a job appears twice in the batch archived to {archive}")
+        for job in jobs:
             conn._write(
                 archive,
-                job_id,
+                job.job_id,
                 ArchivedJobRecord(
                     job_id=job.job_id,
                     queue=job.queue,
@@ -265,10 +293,57 @@ class MemoryBackend:
                 ),
             )
 
-    def delete_job(self, conn: MemoryConnection, job_table: TableName, job_id: Any) -> None:
+    def archive_job(
+        self,
+        conn: MemoryConnection,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
         with self.db.lock:
-            self._locked_job(conn, str(job_table), job_id)
-            conn._write(str(job_table), job_id, _DELETED)
+            self._archive(conn, str(job_table), str(archived_job_table), (job_id,), status, finished_at)
+
+    def archive_jobs(
+        self,
+        conn: MemoryConnection,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """(A) for batch mode, as one statement: every job or, if one is missing, none."""
+        with self.db.lock:
+            self._archive(conn, str(job_table), str(archived_job_table), job_ids, status, finished_at)
+
+    def delete_job(self, conn: MemoryConnection, job_table: TableName, job_id: Any) -> None:
+        self.delete_jobs(conn, job_table, (job_id,))
+
+    def delete_jobs(self, conn: MemoryConnection, job_table: TableName, job_ids: Sequence[Any]) -> None:
+        """(D) for batch mode, as one statement: every job or, if one is missing, none."""
+        table = str(job_table)
+        with self.db.lock:
+            for job_id in job_ids:
+                self._locked_job(conn, table, job_id)
+            if len(set(job_ids)) != len(job_ids):
+                raise DatabaseError(f"a job appears twice in the batch deleted from {table}")
+            for job_id in job_ids:
+                conn._write(table, job_id, _DELETED)
+
+    @contextmanager
+    def savepoint(self, conn: MemoryConnection) -> Iterator[None]:
+        """Batch mode's savepoint: an error in the block puts back the changes the connection had before."""
+        with self.db.lock:
+            saved = {table: dict(changes) for table, changes in conn._changes.items()}
+        try:
+            yield
+        except BaseException:
+            with self.db.lock:
+                conn.check_alive()
+                conn._changes = saved
+            raise
 
     def retry_at(self, conn: MemoryConnection, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
         table = str(job_table)

@@ -63,3 +63,35 @@ VALUES {rows}
 
 -- name: enqueue_many_row
 (%s, %s, %s, %s, %s, %s, %s)
+
+-- name: get_next_jobs
+-- (S) for batch mode: claim up to %(limit)s due jobs of a queue, oldest first, in one statement; their row
+-- locks last until the batch commits.
+SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+FROM {job_table}
+WHERE queue = %(queue)s AND process_at <= %(now)s
+ORDER BY process_at ASC
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: archive_jobs
+-- (A) for batch mode: archive_job of every finished job of the batch in one statement. The first two
+-- placeholders are status and finished_at; {ids} is one placeholder per job id.
+INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at)
+SELECT job_id, queue, job_type, payload, attempts + 1, %s, enqueued_at, process_at, %s
+FROM {job_table}
+WHERE job_id IN ({ids})
+
+-- name: delete_jobs
+-- (D) for batch mode: delete every finished job of the batch in one statement; {ids} as in archive_jobs.
+DELETE FROM {job_table} WHERE job_id IN ({ids})
+
+-- name: job_savepoint
+-- Batch mode: around a failed job's retry or failure archive, so that if they fail only they are undone.
+SAVEPOINT proletarian_job
+
+-- name: job_savepoint_rollback
+ROLLBACK TO SAVEPOINT proletarian_job
+
+-- name: job_savepoint_release
+RELEASE SAVEPOINT proletarian_job
