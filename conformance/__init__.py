@@ -8,7 +8,7 @@ from conformance.capabilities import requires
 from conformance.harness import Harness, HarnessFactory, MemoryHarness, SqlHarness, installed, load_harness
 
 if TYPE_CHECKING:
-    from conformance.suite import BackendSuite
+    from conformance.suite import BackendSuite, WorkerSuite
 
 __all__ = [
     "BackendSuite",
@@ -16,6 +16,7 @@ __all__ = [
     "HarnessFactory",
     "MemoryHarness",
     "SqlHarness",
+    "WorkerSuite",
     "installed",
     "load_harness",
     "requires",
@@ -25,8 +26,8 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # The suite module reads the hypothesis profile when it is imported; importing it lazily lets a
     # conftest import conformance (for harnesses) before it loads its profile.
-    if name == "BackendSuite":
-        from conformance.suite import BackendSuite
+    if name in ("BackendSuite", "WorkerSuite"):
+        from conformance import suite
 
-        return BackendSuite
+        return getattr(suite, name)
     raise AttributeError(f"module 'conformance' has no attribute {name!r}")

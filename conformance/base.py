@@ -146,7 +146,7 @@ class SuiteBase:
             job_id_strategy=harness.job_id_strategy(),
             job_table=harness.job_table,
             archived_job_table=harness.archived_job_table,
-            **options,
+            **{**harness.worker_options, **options},
         )
 
     @staticmethod

@@ -269,6 +269,7 @@ def crash_child(factory: HarnessFactory, queue: str, now: datetime, outbox: Any)
             polling_interval_ms=10,
             clock=frozen(now),
             log=lambda event, data: None,
+            **harness.worker_options,
         )
         worker.start()
         started.wait(CRASH_HANDLER_LIMIT_S)

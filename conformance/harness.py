@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import importlib
 import re
 import threading
@@ -32,9 +34,11 @@ class HarnessFactory:
 
     spec: str
     kwargs: dict[str, Any] = field(default_factory=dict)
+    worker_options: dict[str, Any] = field(default_factory=dict)
 
     def load(self) -> Harness:
-        return load_harness(self.spec, **self.kwargs)
+        harness = load_harness(self.spec, **self.kwargs)
+        return harness.with_worker_options(**self.worker_options) if self.worker_options else harness
 
 
 class Harness:
@@ -51,6 +55,9 @@ class Harness:
         self.name = name
         self.job_table = job_table
         self.archived_job_table = archived_job_table
+        # Options of create_queue_worker and process_next_job (batch_size, ...) that every worker and
+        # every run of the suite gets: see with_worker_options.
+        self.worker_options: dict[str, Any] = {}
         self._backends: list[Backend] = []
         self._backends_lock = threading.Lock()
 
@@ -130,6 +137,21 @@ class Harness:
         return None
 
     # -- given -----------------------------------------------------------------------------------------
+
+    def with_worker_options(self: H, **options: Any) -> H:
+        """The same harness (database, tables, backend class) whose queue workers and process_next_job
+        runs all get `options` too, e.g. batch_size=8 to run the suite in batch mode.
+
+        A process rebuilding it from its factory gets the same options.
+        """
+        twin = copy.copy(self)
+        twin.name = f"{self.name} with {', '.join(f'{k}={v!r}' for k, v in options.items())}"
+        twin.worker_options = {**self.worker_options, **options}
+        twin._backends = []
+        twin._backends_lock = threading.Lock()
+        if self.factory is not None:
+            twin.factory = dataclasses.replace(self.factory, worker_options=twin.worker_options)
+        return twin
 
     @property
     def data_source(self) -> Any:

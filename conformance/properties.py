@@ -153,6 +153,7 @@ class PropertyTests(SuiteBase):
             polling_interval_ms=10,
             clock=ManualClock(EPOCH + timedelta(seconds=2)),
             log=no_log,
+            **harness.worker_options,
         )
         with worker:
             assert taken.wait(15), "T5: no other worker got the job of the killed worker within 15 s"

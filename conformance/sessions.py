@@ -59,6 +59,23 @@ class _KillingBackend:
         self._backend.archive_job(conn, *args)
         self._after("archive", conn)
 
+    # Batch mode's verbs (BatchClaim), killed at the same points, for a harness with a batch_size.
+
+    def get_next_jobs(self, conn: Any, *args: Any) -> list[JobRecord]:
+        jobs: list[JobRecord] = self._backend.get_next_jobs(conn, *args)  # type: ignore[attr-defined]
+        self.conn = conn
+        if jobs:
+            self._after("claim", conn)
+        return jobs
+
+    def archive_jobs(self, conn: Any, *args: Any) -> None:
+        self._backend.archive_jobs(conn, *args)  # type: ignore[attr-defined]
+        self._after("archive", conn)
+
+    def delete_jobs(self, conn: Any, *args: Any) -> None:
+        self._backend.delete_jobs(conn, *args)  # type: ignore[attr-defined]
+        self._after("delete", conn)
+
     def delete_job(self, conn: Any, *args: Any) -> None:
         self._backend.delete_job(conn, *args)
         self._after("delete", conn)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from typing import Final
 
 from conformance.contract import ContractTests
 from conformance.isolation import IsolationTests
@@ -40,3 +41,20 @@ def clauses() -> dict[str, tuple[str, str]]:
             raise ValueError(f"clause {match.group(1)} is claimed by {found[match.group(1)][0]} and {name}")
         found[match.group(1)] = (name, doc.splitlines()[0])
     return found
+
+
+# The clauses that run a queue worker or process_next_job. The others call the backend's verbs directly,
+# so a harness's worker_options (batch mode) change nothing in them.
+WORKER_CLAUSES: Final = frozenset({"A2", "A3", "A4", "B1", "K1", "P1", "P2", "R2", "T1", "T3", "T5", "Z2"})
+
+
+class WorkerSuite(BackendSuite):
+    """The clauses of WORKER_CLAUSES only: for a second run of a backend's suite with worker_options
+    (`harness.with_worker_options(batch_size=8)`), after BackendSuite has run the rest once."""
+
+    __test__ = False
+
+
+for _clause, (_name, _doc) in clauses().items():
+    if _clause not in WORKER_CLAUSES:
+        setattr(WorkerSuite, _name, None)

@@ -267,6 +267,7 @@ def start_worker(
         on_polling_error=keep_polling,
         await_termination_timeout_ms=10_000,
         clock=clock,
+        **harness.worker_options,
     )
     worker.start()
     return worker

@@ -72,11 +72,16 @@ def run_next_batch(
             else:
                 try:
                     with claim.savepoint(conn):
-                        write_failure(backend, conn, settings, record, job, failure, log, job_context)
+                        try:
+                            write_failure(backend, conn, settings, record, job, failure, log, job_context)
+                        except Exception as exc:
+                            write_error = exc
+                            raise
                 except Exception as exc:
+                    if exc is not write_error:
+                        raise  # the savepoint itself failed: the whole batch rolls back
                     # Rolled back to the savepoint: this job stays as claimed, attempts unchanged. The
                     # batch ends here, as run_next_job's transaction would; the jobs before it are written.
-                    write_error = exc
                     break
         if finished:
             finished_at = now_from(settings.clock)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from conformance import BackendSuite, SqlHarness
+from conformance import BackendSuite, SqlHarness, WorkerSuite
 from conformance.runner import run_suite_test
 from conformance.suite import clauses
 from proletarian_ref.backends.mysql import MySQLBackend
@@ -20,6 +20,14 @@ class TestMySQL(BackendSuite):
     @pytest.fixture
     def harness(self, mysql_db: SqlHarness) -> SqlHarness:
         return mysql_db
+
+
+class TestMySQLBatch(WorkerSuite):
+    """The clauses that run a worker again, every queue worker and process_next_job in batch mode."""
+
+    @pytest.fixture
+    def harness(self, mysql_db: SqlHarness) -> SqlHarness:
+        return mysql_db.with_worker_options(batch_size=8)
 
 
 def test_innodb_claims_keep_the_lock_on_the_record_that_ends_their_scan(mysql_db: SqlHarness) -> None:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import BackendSuite, SqlHarness
+from conformance import BackendSuite, SqlHarness, WorkerSuite
 
 
 class TestPostgreSQL(BackendSuite):
     @pytest.fixture
     def harness(self, pg_db: SqlHarness) -> SqlHarness:
         return pg_db
+
+
+class TestPostgreSQLBatch(WorkerSuite):
+    """The clauses that run a worker again, every queue worker and process_next_job in batch mode."""
+
+    @pytest.fixture
+    def harness(self, pg_db: SqlHarness) -> SqlHarness:
+        return pg_db.with_worker_options(batch_size=8)
