@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +29,8 @@ class Mutant:
     what: str
     backend_class: type[Any]
     killed_by: tuple[str, ...]
+    # > 1: a batch-mode mutant, run against the harness with_worker_options(batch_size=...).
+    batch_size: int = 1
 
 
 # -- PostgreSQL: one statement rewritten, or one method made wrong ----------------------------------------
@@ -204,6 +206,47 @@ class MemoryRollbackCommits(MemoryBackend):
             yield conn
         finally:
             conn.commit()
+
+
+class PgSavepointKeepsWrites(PostgresBackend):
+    """Batch mode's savepoint does nothing: a failed job whose failed_job_fn raises keeps its archive."""
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        yield
+
+
+class MemorySavepointKeepsWrites(MemoryBackend):
+    """Batch mode's savepoint does nothing: a failed job whose failed_job_fn raises keeps its archive."""
+
+    @contextmanager
+    def savepoint(self, conn: MemoryConnection) -> Iterator[None]:
+        yield
+
+
+class MemoryArchivesTheWholeBatch(MemoryBackend):
+    """archive_jobs archives every claimed job still in the table, a failed one rescheduled included."""
+
+    def get_next_jobs(
+        self, conn: MemoryConnection, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        jobs = super().get_next_jobs(conn, job_table, queue, now, limit)
+        conn.claimed = [job.job_id for job in jobs]  # type: ignore[attr-defined]
+        return jobs
+
+    def archive_jobs(
+        self,
+        conn: MemoryConnection,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        claimed = getattr(conn, "claimed", job_ids)
+        with self.db.lock:
+            still_queued = [job_id for job_id in claimed if conn._get(str(job_table), job_id) is not None]
+        super().archive_jobs(conn, job_table, archived_job_table, still_queued, status, finished_at)
 
 
 # -- sessions, isolation, zones and payloads: PostgreSQL ------------------------------------------------
@@ -596,6 +639,13 @@ class MemoryEnqueueCommitsEarlierWrites(MemoryBackend):
 
 POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
+        "batch_savepoint_keeps_writes",
+        "batch mode's savepoint rolls nothing back, so a failed job's undone writes commit",
+        PgSavepointKeepsWrites,
+        ("T3",),
+        batch_size=8,
+    ),
+    Mutant(
         "claim_without_for_update",
         "the claim reads the row without locking it",
         _rewrite("get_next_job", "FOR UPDATE SKIP LOCKED", ""),
@@ -872,6 +922,20 @@ MYSQL_MUTANTS: tuple[Mutant, ...] = (
 )
 
 MEMORY_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "memory_batch_savepoint_keeps_writes",
+        "batch mode's in-memory savepoint rolls nothing back, so a failed job's undone writes commit",
+        MemorySavepointKeepsWrites,
+        ("T3",),
+        batch_size=8,
+    ),
+    Mutant(
+        "memory_batch_archives_every_claimed_job",
+        "batch mode's archive_jobs also archives the batch's failed jobs that were rescheduled",
+        MemoryArchivesTheWholeBatch,
+        ("P1",),
+        batch_size=8,
+    ),
     Mutant(
         "memory_claim_ignores_locks",
         "the in-memory claim ignores row locks",

@@ -33,6 +33,8 @@ class BriefSuite(BackendSuite):
 
 def _survivors(mutant: Mutant, harness: Harness, record_property: Callable[[str, object], None]) -> list[str]:
     """The clauses named to kill `mutant` that did not; each outcome goes to the kill matrix."""
+    if mutant.batch_size > 1:
+        harness = harness.with_worker_options(batch_size=mutant.batch_size)
     tests = clauses()
     survived = []
     outcomes: dict[str, str] = {}
