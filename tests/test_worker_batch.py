@@ -1,4 +1,4 @@
-"""Batch mode of the queue worker on every backend: one transaction per batch, each failure in its savepoint."""
+"""Batch mode of the queue worker on every backend: one transaction a batch, each failure in a savepoint."""
 
 from __future__ import annotations
 
