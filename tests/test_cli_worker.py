@@ -156,8 +156,9 @@ def _stop_when(condition: Callable[[], object], timeout: float) -> threading.Thr
 
 
 @pytest.mark.usefixtures("sigterm_to_self")
+@pytest.mark.parametrize("batch", [[], ["--batch-size", "4"]], ids=["one-job-a-transaction", "batch-mode"])
 def test_worker_runs_jobs_retries_failures_and_stops_on_sigterm(
-    capsys: pytest.CaptureFixture[str], database: Target
+    capsys: pytest.CaptureFixture[str], database: Target, batch: list[str]
 ) -> None:
     _enqueue(capsys, database, {"n": 1})
     _enqueue(capsys, database, {"n": 2, "fail": True})
@@ -175,6 +176,7 @@ def test_worker_runs_jobs_retries_failures_and_stops_on_sigterm(
         "20",
         "--threads",
         "2",
+        *batch,
         *database.args,
     )
     watcher.join(timeout=5)

@@ -87,6 +87,13 @@ def add_parser(subparsers: Any) -> None:
         "--threads", type=_positive, default=1, help="worker threads per queue (default: %(default)s)"
     )
     parser.add_argument(
+        "--batch-size",
+        type=_positive,
+        default=1,
+        help="jobs claimed, run and committed per transaction; above 1 is batch mode, not Proletarian's "
+        "one job a transaction: a crash re-runs up to N jobs (docs/worker.md) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--polling-interval-ms",
         type=_positive,
         default=100,
@@ -342,6 +349,7 @@ def run(args: argparse.Namespace) -> int:
                 log=log,
                 polling_interval_ms=args.polling_interval_ms,
                 worker_threads=args.threads,
+                batch_size=args.batch_size,
                 await_termination_timeout_ms=args.shutdown_timeout_ms,
             )
             runs.append((run_state, worker))
