@@ -31,7 +31,7 @@ from proletarian_ref.backend import Backend, Capabilities, JobRecord
 from proletarian_ref.tables import TableName
 
 
-def enqueue_to_start(harness: Harness, settings: Settings) -> dict[str, Any]:
+def enqueue_to_start(harness: Harness, settings: Settings, batch_size: int = 1) -> dict[str, Any]:
     """Seconds from an enqueue's COMMIT returning to the handler starting, jobs spaced at random gaps."""
     starts: dict[Any, float] = {}
 
@@ -44,6 +44,7 @@ def enqueue_to_start(harness: Harness, settings: Settings) -> dict[str, Any]:
         handler_fn_mode="advanced",
         queue=BENCH_QUEUE,
         polling_interval_ms=settings.polling_interval_ms,
+        batch_size=batch_size,
         **harness.table_options,
     )
     sent: dict[Any, float] = {}

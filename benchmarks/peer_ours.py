@@ -13,9 +13,11 @@ def consume(
     archived_job_table: str,
     polling_interval_ms: float,
     connections: int,
+    batch_size: int,
     signals: Signals,
 ) -> None:
-    """Each round: a queue worker of `connections` threads (one connection each), from go until stop."""
+    """Each round: a queue worker of `connections` threads (one connection each), from go until stop;
+    in batch mode when `batch_size` > 1."""
     harness = spec.load(job_table, archived_job_table)
 
     def publish(value: int) -> None:
@@ -30,6 +32,7 @@ def consume(
                 queue=BENCH_QUEUE,
                 worker_threads=connections,
                 polling_interval_ms=polling_interval_ms,
+                batch_size=batch_size,
                 **harness.table_options,
             )
             if not signals.wait_go(round_):

@@ -54,6 +54,13 @@ OURS_PROMISE: Final = (
     "while the handler runs; archive, delete and COMMIT close it: 1 commit a job; a crash rolls the "
     "transaction back and the job is due again at once: at least once, never marked done unless run"
 )
+OURS_BATCH_PROMISE: Final = (
+    "batch mode (batch_size={k}): claims up to {k} jobs in one transaction (SKIP LOCKED) and runs their "
+    "handlers one after another inside it, a failed job's retry or archive in a savepoint; archives and "
+    "deletes the finished ones in one statement each and commits once: 1 commit per batch; a crash or a "
+    "failed commit rolls the whole batch back, so up to {k} jobs run again: at least once, never marked "
+    "done unless run"
+)
 
 
 def missing_peers() -> list[str]:
@@ -111,15 +118,22 @@ def check(jobs: int, handled: int, records: tuple[int, int, int], leftover: int)
 class Ours:
     """proletarian-ref through the benchmarks' own machinery, on its bench tables in the server's database."""
 
-    name = OURS
-    promise = OURS_PROMISE
-
-    def __init__(self, spec: BackendSpec, harness: Harness, polling_interval_ms: float) -> None:
+    def __init__(
+        self, spec: BackendSpec, harness: Harness, polling_interval_ms: float, batch_size: int = 1
+    ) -> None:
         self.spec = spec
         self.harness = harness
         self.polling_interval_ms = polling_interval_ms
+        self.batch_size = batch_size
         self.version = _version("proletarian-ref")
         self.config = "P processes x T worker threads, one connection per thread (create_queue_worker)"
+        if batch_size > 1:
+            # The same tables as the default mode's system: the rounds run one system at a time.
+            self.name = f"{OURS} batch {batch_size}"
+            self.promise = OURS_BATCH_PROMISE.format(k=batch_size)
+            self.config += f", batch_size={batch_size}"
+        else:
+            self.name, self.promise = OURS, OURS_PROMISE
         self._conn = psycopg.connect(server_dsn(spec), autocommit=True)
 
     def fill(self, jobs: int, timed: int) -> float:
@@ -140,6 +154,7 @@ class Ours:
             h.archived_job_table,
             self.polling_interval_ms,
             connections,
+            self.batch_size,
         )
 
     def done(self) -> int:
@@ -157,7 +172,7 @@ class Ours:
     def latency(self, settings: Settings) -> dict[str, Any]:
         truncate(self.harness)
         figures = latency.enqueue_to_start(
-            self.harness, settings.with_(latency_jobs=settings.peers_latency_jobs)
+            self.harness, settings.with_(latency_jobs=settings.peers_latency_jobs), self.batch_size
         )
         return {k: v for k, v in figures.items() if k.endswith("_ms") or k == "n"}
 
@@ -357,7 +372,10 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                 **skipped("the peers run on PostgreSQL only"),
             }
         missing = missing_peers()
-        systems: list[System] = [Ours(spec, harness, settings.polling_interval_ms)]
+        systems: list[System] = [
+            Ours(spec, harness, settings.polling_interval_ms),
+            Ours(spec, harness, settings.polling_interval_ms, settings.batch_size),
+        ]
         pools: list[ConsumerPool] = []
         try:
             systems += [Peer(m, spec, settings.table_suffix) for m in PEERS if m.PACKAGE not in missing]

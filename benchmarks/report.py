@@ -164,14 +164,12 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
     for e in entries:
         for r in e.get("rows", []):
             if "skipped" in r:
-                rows.append(
-                    [e["backend"], f"{r['processes']} x {r['threads']}", "-", "-", "-", "-", "skipped"]
-                )
+                rows.append([e["backend"], _config(r, " x "), "-", "-", "-", "-", "skipped"])
                 continue
             rows.append(
                 [
                     e["backend"],
-                    f"{r['processes']} x {r['threads']}",
+                    _config(r, " x "),
                     r.get("library_jobs_per_s"),
                     r.get("raw_jobs_per_s"),
                     r.get("ratio"),
@@ -345,15 +343,19 @@ def _locust_section(results: dict[str, Any]) -> list[str]:
     return out + _notes(entries)
 
 
+def _config(row: dict[str, Any], sep: str) -> str:
+    """A throughput row's processes x threads, and its batch size when it ran in batch mode."""
+    label = f"{row['processes']}{sep}{row['threads']}"
+    return f"{label} batch {row['batch_size']}" if row.get("batch_size", 1) > 1 else label
+
+
 def summary(results: dict[str, Any]) -> list[str]:
     """Every library / raw ratio and every peer's rate beside ours, in one compact table."""
     rows: list[list[Any]] = []
     for e in _entries(results, "throughput"):
         for r in e.get("rows", []):
             if "ratio" in r:
-                rows.append(
-                    [e["backend"], f"throughput {r['processes']}x{r['threads']}", "library / raw", r["ratio"]]
-                )
+                rows.append([e["backend"], f"throughput {_config(r, 'x')}", "library / raw", r["ratio"]])
     for e in _entries(results, "enqueue_rate"):
         for r in e.get("rows", []):
             if "ratio" in r:
@@ -373,6 +375,18 @@ def summary(results: dict[str, Any]) -> list[str]:
                         s["jobs_per_s"] / ours,
                     ]
                 )
+        # Batch mode against each peer at equal connections: the issue's target is >= 1 beside pgqueuer.
+        for batch in (s for s in systems if s["name"].startswith("proletarian-ref batch")):
+            for peer in (s for s in systems if not s["name"].startswith("proletarian-ref")):
+                if peer["jobs_per_s"]:
+                    rows.append(
+                        [
+                            e["backend"],
+                            f"drain {e['jobs']:,} jobs",
+                            f"{batch['name']} / {peer['name']}",
+                            batch["jobs_per_s"] / peer["jobs_per_s"],
+                        ]
+                    )
         if "peers_missing" in e:
             rows.append([e["backend"], "peers", e["peers_missing"], "-"])
     if not rows:
@@ -540,7 +554,7 @@ def throughput_chart(results: dict[str, Any], path: Path) -> None:
     labels: list[str] = []
     for e in _entries(results, "throughput"):
         rows = [r for r in e.get("rows", []) if "skipped" not in r]
-        names = [f"{r['processes']}x{r['threads']}" for r in rows]
+        names = [_config(r, "x") for r in rows]
         for name in names:
             if name not in labels:
                 labels.append(name)

@@ -81,6 +81,10 @@ class Settings:
     long_sample_s: float
     long_stream_rate: float
     long_stream_threads: int
+    # Batch mode (create_queue_worker's batch_size): jobs per transaction, the (processes, threads)
+    # configurations throughput adds in batch mode, and whether the peers scenario runs it too.
+    batch_size: int = 10
+    batch_configs: tuple[tuple[int, int], ...] = ((1, 4), (2, 2))
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0
@@ -191,6 +195,7 @@ TINY: Final = QUICK.with_(
     noindex_budget_s=0.5,
     thread_counts=(1, 2),
     process_configs=((2, 1),),
+    batch_configs=((1, 2),),
     throughput_warmup_s=0.1,
     throughput_window_s=0.3,
     throughput_preload=2_000,

@@ -48,11 +48,28 @@ def paired_ratios(row: dict[str, Any]) -> list[float]:
 
 
 def drain_rate(
-    filler: QueueFiller, spec: BackendSpec, mode: Mode, processes: int, threads: int, settings: Settings
+    filler: QueueFiller,
+    spec: BackendSpec,
+    mode: Mode,
+    processes: int,
+    threads: int,
+    settings: Settings,
+    batch_size: int = 1,
 ) -> dict[str, Any]:
-    """Drain the (topped-up) queue with `processes` x `threads` and return the measured window."""
+    """Drain the (topped-up) queue with `processes` x `threads` and return the measured window.
+
+    `batch_size` > 1 runs the library's worker in batch mode; the raw loop is one job a transaction always.
+    """
     filler.top_up()
-    run = DrainRun(filler.harness, spec, mode, processes, threads, settings.polling_interval_ms)
+    run = DrainRun(
+        filler.harness,
+        spec,
+        mode,
+        processes,
+        threads,
+        settings.polling_interval_ms,
+        batch_size=batch_size if mode == "library" else 1,
+    )
     try:
         return measure_rate(
             run, count_rows(filler.harness), settings.throughput_warmup_s, settings.throughput_window_s
@@ -64,7 +81,12 @@ def drain_rate(
 def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
     harness = open_harness(spec, "tput", settings.table_suffix)
     with closing_harness(harness):
-        configs = [(1, t) for t in settings.thread_counts] + list(settings.process_configs)
+        # (processes, threads, batch_size): Proletarian's one job a transaction, then batch mode's rows,
+        # whose ratio compares batch mode with the raw loop's one job a transaction at that concurrency.
+        configs = [(1, t, 1) for t in settings.thread_counts] + [
+            (p, t, 1) for p, t in settings.process_configs
+        ]
+        configs += [(p, t, settings.batch_size) for p, t in settings.batch_configs]
         raw_reason = raw_skip_reason(harness)
         proc_reason = processes_skip_reason(harness)
         modes: list[Mode] = ["library"] if raw_reason else ["library", "raw"]
@@ -73,12 +95,14 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         )
         filler = QueueFiller(harness, settings.throughput_preload)
         rows: list[dict[str, Any]] = []
-        for processes, threads in configs:
+        for processes, threads, batch_size in configs:
             row: dict[str, Any] = {
                 "processes": processes,
                 "threads": threads,
                 "concurrency": processes * threads,
             }
+            if batch_size > 1:
+                row["batch_size"] = batch_size
             if processes > 1 and proc_reason:
                 row["skipped"] = proc_reason
                 progress.advance(task, len(modes) * settings.throughput_rounds)
@@ -92,7 +116,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                         task, f"{harness.name}: throughput, {processes}x{threads} {mode} #{round_ + 1}"
                     )
                     row.setdefault(f"{mode}_rounds", []).append(
-                        drain_rate(filler, spec, mode, processes, threads, settings)
+                        drain_rate(filler, spec, mode, processes, threads, settings, batch_size)
                     )
                     progress.advance(task)
             for mode in modes:

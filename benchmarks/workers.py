@@ -23,7 +23,12 @@ class LibraryDrainer:
     """A proletarian-ref queue worker with a no-op handler that only counts."""
 
     def __init__(
-        self, harness: Harness, threads: int, polling_interval_ms: float, on_job: Callable[[], Any]
+        self,
+        harness: Harness,
+        threads: int,
+        polling_interval_ms: float,
+        on_job: Callable[[], Any],
+        batch_size: int = 1,
     ) -> None:
         def handler(job_type: str, payload: Any) -> None:
             on_job()
@@ -34,6 +39,7 @@ class LibraryDrainer:
             queue=BENCH_QUEUE,
             worker_threads=threads,
             polling_interval_ms=polling_interval_ms,
+            batch_size=batch_size,
             **harness.table_options,
         )
 
@@ -48,10 +54,16 @@ Drainer = LibraryDrainer | RawDrainer
 
 
 def make_drainer(
-    harness: Harness, mode: Mode, threads: int, polling_interval_ms: float, on_job: Callable[[], Any]
+    harness: Harness,
+    mode: Mode,
+    threads: int,
+    polling_interval_ms: float,
+    on_job: Callable[[], Any],
+    batch_size: int = 1,
 ) -> Drainer:
+    """The library's worker (in batch mode when `batch_size` > 1) or the raw loop (one job a transaction)."""
     if mode == "library":
-        return LibraryDrainer(harness, threads, polling_interval_ms, on_job)
+        return LibraryDrainer(harness, threads, polling_interval_ms, on_job, batch_size)
     sql_harness, dialect = require_sql(harness)
     return RawDrainer(sql_harness, dialect, threads, polling_interval_ms, on_job)
 
@@ -82,6 +94,7 @@ class ChildTask:
     threads: int
     polling_interval_ms: float
     report_rss: bool = False
+    batch_size: int = 1
 
 
 def _child_main(task: ChildTask, index: int, slots: Any, ready: Any, go: Any, stop: Any, rss: Any) -> None:
@@ -91,7 +104,9 @@ def _child_main(task: ChildTask, index: int, slots: Any, ready: Any, go: Any, st
         slots[index] = value
 
     counter = Counter(publish)
-    drainer = make_drainer(harness, task.mode, task.threads, task.polling_interval_ms, counter.add)
+    drainer = make_drainer(
+        harness, task.mode, task.threads, task.polling_interval_ms, counter.add, task.batch_size
+    )
     ready.put(os.getpid())
     if not go.wait(CHILD_START_TIMEOUT_S):
         return
@@ -120,6 +135,7 @@ class DrainRun:
         *,
         report_rss: bool = False,
         in_child: bool = False,
+        batch_size: int = 1,
     ) -> None:
         self.processes = processes
         self._counter = Counter()
@@ -127,7 +143,9 @@ class DrainRun:
         self._children: list[Any] = []
         self.pids: list[int] = []
         if processes == 1 and not in_child:
-            self._drainer = make_drainer(harness, mode, threads, polling_interval_ms, self._counter.add)
+            self._drainer = make_drainer(
+                harness, mode, threads, polling_interval_ms, self._counter.add, batch_size
+            )
             self.pids = [os.getpid()]
             return
         ctx = mp.get_context("spawn")
@@ -144,6 +162,7 @@ class DrainRun:
             threads,
             polling_interval_ms,
             report_rss,
+            batch_size,
         )
         for i in range(processes):
             child = ctx.Process(

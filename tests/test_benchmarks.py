@@ -70,9 +70,10 @@ def _check_poll_and_throughput(results: dict[str, Any], out: Path, backend: str,
     assert isinstance(check["pass"], bool) and check["ratio"] > 0
 
     throughput = results["benchmarks"]["throughput"][0]
-    assert [(r["processes"], r["threads"]) for r in throughput["rows"]] == [
-        *((1, t) for t in TINY.thread_counts),
-        *TINY.process_configs,
+    assert [(r["processes"], r["threads"], r.get("batch_size", 1)) for r in throughput["rows"]] == [
+        *((1, t, 1) for t in TINY.thread_counts),
+        *((p, t, 1) for p, t in TINY.process_configs),
+        *((p, t, TINY.batch_size) for p, t in TINY.batch_configs),
     ]
     for row in throughput["rows"]:
         if "skipped" in row:
@@ -273,11 +274,14 @@ def _check_peers(results: dict[str, Any], out: Path, expected: list[str]) -> dic
 def test_peers_drain_every_job_exactly_once_on_each_system(pg_dsn: str, tmp_path: Path) -> None:
     results = _run(BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn}), tmp_path, ("peers",))
     missing = peers.missing_peers()
-    expected = ["proletarian-ref"] + [m.NAME for m in peers.PEERS if m.PACKAGE not in missing]
+    ours = ["proletarian-ref", f"proletarian-ref batch {TINY.batch_size}"]
+    expected = ours + [m.NAME for m in peers.PEERS if m.PACKAGE not in missing]
     entry = _check_peers(results, tmp_path, expected)
     summary = (tmp_path / "results.md").read_text(encoding="utf-8").split("### Beside")[0]
     for name in expected[1:]:
         assert f"| {name} / proletarian-ref |" in summary
+    for name in expected[2:]:
+        assert f"| {ours[1]} / {name} |" in summary
     assert ("peers_missing" in entry) is bool(missing)
 
 
@@ -287,7 +291,7 @@ def test_peers_without_their_packages_runs_ours_alone_and_says_so(
 ) -> None:
     monkeypatch.setattr(peers, "missing_peers", lambda: ["pgqueuer", "procrastinate"])
     results = _run(BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn}), tmp_path, ("peers",))
-    entry = _check_peers(results, tmp_path, ["proletarian-ref"])
+    entry = _check_peers(results, tmp_path, ["proletarian-ref", f"proletarian-ref batch {TINY.batch_size}"])
     assert "pgqueuer, procrastinate not installed" in entry["peers_missing"]
     assert "not installed" in (tmp_path / "results.md").read_text(encoding="utf-8").split("### Beside")[0]
 
