@@ -70,7 +70,7 @@ _SLOW_CLAUSES: Final = frozenset({"P1", "P2", "M1", "T5"})
 
 def full_matrix(backends: list[str]) -> dict[str, dict[str, str]]:
     """Run every mutant of `backends` against every clause but the slow ones (the test environment's DSNs)."""
-    from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS
+    from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, in_mode
     from test_mutants import EXAMPLES, BriefSuite
 
     from conformance import MemoryHarness, SqlHarness, builtin
@@ -90,7 +90,7 @@ def full_matrix(backends: list[str]) -> dict[str, dict[str, str]]:
     for base, mutants in (bases[name] for name in backends):
         base.install()
         for mutant in mutants:
-            harness = base.with_backend(mutant.backend_class, name=mutant.name)
+            harness = in_mode(base.with_backend(mutant.backend_class, name=mutant.name), mutant)
             rows[mutant.name] = {
                 clause: "killed"
                 if run_suite_test(BriefSuite, name, harness, max_examples=EXAMPLES).outcome == "failed"

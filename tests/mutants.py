@@ -33,6 +33,11 @@ class Mutant:
     batch_size: int = 1
 
 
+def in_mode(harness: Any, mutant: Mutant) -> Any:
+    """`harness` (already under the mutant's backend class) in the worker mode the mutant is wrong in."""
+    return harness.with_worker_options(batch_size=mutant.batch_size) if mutant.batch_size > 1 else harness
+
+
 # -- PostgreSQL: one statement rewritten, or one method made wrong ----------------------------------------
 
 

@@ -10,7 +10,7 @@ from typing import ClassVar, Final
 
 import pytest
 from kill_matrix import KILL_MATRIX_PROPERTY
-from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, Mutant
+from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, Mutant, in_mode
 
 from conformance import MemoryHarness, SqlHarness, load_harness
 from conformance.harness import Harness
@@ -33,8 +33,7 @@ class BriefSuite(BackendSuite):
 
 def _survivors(mutant: Mutant, harness: Harness, record_property: Callable[[str, object], None]) -> list[str]:
     """The clauses named to kill `mutant` that did not; each outcome goes to the kill matrix."""
-    if mutant.batch_size > 1:
-        harness = harness.with_worker_options(batch_size=mutant.batch_size)
+    harness = in_mode(harness, mutant)
     tests = clauses()
     survived = []
     outcomes: dict[str, str] = {}
