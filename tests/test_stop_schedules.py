@@ -87,6 +87,23 @@ class RecordingBackend:
     def retry_at(self, conn: Any, *args: Any) -> None:
         self._write("retry_at", conn, *args)
 
+    # Batch mode's verbs (BatchClaim), recorded as their one-job counterparts are.
+
+    def get_next_jobs(self, conn: Any, *args: Any) -> Any:
+        began = time.monotonic()
+        try:
+            return self.inner.get_next_jobs(conn, *args)  # type: ignore[attr-defined]
+        except ConnectionReleasedError:
+            raise
+        finally:
+            self.timeline.add("claim", began)
+
+    def archive_jobs(self, conn: Any, *args: Any) -> None:
+        self._write("archive_jobs", conn, *args)
+
+    def delete_jobs(self, conn: Any, *args: Any) -> None:
+        self._write("delete_jobs", conn, *args)
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -178,7 +195,9 @@ class LockPlan:
         self._release()
 
 
-def run_schedule(db: Harness, data_source: Any, worker_threads: int, schedule: Schedule) -> None:
+def run_schedule(
+    db: Harness, data_source: Any, worker_threads: int, schedule: Schedule, batch_size: int = 1
+) -> None:
     db.clear()
     for n in range(schedule.jobs):
         enqueue_committed(db, "stop/schedule", n)
@@ -203,6 +222,7 @@ def run_schedule(db: Harness, data_source: Any, worker_threads: int, schedule: S
         polling_interval_ms=5,
         await_termination_timeout_ms=schedule.timeout_ms,
         log=RecordingLog(),
+        batch_size=batch_size,
         **db.table_options,
     )
     locks = LockPlan(db, schedule)
@@ -269,32 +289,37 @@ def _backend_over(data_source: Any) -> Backend:
 @given(schedule=schedules)
 @example(schedule=POOL_WAIT)
 @example(schedule=BLOCKED_CLAIM)
+@pytest.mark.parametrize("batch_size", [1, 3], ids=["one-job-a-transaction", "batch-mode"])
 def test_stop_keeps_its_promise_on_postgresql_with_a_small_pool(
-    pg_db: SqlHarness, pg_dsn: str, schedule: Schedule
+    pg_db: SqlHarness, pg_dsn: str, schedule: Schedule, batch_size: int
 ) -> None:
     """Three threads share a pool of one or two connections, so some wait for one when stop() runs."""
     from psycopg_pool import ConnectionPool
 
     with ConnectionPool(pg_dsn, min_size=1, max_size=1 + schedule.jobs % 2, timeout=2, open=True) as pool:
-        run_schedule(pg_db, pool, 3, schedule)
+        run_schedule(pg_db, pool, 3, schedule, batch_size)
 
 
 @settings(max_examples=6)
 @given(schedule=schedules)
 @example(schedule=POOL_WAIT)
 @example(schedule=BLOCKED_CLAIM)
-def test_stop_keeps_its_promise_on_mysql(mysql_db: SqlHarness, schedule: Schedule) -> None:
-    run_schedule(mysql_db, mysql_db.data_source, 2, schedule)
+@pytest.mark.parametrize("batch_size", [1, 3], ids=["one-job-a-transaction", "batch-mode"])
+def test_stop_keeps_its_promise_on_mysql(mysql_db: SqlHarness, schedule: Schedule, batch_size: int) -> None:
+    run_schedule(mysql_db, mysql_db.data_source, 2, schedule, batch_size)
 
 
 @settings(max_examples=6)
 @given(schedule=schedules.filter(lambda s: s.handler_ms != STUBBORN))
-def test_stop_keeps_its_promise_on_the_memory_backend(schedule: Schedule) -> None:
+@pytest.mark.parametrize("batch_size", [1, 3], ids=["one-job-a-transaction", "batch-mode"])
+def test_stop_keeps_its_promise_on_the_memory_backend(schedule: Schedule, batch_size: int) -> None:
     """The memory backend cannot release, so its handlers here all finish within the drain."""
     from conformance import builtin
 
     memory = builtin.memory()
-    run_schedule(memory, memory.backend(), 2, Schedule(**{**schedule.__dict__, "timeout_ms": 5_000}))
+    run_schedule(
+        memory, memory.backend(), 2, Schedule(**{**schedule.__dict__, "timeout_ms": 5_000}), batch_size
+    )
 
 
 @pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
