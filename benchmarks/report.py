@@ -157,7 +157,8 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
         "Jobs per second, median of rounds; *raw* is the same statements in a plain psycopg/PyMySQL loop at "
         "the same concurrency (the ceiling). Each round drains with the library and with the raw loop back "
         "to back; *ratio* is the median of the rounds' library / raw, and *rounds* lists them. "
-        "Target: ratio >= 0.9."
+        "Target: ratio >= 0.9. Rows marked *batch K* run the worker in batch mode (batch_size K: K jobs "
+        "a transaction) against the same raw loop of one job a transaction."
     )
     out.append("")
     rows: list[list[Any]] = []
