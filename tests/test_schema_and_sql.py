@@ -21,6 +21,16 @@ def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() 
     # enqueue_many: the multi-row INSERT any SqlBackend can run; on PostgreSQL also COPY and INSERT ...
     # RETURNING for generated ids; on MySQL the savepoint around a batch of several INSERTs.
     shared |= {"enqueue_many", "enqueue_many_row"}
+    # The worker's batch mode (BatchClaim): the claim of up to K jobs, the archive and delete of a batch's
+    # finished jobs, and the savepoint around a failed job's writes.
+    shared |= {
+        "get_next_jobs",
+        "archive_jobs",
+        "delete_jobs",
+        "job_savepoint",
+        "job_savepoint_rollback",
+        "job_savepoint_release",
+    }
     batch = {
         "postgresql": {"enqueue_copy", "enqueue_many_db_generated", "enqueue_many_db_generated_row"},
         "mysql": {
@@ -39,6 +49,17 @@ def test_a_multi_row_insert_repeats_its_row_of_placeholders() -> None:
         "INSERT INTO app.job (job_id, queue, job_type, payload, attempts, enqueued_at, process_at) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s), (%s, %s, %s, %s, %s, %s, %s)"
     )
+
+
+def test_a_batch_archive_lists_one_placeholder_per_job_after_status_and_finished_at() -> None:
+    for dialect in sql.DIALECTS:
+        statement = sql.render_ids(dialect, "archive_jobs", table_name("app.job"), table_name("app.done"), 3)
+        assert " ".join(statement.split()).endswith(
+            "%s, enqueued_at, process_at, %s FROM app.job WHERE job_id IN (%s, %s, %s)"
+        )
+        assert statement.startswith("INSERT INTO app.done ")
+    with pytest.raises(ValueError, match="at least one id"):
+        sql.render_ids("postgresql", "delete_jobs", table_name("app.job"), None, 0)
 
 
 def test_proletarians_five_statements_are_the_same_text_in_both_dialects() -> None:
