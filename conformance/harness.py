@@ -142,13 +142,13 @@ class Harness:
         """The same harness (database, tables, backend class) whose queue workers and process_next_job
         runs all get `options` too, e.g. batch_size=8 to run the suite in batch mode.
 
-        A process rebuilding it from its factory gets the same options.
+        A process rebuilding it from its factory gets the same options. It opens its own backends (and
+        connections): close it as well as this one.
         """
         twin = copy.copy(self)
         twin.name = f"{self.name} with {', '.join(f'{k}={v!r}' for k, v in options.items())}"
         twin.worker_options = {**self.worker_options, **options}
-        twin._backends = []
-        twin._backends_lock = threading.Lock()
+        twin._forget_open_resources()
         if self.factory is not None:
             twin.factory = dataclasses.replace(self.factory, worker_options=twin.worker_options)
         return twin
@@ -157,6 +157,11 @@ class Harness:
     def data_source(self) -> Any:
         """What create_queue_worker takes for this backend."""
         return self.backend()
+
+    def _forget_open_resources(self) -> None:
+        """In a copy (with_worker_options): open nothing of the original's, close nothing of it."""
+        self._backends = []
+        self._backends_lock = threading.Lock()
 
     def backend(self) -> Backend:
         """A backend that close() closes."""
@@ -537,6 +542,11 @@ class SqlHarness(Harness):
             self.execute(f"ANALYZE {self.job_table}")
         elif self.dialect == "mysql":
             self.select(f"ANALYZE TABLE {self.job_table}")
+
+    def _forget_open_resources(self) -> None:
+        super()._forget_open_resources()
+        self._own = None
+        self._own_lock = threading.Lock()
 
     def close(self) -> None:
         super().close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,8 +27,12 @@ class TestMySQLBatch(WorkerSuite):
     """The clauses that run a worker again, every queue worker and process_next_job in batch mode."""
 
     @pytest.fixture
-    def harness(self, mysql_db: SqlHarness) -> SqlHarness:
-        return mysql_db.with_worker_options(batch_size=8)
+    def harness(self, mysql_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = mysql_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()
 
 
 def test_innodb_claims_keep_the_lock_on_the_record_that_ends_their_scan(mysql_db: SqlHarness) -> None:

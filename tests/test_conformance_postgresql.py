@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from conformance import BackendSuite, SqlHarness, WorkerSuite
@@ -17,5 +19,9 @@ class TestPostgreSQLBatch(WorkerSuite):
     """The clauses that run a worker again, every queue worker and process_next_job in batch mode."""
 
     @pytest.fixture
-    def harness(self, pg_db: SqlHarness) -> SqlHarness:
-        return pg_db.with_worker_options(batch_size=8)
+    def harness(self, pg_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = pg_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()
