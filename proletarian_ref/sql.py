@@ -73,3 +73,10 @@ def render_rows(dialect: str, name: str, job_table: TableName, rows: int) -> str
     if rows < 1:
         raise ValueError(f"a multi-row statement needs at least one row, not {rows}")
     return statements[name].format(job_table=job_table, rows=", ".join([row] * rows))
+
+
+def render_channel(dialect: str, name: str, channel: str) -> str:
+    """The statement `name` with {channel}: a notification channel made of identifier characters, quoted."""
+    if not re.fullmatch(r"[a-z0-9_.]{1,63}", channel):
+        raise ValueError(f"notification channel {channel!r} is not 1 to 63 of [a-z0-9_.]")
+    return queries(dialect)[name].format(channel=f'"{channel}"')

@@ -22,7 +22,15 @@ def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() 
     # RETURNING for generated ids; on MySQL the savepoint around a batch of several INSERTs.
     shared |= {"enqueue_many", "enqueue_many_row"}
     batch = {
-        "postgresql": {"enqueue_copy", "enqueue_many_db_generated", "enqueue_many_db_generated_row"},
+        # PostgreSQL also announces enqueued jobs to listening workers (NOTIFY, LISTEN).
+        "postgresql": {
+            "enqueue_copy",
+            "enqueue_many_db_generated",
+            "enqueue_many_db_generated_row",
+            "notify_enqueued",
+            "listen",
+            "unlisten",
+        },
         "mysql": {
             "enqueue_many_savepoint",
             "enqueue_many_rollback",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Final
@@ -15,9 +17,15 @@ from psycopg.adapt import Loader
 from psycopg.pq import Format
 from psycopg.rows import tuple_row
 
+from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities
 from proletarian_ref.backends._dbapi import SqlBackend
-from proletarian_ref.errors import DatabaseError, SchemaMissingError, TransientDatabaseError
+from proletarian_ref.errors import (
+    ConfigurationError,
+    DatabaseError,
+    SchemaMissingError,
+    TransientDatabaseError,
+)
 from proletarian_ref.tables import TableName
 
 try:
@@ -42,6 +50,30 @@ PGBOUNCER_ADVICE: Final = (
     "ConnectionPool(kwargs={'prepare_threshold': None}), or ?prepare_threshold=none in a proletarian-ref "
     "DSN (docs/scaling.md)"
 )
+
+
+# NOTIFY channels are identifiers (NAMEDATALEN - 1 bytes); payloads must stay under 8,000 bytes.
+_MAX_CHANNEL_BYTES: Final = 63
+_MAX_PAYLOAD_BYTES: Final = 1000
+
+
+def notification_channel(job_table: TableName) -> str:
+    """The NOTIFY channel of a job table: its name as PostgreSQL folds it, hashed if over 63 bytes.
+
+    A dot cannot occur in either part of a TableName, so two tables never share a channel by accident.
+    """
+    channel = f"proletarian.{str(job_table).lower()}"
+    if len(channel) > _MAX_CHANNEL_BYTES:
+        channel = "proletarian." + hashlib.sha1(channel.encode("ascii")).hexdigest()
+    return channel
+
+
+def notification_payload(queue: str) -> str:
+    """A queue's keyword text as a NOTIFY payload; a very long one by its hash, within the server's limit."""
+    data = queue.encode("utf-8")
+    if len(data) <= _MAX_PAYLOAD_BYTES:
+        return queue
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 class _LenientLoader(Loader):
@@ -187,6 +219,83 @@ class PostgresBackend(SqlBackend):
     def _generated_id(self, cursor: Any) -> Any:
         row = cursor.fetchone()
         return None if row is None else row[0]
+
+    # -- Notifications ---------------------------------------------------------------------------------
+
+    def notify_enqueued(self, conn: Any, job_table: TableName, queues: Sequence[str]) -> None:
+        params = {
+            "channel": notification_channel(job_table),
+            "queues": [notification_payload(queue) for queue in queues],
+        }
+        self._execute(conn, self._render("notify_enqueued", job_table), params, _nothing, reads_rows=False)
+
+    def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> PostgresListener:
+        source = data_source if data_source is not None else self._data_source
+        pool = type(source).__module__.split(".", 1)[0] == "psycopg_pool"
+        if not pool and not callable(source):
+            raise ConfigurationError(
+                "this PostgresBackend has no data source to open a listening connection with; pass "
+                "listen_data_source= (a connection factory or a psycopg_pool pool)"
+            )
+        channel = notification_channel(job_table)
+        with self._errors():
+            conn = source.getconn() if pool else source()
+        listener = PostgresListener(
+            self, conn, channel, notification_payload(queue), pool=source if pool else None
+        )
+        try:
+            with self._errors():
+                conn.autocommit = True
+                conn.execute(sql.render_channel(self.dialect, "listen", channel))
+        except BaseException:
+            listener.close()
+            raise
+        return listener
+
+
+class PostgresListener:
+    """One autocommit connection LISTENing on a job table's channel, for one queue; used by one thread.
+
+    From a pool, the connection is held until close() and then goes back, no longer listening and with
+    its autocommit as it was.
+    """
+
+    def __init__(self, backend: PostgresBackend, conn: Any, channel: str, payload: str, *, pool: Any) -> None:
+        self._backend = backend
+        self.conn = conn
+        self._channel = channel
+        self._payload = payload
+        self._pool = pool
+        self._autocommit = bool(conn.autocommit)
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._backend._errors():
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                announced = False
+                # stop_after=1 returns as soon as a packet arrives, with every notification in it.
+                for note in self.conn.notifies(timeout=remaining, stop_after=1):
+                    announced = announced or (note.channel == self._channel and note.payload == self._payload)
+                if announced:
+                    return True
+
+    def close(self) -> None:
+        if self._pool is None:
+            _close_quietly(self.conn)
+            return
+        with contextlib.suppress(Exception):  # a broken connection: the pool checks and replaces it
+            if not self.conn.closed and not self.conn.broken:
+                self.conn.execute(sql.render_channel(self._backend.dialect, "unlisten", self._channel))
+                self.conn.autocommit = self._autocommit
+        self._pool.putconn(self.conn)
+
+
+def _close_quietly(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # closing is all that is left to do
+        conn.close()
 
 
 def _nothing(cursor: Any) -> None:
