@@ -18,7 +18,7 @@ from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 _DEFAULT_SERIALIZER = create_serializer()
 # Whether enqueue announces its jobs to listening workers unless told (docs/worker.md, "Instant
 # wake-up", says why and with which measurements).
-DEFAULT_NOTIFY: Final = True
+DEFAULT_NOTIFY: Final = False
 
 
 def default_serializer() -> Serializer:

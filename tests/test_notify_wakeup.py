@@ -200,3 +200,44 @@ def test_channel_names_fold_case_and_stay_within_63_bytes() -> None:
     long = notification_channel(table_name("s" * 60 + "." + "t" * 60))
     assert len(long) <= 63 and long.startswith("proletarian.")
     assert long != notification_channel(table_name("s" * 60 + "." + "t" * 59 + "u"))
+
+
+def test_a_pool_lends_no_connection_to_the_listener(pg_db: SqlHarness, pg_dsn: str) -> None:
+    from psycopg_pool import ConnectionPool
+
+    done: list[Any] = []
+    log = RecordingLog()
+    # One connection in the pool, one worker thread: a listener holding it would starve the thread.
+    with ConnectionPool(pg_dsn, min_size=1, max_size=1, timeout=2, open=True) as pool:
+        worker = create_queue_worker(
+            pool,
+            lambda job_type, payload: done.append(payload),
+            log=log,
+            polling_interval_ms=NEVER_MS,
+            **pg_db.table_options,
+        )
+        with worker:
+            assert wait_until(lambda: bool(log.named(ev.LISTENING_FOR_JOBS)))
+            with pool.connection() as conn:
+                enqueue(conn, "a", "pooled", job_table=pg_db.job_table, notify=True)
+            assert wait_until(lambda: done == ["pooled"], timeout=WOKEN_WITHIN_S)
+        assert wait_until(lambda: _listening_pids(pg_db) == [])
+        assert not log.named(ev.SQL_TRANSIENT_EXCEPTION)
+        assert pool.get_stats()["pool_size"] == 1
+
+
+def test_listen_data_source_gives_the_listener_its_own_connections(pg_db: SqlHarness) -> None:
+    opened: list[Any] = []
+    done: list[Any] = []
+    log = RecordingLog()
+
+    def listen_source() -> Any:
+        conn = pg_db.connect()
+        opened.append(conn)
+        return conn
+
+    with _worker(pg_db, done, log, polling_interval_ms=NEVER_MS, listen_data_source=listen_source):
+        assert wait_until(lambda: bool(log.named(ev.LISTENING_FOR_JOBS)))
+        enqueue_committed(pg_db, "a", 1, notify=True)
+        assert wait_until(lambda: done == [1], timeout=WOKEN_WITHIN_S)
+    assert len(opened) == 1 and opened[0].closed

@@ -29,7 +29,6 @@ def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() 
             "enqueue_many_db_generated_row",
             "notify_enqueued",
             "listen",
-            "unlisten",
         },
         "mysql": {
             "enqueue_many_savepoint",

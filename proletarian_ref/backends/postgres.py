@@ -239,34 +239,39 @@ class PostgresBackend(SqlBackend):
             )
         channel = notification_channel(job_table)
         with self._errors():
-            conn = source.getconn() if pool else source()
-        listener = PostgresListener(
-            self, conn, channel, notification_payload(queue), pool=source if pool else None
-        )
+            conn = _connect_like(source) if pool else source()
         try:
             with self._errors():
                 conn.autocommit = True
                 conn.execute(sql.render_channel(self.dialect, "listen", channel))
         except BaseException:
-            listener.close()
+            _close_quietly(conn)
             raise
-        return listener
+        return PostgresListener(self, conn, channel, notification_payload(queue))
+
+
+def _connect_like(pool: Any) -> Any:
+    """A connection made as `pool` makes its own, but outside it: a listener never takes a pool slot.
+
+    Held for the worker's life, a pool's connection would leave its worker threads one short (a pool
+    sized to worker_threads would have a thread waiting for a connection on every poll).
+    """
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    return pool.connection_class.connect(conninfo, **(kwargs or {}))
 
 
 class PostgresListener:
     """One autocommit connection LISTENing on a job table's channel, for one queue; used by one thread.
 
-    From a pool, the connection is held until close() and then goes back, no longer listening and with
-    its autocommit as it was.
+    The connection is the listener's own: close() closes it.
     """
 
-    def __init__(self, backend: PostgresBackend, conn: Any, channel: str, payload: str, *, pool: Any) -> None:
+    def __init__(self, backend: PostgresBackend, conn: Any, channel: str, payload: str) -> None:
         self._backend = backend
         self.conn = conn
         self._channel = channel
         self._payload = payload
-        self._pool = pool
-        self._autocommit = bool(conn.autocommit)
 
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -283,14 +288,7 @@ class PostgresListener:
                     return True
 
     def close(self) -> None:
-        if self._pool is None:
-            _close_quietly(self.conn)
-            return
-        with contextlib.suppress(Exception):  # a broken connection: the pool checks and replaces it
-            if not self.conn.closed and not self.conn.broken:
-                self.conn.execute(sql.render_channel(self._backend.dialect, "unlisten", self._channel))
-                self.conn.autocommit = self._autocommit
-        self._pool.putconn(self.conn)
+        _close_quietly(self.conn)
 
 
 def _close_quietly(conn: Any) -> None:

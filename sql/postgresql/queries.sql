@@ -75,7 +75,3 @@ SELECT pg_notify(%(channel)s, queue) FROM unnest(%(queues)s::text[]) AS queue
 -- The listener's own autocommit connection subscribes to the channel; {channel} is a quoted identifier made
 -- from a validated table name (notification_channel).
 LISTEN {channel}
-
--- name: unlisten
--- A pool's connection stops listening before it goes back to the pool.
-UNLISTEN *
