@@ -157,8 +157,13 @@ class Listener(Protocol):
     def wait(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds; True if a job of the listened queue was announced meanwhile.
 
-        Raises DatabaseError if the connection breaks; the caller closes it and listens anew.
+        False at once after interrupt(). Raises DatabaseError if the connection breaks; the caller
+        closes it and listens anew.
         """
+        ...
+
+    def interrupt(self) -> None:
+        """From another thread: end the wait in progress, and every later one, at once (stop())."""
         ...
 
     def close(self) -> None:

@@ -49,9 +49,9 @@ _MIN_BACKOFF_S: Final = 0.01
 # The listener connection, once broken, is opened again after 0.1 s, doubling up to this cap; polling
 # runs the jobs meanwhile.
 MAX_LISTENER_BACKOFF_S: Final = 30.0
-# How long one listener wait lasts before it looks at the stop request again: stop() waits at most this
-# for the listener thread (a notification ends a wait at once, whatever it is).
-_LISTEN_TICK_S: Final = 0.1
+# How long one listener wait lasts; stop() and a notification end it at once, so it only bounds how
+# long a listener whose interrupt failed keeps its thread after stop().
+_LISTEN_TICK_S: Final = 5.0
 # Whether a worker listens for enqueue notifications where its backend can (docs/worker.md).
 DEFAULT_WAKE_ON_NOTIFY: Final = True
 
@@ -315,6 +315,7 @@ class QueueWorker:
         self._wake = threading.Condition(threading.Lock())
         self._wake_generation = 0
         self._listener_thread: threading.Thread | None = None
+        self._listener: Listener | None = None  # set and read under _lock, so stop() can interrupt it
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -368,8 +369,11 @@ class QueueWorker:
             self._safe_log(ev.SHUTTING_DOWN, context)
             with self._lock:
                 self._stop_event.set()
+                listening = self._listener
             with self._wake:
                 self._wake.notify_all()
+            if listening is not None:
+                listening.interrupt()
             deadline = time.monotonic() + self._await_timeout
             current = threading.current_thread()
             listener = [self._listener_thread] if self._listener_thread is not None else []
@@ -550,15 +554,21 @@ class QueueWorker:
                         listener = notifications.listen(
                             self.settings.job_table, self.settings.queue, self._listen_data_source
                         )
+                        with self._lock:
+                            if self._stop_event.is_set():
+                                break
+                            self._listener = listener
                         self._safe_log(ev.LISTENING_FOR_JOBS, context)
-                        failures = 0
                         # Jobs may have come while no one listened: one poll finds them now.
                         self._wake_one()
                     if listener.wait(_LISTEN_TICK_S):
                         self._wake_one()
+                    failures = 0  # only a connection that waited counts as back
                 except Exception as exc:
                     failures += 1
                     if listener is not None:
+                        with self._lock:
+                            self._listener = None
                         with contextlib.suppress(Exception):
                             listener.close()
                         listener = None

@@ -241,3 +241,20 @@ def test_listen_data_source_gives_the_listener_its_own_connections(pg_db: SqlHar
         enqueue_committed(pg_db, "a", 1, notify=True)
         assert wait_until(lambda: done == [1], timeout=WOKEN_WITHIN_S)
     assert len(opened) == 1 and opened[0].closed
+
+
+def test_interrupt_ends_a_listeners_wait_at_once_and_every_later_one(ndb: Harness) -> None:
+    import threading
+
+    listener = _listener(ndb)
+    results: list[bool] = []
+    try:
+        waiting = threading.Thread(target=lambda: results.append(listener.wait(NEVER_MS / 1000)))
+        waiting.start()
+        listener.interrupt()
+        waiting.join(WOKEN_WITHIN_S)
+        assert not waiting.is_alive() and results == [False]
+        assert listener.wait(NEVER_MS / 1000) is False  # interrupted for good: stop() may come first
+    finally:
+        listener.close()
+    listener.interrupt()  # after close: nothing to write to, and no error

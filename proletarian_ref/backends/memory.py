@@ -310,6 +310,7 @@ class MemoryListener:
         self._key = key
         self._condition = threading.Condition()
         self._pending = False
+        self._interrupted = False
         # Set by kill(), as pg_terminate_backend ends a listening session: every later wait raises.
         self.killed = False
 
@@ -324,14 +325,21 @@ class MemoryListener:
             self.killed = True
             self._condition.notify_all()
 
+    def interrupt(self) -> None:
+        with self._condition:
+            self._interrupted = True
+            self._condition.notify_all()
+
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self._condition:
-            while not (self._pending or self.killed):
+            while not (self._pending or self.killed or self._interrupted):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
                 self._condition.wait(remaining)
+            if self._interrupted:
+                return False
             if self.killed:
                 raise TransientDatabaseError("the listening session was killed")
             self._pending = False

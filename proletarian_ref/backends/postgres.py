@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+import select
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
@@ -264,31 +267,58 @@ def _connect_like(pool: Any) -> Any:
 class PostgresListener:
     """One autocommit connection LISTENing on a job table's channel, for one queue; used by one thread.
 
-    The connection is the listener's own: close() closes it.
+    It waits on the connection's socket itself, beside a pipe that interrupt() writes to, so stop() ends
+    a wait at once and an idle listener wakes for nothing else. The connection is the listener's own:
+    close() closes it.
     """
 
     def __init__(self, backend: PostgresBackend, conn: Any, channel: str, payload: str) -> None:
         self._backend = backend
         self.conn = conn
-        self._channel = channel
-        self._payload = payload
+        self._channel = channel.encode("ascii")
+        self._payload = payload.encode("utf-8")
+        self._interrupt_r, self._interrupt_w = os.pipe()
+        os.set_blocking(self._interrupt_w, False)
+        # interrupt() and close() run on different threads: a closed descriptor's number may be reused.
+        self._pipe_lock = threading.Lock()
+        self._closed = False
+
+    def interrupt(self) -> None:
+        with self._pipe_lock, contextlib.suppress(BlockingIOError):  # full: interrupted already
+            if not self._closed:
+                os.write(self._interrupt_w, b"x")
 
     def wait(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
+        pgconn = self.conn.pgconn
         with self._backend._errors():
             while True:
+                if self._announced(pgconn):
+                    return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                announced = False
-                # stop_after=1 returns as soon as a packet arrives, with every notification in it.
-                for note in self.conn.notifies(timeout=remaining, stop_after=1):
-                    announced = announced or (note.channel == self._channel and note.payload == self._payload)
-                if announced:
-                    return True
+                ready, _, _ = select.select([pgconn.socket, self._interrupt_r], [], [], remaining)
+                if self._interrupt_r in ready:
+                    return False
+                if ready:
+                    # Raises OperationalError when the server has closed the connection.
+                    pgconn.consume_input()
+
+    def _announced(self, pgconn: Any) -> bool:
+        """Whether the notifications read so far include this queue's; reads them all."""
+        announced = False
+        while (note := pgconn.notifies()) is not None:
+            announced = announced or (note.relname == self._channel and note.extra == self._payload)
+        return announced
 
     def close(self) -> None:
         _close_quietly(self.conn)
+        with self._pipe_lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._interrupt_r)
+                os.close(self._interrupt_w)
 
 
 def _close_quietly(conn: Any) -> None:
