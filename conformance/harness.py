@@ -53,6 +53,9 @@ class Harness:
         self.archived_job_table = archived_job_table
         self._backends: list[Backend] = []
         self._backends_lock = threading.Lock()
+        # What every enqueue of the suite adds, e.g. {"notify": True} to run the suite with the wake-up
+        # announcement in every enqueuer's transaction.
+        self.enqueue_options: dict[str, Any] = {}
 
     # -- to provide ------------------------------------------------------------------------------------
 
