@@ -154,6 +154,11 @@ class BatchEnqueue(Protocol):
 class Listener(Protocol):
     """A connection listening for the enqueue notifications of one job table, kept by one thread."""
 
+    # False when a test notification, sent through the backend's own connections as enqueuers send
+    # theirs, did not reach this listener in time: behind PgBouncer in transaction mode, for one, LISTEN
+    # holds on no server session. Polling still runs the jobs.
+    confirmed: bool
+
     def wait(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds; True if a job of the listened queue was announced meanwhile.
 

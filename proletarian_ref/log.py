@@ -34,6 +34,9 @@ RELEASED_JOB_RETURNED: Final = "proletarian.worker/released-job-returned"
 # listens for enqueued jobs, or failed and is opened again after a backoff while polling goes on.
 LISTENING_FOR_JOBS: Final = "proletarian.worker/listening-for-jobs"
 LISTENER_ERROR: Final = "proletarian.worker/listener-error"
+# The listener's test notification did not come back: notifications may never reach it (PgBouncer in
+# transaction mode); jobs then run at the polling interval.
+LISTENER_UNCONFIRMED: Final = "proletarian.worker/listener-unconfirmed"
 
 # Data keys, as Proletarian names them (note the singular "attempt").
 QUEUE_WORKER_ID: Final = "proletarian.worker/queue-worker-id"
@@ -63,6 +66,7 @@ _LEVELS: Final = {
     ),
     POLLING_FOR_JOBS: logging.DEBUG,
     LISTENER_ERROR: logging.WARNING,
+    LISTENER_UNCONFIRMED: logging.WARNING,
 }
 
 logger = logging.getLogger("proletarian_ref")

@@ -54,6 +54,12 @@ MAX_LISTENER_BACKOFF_S: Final = 30.0
 _LISTEN_TICK_S: Final = 5.0
 # Whether a worker listens for enqueue notifications where its backend can (docs/worker.md).
 DEFAULT_WAKE_ON_NOTIFY: Final = True
+LISTENER_UNCONFIRMED_ADVICE: Final = (
+    "a test notification sent as enqueuers send theirs did not reach the worker's listener: behind "
+    "PgBouncer in transaction mode LISTEN keeps no server session. Jobs still run, at the polling "
+    "interval. Give the worker listen_data_source= (a direct or session-mode connection), or "
+    "wake_on_notify=False (docs/scaling.md)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -559,6 +565,10 @@ class QueueWorker:
                                 break
                             self._listener = listener
                         self._safe_log(ev.LISTENING_FOR_JOBS, context)
+                        if not getattr(listener, "confirmed", True):
+                            self._safe_log(
+                                ev.LISTENER_UNCONFIRMED, {**context, "advice": LISTENER_UNCONFIRMED_ADVICE}
+                            )
                         # Jobs may have come while no one listened: one poll finds them now.
                         self._wake_one()
                     if listener.wait(_LISTEN_TICK_S):

@@ -69,6 +69,7 @@ def test_a_notified_job_starts_without_waiting_for_the_polling_interval(ndb: Har
         assert wait_until(lambda: done == [1], timeout=WOKEN_WITHIN_S)
         enqueue_committed(ndb, "a", 2, notify=True)  # a worker woken once is woken again
         assert wait_until(lambda: done == [1, 2], timeout=WOKEN_WITHIN_S)
+    assert not log.named(ev.LISTENER_UNCONFIRMED)  # its test notification came back
 
 
 def test_a_batch_announced_once_is_run_whole_by_threads_that_wake_each_other(ndb: Harness) -> None:

@@ -311,6 +311,7 @@ class MemoryListener:
         self._condition = threading.Condition()
         self._pending = False
         self._interrupted = False
+        self.confirmed = True
         # Set by kill(), as pg_terminate_backend ends a listening session: every later wait raises.
         self.killed = False
 

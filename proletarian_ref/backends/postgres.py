@@ -58,6 +58,11 @@ PGBOUNCER_ADVICE: Final = (
 # NOTIFY channels are identifiers (NAMEDATALEN - 1 bytes); payloads must stay under 8,000 bytes.
 _MAX_CHANNEL_BYTES: Final = 63
 _MAX_PAYLOAD_BYTES: Final = 1000
+# How long a new listener waits for its own test notification before it says it may be deaf. Delivery
+# takes milliseconds; a probe payload is never a queue's keyword text (those start with a colon), so
+# other workers' listeners ignore it.
+PROBE_TIMEOUT_S: Final = 5.0
+_PROBE_PREFIX: Final = "probe:"
 
 
 def notification_channel(job_table: TableName) -> str:
@@ -250,7 +255,26 @@ class PostgresBackend(SqlBackend):
         except BaseException:
             _close_quietly(conn)
             raise
-        return PostgresListener(self, conn, channel, notification_payload(queue))
+        listener = PostgresListener(self, conn, channel, notification_payload(queue))
+        try:
+            listener.confirmed = listener.receives(self._probe(job_table), PROBE_TIMEOUT_S)
+        except BaseException:
+            listener.close()
+            raise
+        return listener
+
+    def _probe(self, job_table: TableName) -> str:
+        """Send a test notification as enqueuers do, on the backend's own connection; returns its payload.
+
+        The connection the calling thread opens for it is closed again: the listener thread keeps none.
+        """
+        token = _PROBE_PREFIX + os.urandom(8).hex()
+        try:
+            with self.transaction() as conn:
+                self.notify_enqueued(conn, job_table, [token])
+        finally:
+            self.close_thread_connection()
+        return token
 
 
 def _connect_like(pool: Any) -> Any:
@@ -282,6 +306,9 @@ class PostgresListener:
         # interrupt() and close() run on different threads: a closed descriptor's number may be reused.
         self._pipe_lock = threading.Lock()
         self._closed = False
+        self.confirmed = True
+        # An announcement for this queue read while waiting for something else (the probe).
+        self._pending = False
 
     def interrupt(self) -> None:
         with self._pipe_lock, contextlib.suppress(BlockingIOError):  # full: interrupted already
@@ -289,11 +316,18 @@ class PostgresListener:
                 os.write(self._interrupt_w, b"x")
 
     def wait(self, timeout: float) -> bool:
+        return self._wait_for(self._payload, timeout)
+
+    def receives(self, payload: str, timeout: float) -> bool:
+        """Whether a notification with `payload` arrives within `timeout` seconds (the probe)."""
+        return self._wait_for(payload.encode("utf-8"), timeout)
+
+    def _wait_for(self, payload: bytes, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         pgconn = self.conn.pgconn
         with self._backend._errors():
             while True:
-                if self._announced(pgconn):
+                if self._read(pgconn, payload):
                     return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -305,12 +339,20 @@ class PostgresListener:
                     # Raises OperationalError when the server has closed the connection.
                     pgconn.consume_input()
 
-    def _announced(self, pgconn: Any) -> bool:
-        """Whether the notifications read so far include this queue's; reads them all."""
-        announced = False
+    def _read(self, pgconn: Any, payload: bytes) -> bool:
+        """Read every notification received; whether one carried `payload` (or one did earlier)."""
+        if payload == self._payload and self._pending:
+            self._pending = False
+            return True
+        found = False
         while (note := pgconn.notifies()) is not None:
-            announced = announced or (note.relname == self._channel and note.extra == self._payload)
-        return announced
+            if note.relname != self._channel:
+                continue
+            if note.extra == payload:
+                found = True
+            elif note.extra == self._payload:
+                self._pending = True  # read while waiting for the probe: the next wait() returns it
+        return found
 
     def close(self) -> None:
         _close_quietly(self.conn)
