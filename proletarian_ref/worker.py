@@ -737,9 +737,10 @@ def create_queue_worker(
 
     With `wake_on_notify`, on a backend that can (PostgreSQL, in-memory) one more thread keeps one more
     connection LISTENing, from `listen_data_source` if given (a factory or a pool: e.g. a direct DSN when
-    the workers go through PgBouncer in transaction mode), else from the data source (a pool's connection
-    is held while the worker runs). A job enqueued with notify then starts at once; polling still runs
-    every other job. Elsewhere (MySQL) the option changes nothing.
+    the workers go through PgBouncer in transaction mode), else from the data source (for a pool, made
+    as the pool makes its connections but outside it, so it takes no slot of the polling threads). A job
+    enqueued with notify then starts at once; polling still runs every other job. Elsewhere (MySQL) the
+    option changes nothing.
     """
     if not callable(handler_fn):
         raise ConfigurationError(f"handler_fn must be callable, got {handler_fn!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import select
+import selectors
 import threading
 import time
 from collections.abc import Sequence
@@ -22,7 +22,7 @@ from psycopg.rows import tuple_row
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities
-from proletarian_ref.backends._dbapi import SqlBackend
+from proletarian_ref.backends._dbapi import SqlBackend, _close_quietly
 from proletarian_ref.errors import (
     ConfigurationError,
     DatabaseError,
@@ -303,6 +303,10 @@ class PostgresListener:
         self._payload = payload.encode("utf-8")
         self._interrupt_r, self._interrupt_w = os.pipe()
         os.set_blocking(self._interrupt_w, False)
+        # A selector, not select(): select() refuses descriptors past 1023, which a busy process has.
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(conn.pgconn.socket, selectors.EVENT_READ)
+        self._selector.register(self._interrupt_r, selectors.EVENT_READ)
         # interrupt() and close() run on different threads: a closed descriptor's number may be reused.
         self._pipe_lock = threading.Lock()
         self._closed = False
@@ -332,7 +336,7 @@ class PostgresListener:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                ready, _, _ = select.select([pgconn.socket, self._interrupt_r], [], [], remaining)
+                ready = {key.fd for key, _ in self._selector.select(remaining)}
                 if self._interrupt_r in ready:
                     return False
                 if ready:
@@ -359,13 +363,9 @@ class PostgresListener:
         with self._pipe_lock:
             if not self._closed:
                 self._closed = True
+                self._selector.close()
                 os.close(self._interrupt_r)
                 os.close(self._interrupt_w)
-
-
-def _close_quietly(conn: Any) -> None:
-    with contextlib.suppress(Exception):  # closing is all that is left to do
-        conn.close()
 
 
 def _nothing(cursor: Any) -> None:
