@@ -1,4 +1,9 @@
-"""Enqueue rate on one connection, one job, a batch or an enqueue_many per transaction, against raw SQL."""
+"""Enqueue rate on one connection, one job, a batch or an enqueue_many per transaction, against raw SQL.
+
+The library's variants run without notify (Proletarian's statements only, as the raw loop); the
+`_notify` variants add the wake-up announcement (pg_notify on PostgreSQL), interleaved with them, so the
+ratio of the two is what notify costs an enqueuer.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,12 @@ from proletarian_ref.backend import Backend
 
 
 def library_enqueue(
-    harness: Harness, per_transaction: int, window_s: float, max_jobs: int, backend: Backend | None
+    harness: Harness,
+    per_transaction: int,
+    window_s: float,
+    max_jobs: int,
+    backend: Backend | None,
+    notify: bool = False,
 ) -> tuple[int, float]:
     """Jobs enqueued through proletarian_ref.enqueue and seconds taken, bounded by count and time.
 
@@ -43,13 +53,19 @@ def library_enqueue(
                 queue=BENCH_QUEUE,
                 job_table=harness.job_table,
                 backend=backend,
+                notify=notify,
             )
 
     return _timed_transactions(harness, per_transaction, window_s, max_jobs, one_transaction)
 
 
 def library_enqueue_many(
-    harness: Harness, per_transaction: int, window_s: float, max_jobs: int, backend: Backend | None
+    harness: Harness,
+    per_transaction: int,
+    window_s: float,
+    max_jobs: int,
+    backend: Backend | None,
+    notify: bool = False,
 ) -> tuple[int, float]:
     """Jobs enqueued through one proletarian_ref.enqueue_many call per transaction, and seconds taken."""
 
@@ -60,6 +76,7 @@ def library_enqueue_many(
             queue=BENCH_QUEUE,
             job_table=harness.job_table,
             backend=backend,
+            notify=notify,
         )
 
     return _timed_transactions(harness, per_transaction, window_s, max_jobs, one_transaction)
@@ -92,7 +109,9 @@ def _many_row(
 ) -> dict[str, Any]:
     """enqueue_many of settings.enqueue_many_batch jobs a transaction against the driver's batched insert."""
     per_txn = settings.enqueue_many_batch
-    variants = ["library_many"] + ([] if raw_reason else ["raw_batched"])
+    variants = ["library_many", *_notify_variant(harness, "library_many")] + (
+        [] if raw_reason else ["raw_batched"]
+    )
     rounds = max(1, settings.throughput_rounds)
     task = progress.task(f"{harness.name}: enqueue_many rate", len(variants) * rounds)
     row: dict[str, Any] = {"jobs_per_transaction": per_txn}
@@ -107,15 +126,34 @@ def _many_row(
                 sql_harness, dialect = require_sql(harness)
                 count, elapsed = raw_enqueue_batched(sql_harness, dialect, per_txn, window, max_jobs)
             else:
-                count, elapsed = library_enqueue_many(harness, per_txn, window, max_jobs, None)
+                notify = variant.endswith("_notify")
+                count, elapsed = library_enqueue_many(harness, per_txn, window, max_jobs, None, notify)
             row.setdefault(f"{variant}_rounds", []).append(count / elapsed if elapsed > 0 else 0.0)
             progress.advance(task)
     for variant in variants:
         row[f"{variant}_jobs_per_s"] = statistics.median(row[f"{variant}_rounds"])
     if row.get("raw_batched_jobs_per_s", 0) > 0:
         row["ratio"] = row["library_many_jobs_per_s"] / row["raw_batched_jobs_per_s"]
+    _notify_ratio(row, "library_many")
     progress.done(task)
     return row
+
+
+def _notify_variant(harness: Harness, variant: str) -> list[str]:
+    """`variant` with notify, where the backend announces enqueued jobs (PostgreSQL, not MySQL)."""
+    backend = harness.make_backend()
+    try:
+        return [f"{variant}_notify"] if hasattr(backend, "notify_enqueued") else []
+    finally:
+        backend.close()
+
+
+def _notify_ratio(row: dict[str, Any], variant: str) -> None:
+    """Round by round (the two ran next to each other), what notify leaves of the rate: with / without."""
+    with_notify = row.get(f"{variant}_notify_rounds")
+    if with_notify:
+        pairs = zip(with_notify, row[f"{variant}_rounds"], strict=True)
+        row["notify_ratio"] = statistics.median(a / b for a, b in pairs if b > 0)
 
 
 def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
@@ -123,7 +161,9 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
     with closing_harness(harness):
         raw_reason = raw_skip_reason(harness)
         sizes = (1, settings.enqueue_batch)
-        variants = ["library", "library_backend_reused"] + ([] if raw_reason else ["raw"])
+        variants = ["library", *_notify_variant(harness, "library"), "library_backend_reused"] + (
+            [] if raw_reason else ["raw"]
+        )
         rounds = max(1, settings.throughput_rounds)
         task = progress.task(f"{harness.name}: enqueue rate", len(sizes) * len(variants) * rounds)
         rows: list[dict[str, Any]] = []
@@ -143,7 +183,12 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                     else:
                         backend = shared_backend if variant == "library_backend_reused" else None
                         count, elapsed = library_enqueue(
-                            harness, per_txn, window, settings.enqueue_max_jobs, backend
+                            harness,
+                            per_txn,
+                            window,
+                            settings.enqueue_max_jobs,
+                            backend,
+                            notify=variant == "library_notify",
                         )
                     row.setdefault(f"{variant}_rounds", []).append(count / elapsed if elapsed > 0 else 0.0)
                     progress.advance(task)
@@ -152,6 +197,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             if "raw_jobs_per_s" in row and row["raw_jobs_per_s"] > 0:
                 row["ratio"] = row["library_jobs_per_s"] / row["raw_jobs_per_s"]
                 row["ratio_backend_reused"] = row["library_backend_reused_jobs_per_s"] / row["raw_jobs_per_s"]
+            _notify_ratio(row, "library")
             rows.append(row)
         truncate(harness)
         progress.done(task)

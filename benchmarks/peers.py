@@ -171,8 +171,12 @@ class Ours:
 
     def latency(self, settings: Settings) -> dict[str, Any]:
         truncate(self.harness)
+        # With instant wake-up where the backend has it, as pgqueuer and procrastinate LISTEN too.
         figures = latency.enqueue_to_start(
-            self.harness, settings.with_(latency_jobs=settings.peers_latency_jobs), self.batch_size
+            self.harness,
+            settings.with_(latency_jobs=settings.peers_latency_jobs),
+            self.batch_size,
+            wake=latency.announces(self.harness),
         )
         return {k: v for k, v in figures.items() if k.endswith("_ms") or k == "n"}
 

@@ -192,7 +192,9 @@ def _enqueue_section(results: dict[str, Any]) -> list[str]:
     out = ["### Enqueue rate (one connection)", ""]
     out.append(
         "Jobs per second. *library*: `enqueue(conn, ...)` as an application calls it; *reused backend*: the "
-        "same with `backend=` passed once; *raw*: the INSERT on the driver."
+        "same with `backend=` passed once; *raw*: the INSERT on the driver; *with notify*: `notify=True` "
+        "(instant wake-up; PostgreSQL only), and *notify cost* the with / without ratio of rounds run side "
+        "by side."
     )
     out.append("")
     rows: list[list[Any]] = []
@@ -206,9 +208,23 @@ def _enqueue_section(results: dict[str, Any]) -> list[str]:
                     r.get("library_backend_reused_jobs_per_s"),
                     r.get("raw_jobs_per_s"),
                     r.get("ratio"),
+                    r.get("library_notify_jobs_per_s", "-"),
+                    r.get("notify_ratio", "-"),
                 ]
             )
-    out += _table(["backend", "jobs/txn", "library", "reused backend", "raw", "library / raw"], rows)
+    out += _table(
+        [
+            "backend",
+            "jobs/txn",
+            "library",
+            "reused backend",
+            "raw",
+            "library / raw",
+            "with notify",
+            "notify cost",
+        ],
+        rows,
+    )
     out.append("")
     many = [e for e in entries if "many" in e]
     if many:
@@ -224,10 +240,23 @@ def _enqueue_section(results: dict[str, Any]) -> list[str]:
                 e["many"].get("library_many_jobs_per_s"),
                 e["many"].get("raw_batched_jobs_per_s"),
                 e["many"].get("ratio"),
+                e["many"].get("library_many_notify_jobs_per_s", "-"),
+                e["many"].get("notify_ratio", "-"),
             ]
             for e in many
         ]
-        out += _table(["backend", "jobs/txn", "enqueue_many", "raw batched", "enqueue_many / raw"], many_rows)
+        out += _table(
+            [
+                "backend",
+                "jobs/txn",
+                "enqueue_many",
+                "raw batched",
+                "enqueue_many / raw",
+                "with notify",
+                "notify cost",
+            ],
+            many_rows,
+        )
         out.append("")
     return out + _notes(entries)
 
@@ -241,22 +270,27 @@ def _latency_section(results: dict[str, Any]) -> list[str]:
     for e in entries:
         if "enqueue_to_start" not in e:
             continue
-        lat, idle = e["enqueue_to_start"], e["idle"]
-        server = idle.get("server_per_s", {})
-        rows.append(
-            [
-                e["backend"],
-                lat["p50_ms"],
-                lat["p95_ms"],
-                lat["p99_ms"],
-                idle["client_polls_per_s"],
-                "; ".join(f"{k} {v:.1f}/s" for k, v in server.items()) or "-",
-                idle["client_cpu_percent"],
-            ]
-        )
+        configurations = [e, *e.get("wake_up", [])]
+        for c in configurations:
+            lat, idle = c["enqueue_to_start"], c["idle"]
+            server = idle.get("server_per_s", {})
+            how = "wake-up" if lat.get("wake_up") else "polling"
+            rows.append(
+                [
+                    e["backend"],
+                    f"{how}, {lat['polling_interval_ms']:g} ms",
+                    lat["p50_ms"],
+                    lat["p95_ms"],
+                    lat["p99_ms"],
+                    idle["client_polls_per_s"],
+                    "; ".join(f"{k} {v:.1f}/s" for k, v in server.items()) or "-",
+                    idle["client_cpu_percent"],
+                ]
+            )
     out += _table(
         [
             "backend",
+            "worker, polling interval",
             "latency p50 ms",
             "p95 ms",
             "p99 ms",
@@ -268,9 +302,13 @@ def _latency_section(results: dict[str, Any]) -> list[str]:
     )
     out.append("")
     out.append(
-        "At the default 100 ms interval the expected latency is about half the interval. The server's "
-        "figures are the worker's alone: scans of its job table (PostgreSQL), its connection's session "
-        "counters (MySQL)."
+        "*polling*: jobs enqueued without notify, found by the next poll: at the default 100 ms interval "
+        "the expected latency is about half the interval. *wake-up*: `enqueue(..., notify=True)` to a "
+        "worker listening (`wake_on_notify=True`, PostgreSQL), at the default interval and at ten times "
+        "it; latency is from the enqueuer's commit() returning, so it can be about zero (the worker may "
+        "start the job before the commit returns to the enqueuer). The server's figures are the worker's "
+        "alone: scans of its job table (PostgreSQL), its connection's session counters (MySQL); the "
+        "listener connection sends no query while it waits."
     )
     out.append("")
     return out + _notes(entries)
@@ -363,6 +401,19 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"enqueue {r['jobs_per_transaction']}/txn", "library / raw", r["ratio"]]
                 )
+        for r in [*e.get("rows", []), e.get("many", {})]:
+            if "notify_ratio" in r:
+                what = "enqueue_many" if "library_many_jobs_per_s" in r else "enqueue"
+                rows.append(
+                    [
+                        e["backend"],
+                        f"{what} {r['jobs_per_transaction']}/txn",
+                        "with notify / without",
+                        r["notify_ratio"],
+                    ]
+                )
+    for e in _entries(results, "latency"):
+        rows += _wake_up_ratios(e)
     for e in _entries(results, "peers"):
         systems = e.get("systems", [])
         ours = next((s["jobs_per_s"] for s in systems if s["name"] == "proletarian-ref"), None)
@@ -393,6 +444,37 @@ def summary(results: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     return ["### Summary: every ratio", "", *_table(["backend", "what", "ratio of", "value"], rows), ""]
+
+
+def _wake_up_ratios(entry: dict[str, Any]) -> list[list[Any]]:
+    """Wake-up against polling: latency at the same interval, idle scans at the longer interval."""
+    rows: list[list[Any]] = []
+    polling = entry.get("enqueue_to_start", {})
+    idle = entry.get("idle", {}).get("server_per_s", {}).get("job table scans")
+    for c in entry.get("wake_up", []):
+        lat = c["enqueue_to_start"]
+        interval = lat["polling_interval_ms"]
+        if interval == polling.get("polling_interval_ms") and polling.get("p50_ms"):
+            for p in ("p50_ms", "p99_ms"):
+                rows.append(
+                    [
+                        entry["backend"],
+                        f"enqueue-to-start {p[:3]}, {interval:g} ms interval",
+                        "wake-up / polling",
+                        lat[p] / polling[p],
+                    ]
+                )
+        scans = c["idle"].get("server_per_s", {}).get("job table scans")
+        if interval != polling.get("polling_interval_ms") and idle and scans is not None:
+            rows.append(
+                [
+                    entry["backend"],
+                    f"idle scans/s, wake-up at {interval:g} ms",
+                    f"/ polling at {polling.get('polling_interval_ms', 0):g} ms",
+                    scans / idle,
+                ]
+            )
+    return rows
 
 
 def _peers_section(results: dict[str, Any]) -> list[str]:

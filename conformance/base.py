@@ -120,7 +120,7 @@ class SuiteBase:
                 job_id_strategy=harness.job_id_strategy(),
                 clock=frozen(now),
                 backend=backend if backend is not None else harness.backend(),
-                **options,
+                **{**harness.enqueue_options, **options},
             )
             conn.commit()
         finally:

@@ -128,6 +128,7 @@ class ContractTests(SuiteBase):
                 "job_id_strategy": harness.job_id_strategy(),
                 "clock": ManualClock(EPOCH),
                 "backend": backend,
+                **harness.enqueue_options,
             }
             enqueue(conn, "conformance/job", None, **options)
             assert harness.jobs() == [], "E7: the job is visible to others before the caller committed"

@@ -60,6 +60,9 @@ class Harness:
         self.worker_options: dict[str, Any] = {}
         self._backends: list[Backend] = []
         self._backends_lock = threading.Lock()
+        # What every enqueue of the suite adds, e.g. {"notify": True} to run the suite with the wake-up
+        # announcement in every enqueuer's transaction.
+        self.enqueue_options: dict[str, Any] = {}
 
     # -- to provide ------------------------------------------------------------------------------------
 

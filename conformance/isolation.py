@@ -45,6 +45,7 @@ class IsolationTests(SuiteBase):
                 job_id_strategy=harness.job_id_strategy(),
                 clock=frozen(clock_at),
                 backend=backend,
+                **harness.enqueue_options,
             )
 
         return agent.run(write, what)

@@ -184,6 +184,7 @@ def model_machine(harness: Harness, step_timeout: float) -> type[RuleBasedStateM
                 "process_at": process_at,
                 "job_table": job_table,
                 "clock": frozen(enqueued_at),
+                **harness.enqueue_options,
             }
 
             def on_backend(conn: Any, agent: TxAgent) -> Any:

@@ -67,6 +67,7 @@ class PayloadTests(SuiteBase):
             job_id_strategy=harness.job_id_strategy(),
             clock=frozen(EPOCH),
             backend=harness.backend(),
+            **harness.enqueue_options,
         )
 
     def test_a_payload_at_the_column_limit_is_stored_and_one_byte_over_is_refused(

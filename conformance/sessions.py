@@ -187,7 +187,7 @@ class SessionTests(SuiteBase):
             job_table=harness.job_table,
             clock=frozen(EPOCH),
             backend=harness.backend(),
-            **options,
+            **{**harness.enqueue_options, **options},
         )
 
     def test_enqueue_leaves_the_callers_earlier_writes_uncommitted(self, harness: Harness) -> None:

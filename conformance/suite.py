@@ -8,13 +8,16 @@ from typing import Final
 
 from conformance.contract import ContractTests
 from conformance.isolation import IsolationTests
+from conformance.notifications import NotificationTests
 from conformance.payloads import PayloadTests
 from conformance.properties import PropertyTests
 from conformance.sessions import SessionTests
 from conformance.zones import ZoneTests
 
 
-class BackendSuite(ContractTests, SessionTests, IsolationTests, ZoneTests, PayloadTests, PropertyTests):
+class BackendSuite(
+    ContractTests, SessionTests, IsolationTests, ZoneTests, PayloadTests, NotificationTests, PropertyTests
+):
     """Proof that a backend behaves as Proletarian's database does.
 
     Subclass it in a test module and override the `harness` fixture to yield your installed Harness;

@@ -186,3 +186,49 @@ class BatchClaim(Protocol):
         """A savepoint around one job's writes: an error in the block undoes what the block wrote (and only
         that), leaving the transaction usable; the error goes on."""
         ...
+
+
+class Listener(Protocol):
+    """A connection listening for the enqueue notifications of one job table, kept by one thread."""
+
+    # False when a test notification, sent through the backend's own connections as enqueuers send
+    # theirs, did not reach this listener in time: behind PgBouncer in transaction mode, for one, LISTEN
+    # holds on no server session. Polling still runs the jobs.
+    confirmed: bool
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds; True if a job of the listened queue was announced meanwhile.
+
+        False at once after interrupt(). Raises DatabaseError if the connection breaks; the caller
+        closes it and listens anew.
+        """
+        ...
+
+    def interrupt(self) -> None:
+        """From another thread: end the wait in progress, and every later one, at once (stop())."""
+        ...
+
+    def close(self) -> None:
+        """Stop listening and close the listener's connection."""
+        ...
+
+
+@runtime_checkable
+class Notifications(Protocol):
+    """What a backend that can announce enqueued jobs adds (PostgreSQL NOTIFY, the in-memory backend).
+
+    Optional, looked up by name: enqueue with notify=True and a worker with wake_on_notify=True do
+    nothing more on a backend without it (MySQL), and polling runs the jobs as before.
+    """
+
+    def notify_enqueued(self, conn: Any, job_table: TableName, queues: Sequence[str]) -> None:
+        """Announce jobs of `queues` (keyword text) in `conn`'s transaction: delivered at its commit only."""
+        ...
+
+    def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> Listener:
+        """A new Listener for `queue` of `job_table`, on a connection of its own.
+
+        From `data_source` when given (a factory or a pool, e.g. a direct DSN behind a pooler), else from
+        the backend's own data source.
+        """
+        ...

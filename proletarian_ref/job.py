@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, cast
+from typing import Any, Final, NamedTuple, cast
 
-from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, PayloadLimits
+from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications, PayloadLimits
 from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
@@ -16,6 +16,9 @@ from proletarian_ref.serializers import Serializer, create_serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
 _DEFAULT_SERIALIZER = create_serializer()
+# Whether enqueue announces its jobs to listening workers unless told (docs/worker.md, "Instant
+# wake-up", says why and with which measurements).
+DEFAULT_NOTIFY: Final = False
 
 
 def default_serializer() -> Serializer:
@@ -82,6 +85,7 @@ def enqueue(
     job_id_strategy: JobIdStrategy | None = None,
     clock: Clock | None = None,
     backend: Backend | None = None,
+    notify: bool = DEFAULT_NOTIFY,
 ) -> Any:
     """Insert one job on `conn` within its current transaction, never committing; return the job id.
 
@@ -89,7 +93,10 @@ def enqueue(
     `backend=`. Everything is checked before the INSERT, so bad input never leaves a half-written job.
     `archived_job_table` is the archive the queue's workers use (the worker's default unless given): a
     backend with limited columns (MySQL) refuses a payload that either table's payload column cannot hold.
+    With `notify`, a job due now is announced to listening workers in the same transaction (PostgreSQL
+    NOTIFY: sent at commit, never on rollback); a backend that cannot announce ignores it.
     """
+    _check_notify(notify)
     table = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
     if backend is None:
@@ -112,6 +119,8 @@ def enqueue(
         process_in,
     )
     stored_id = backend.enqueue(conn, table, record)
+    if notify:
+        _announce(conn, backend, table, (record,), now)
     return job_id if job_id is not None else strategy.decode_id(stored_id)
 
 
@@ -140,6 +149,7 @@ def enqueue_many(
     job_id_strategy: JobIdStrategy | None = None,
     clock: Clock | None = None,
     backend: Backend | None = None,
+    notify: bool = DEFAULT_NOTIFY,
 ) -> list[Any]:
     """Insert `jobs` on `conn` within its current transaction, never committing; return their ids in order.
 
@@ -147,8 +157,10 @@ def enqueue_many(
     whole batch. Every job is checked and encoded before any SQL runs: a bad one raises the error enqueue
     would, with `index` set to its position and the message starting `jobs[index]:`, and nothing is
     written. The backend inserts the batch in as few statements as its limits allow (see its
-    `enqueue_many`); a backend without one gets an `enqueue` per job.
+    `enqueue_many`); a backend without one gets an `enqueue` per job. With `notify`, one announcement
+    for the batch (per queue with a job due now) follows the INSERT, as for enqueue.
     """
+    _check_notify(notify)
     table = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
     if backend is None:
@@ -195,9 +207,28 @@ def enqueue_many(
         stored = cast(BatchEnqueue, backend).enqueue_many(conn, table, records)
     else:
         stored = [backend.enqueue(conn, table, record) for record in records]
+    if notify:
+        _announce(conn, backend, table, records, now)
     if ids[0] is not None:
         return ids
     return [strategy.decode_id(value) for value in stored]
+
+
+def _check_notify(notify: object) -> None:
+    if not isinstance(notify, bool):
+        raise ConfigurationError(f"notify must be True or False, got {notify!r}")
+
+
+def _announce(
+    conn: Any, backend: Backend, table: TableName, records: Iterable[JobRecord], now: datetime
+) -> None:
+    """Announce the queues of the jobs due now; a job for later would only wake a worker to find nothing."""
+    # Notifications is optional. hasattr, as isinstance of a runtime Protocol costs more than enqueue.
+    if not hasattr(backend, "notify_enqueued"):
+        return
+    queues = list(dict.fromkeys(record.queue for record in records if record.process_at <= now))
+    if queues:
+        cast(Notifications, backend).notify_enqueued(conn, table, queues)
 
 
 def _job_spec(item: Any) -> JobSpec:

@@ -30,6 +30,13 @@ INTERRUPTED_WHILE_SHUTTING_DOWN: Final = "proletarian.executor/interrupted-while
 # (or raised) with nothing of its outcome written.
 JOB_RELEASED: Final = "proletarian.worker/job-released"
 RELEASED_JOB_RETURNED: Final = "proletarian.worker/released-job-returned"
+# Instant wake-up (wake_on_notify), which Proletarian does not have: the worker's listener connection
+# listens for enqueued jobs, or failed and is opened again after a backoff while polling goes on.
+LISTENING_FOR_JOBS: Final = "proletarian.worker/listening-for-jobs"
+LISTENER_ERROR: Final = "proletarian.worker/listener-error"
+# The listener's test notification did not come back: notifications may never reach it (PgBouncer in
+# transaction mode); jobs then run at the polling interval.
+LISTENER_UNCONFIRMED: Final = "proletarian.worker/listener-unconfirmed"
 
 # Data keys, as Proletarian names them (note the singular "attempt").
 QUEUE_WORKER_ID: Final = "proletarian.worker/queue-worker-id"
@@ -58,6 +65,8 @@ _LEVELS: Final = {
         logging.ERROR,
     ),
     POLLING_FOR_JOBS: logging.DEBUG,
+    LISTENER_ERROR: logging.WARNING,
+    LISTENER_UNCONFIRMED: logging.WARNING,
 }
 
 logger = logging.getLogger("proletarian_ref")

@@ -85,3 +85,10 @@ def render_ids(
     return queries(dialect)[name].format(
         job_table=job_table, archived_job_table=archived_job_table, ids=", ".join(["%s"] * count)
     )
+
+
+def render_channel(dialect: str, name: str, channel: str) -> str:
+    """The statement `name` with {channel}: a notification channel made of identifier characters, quoted."""
+    if not re.fullmatch(r"[a-z0-9_.]{1,63}", channel):
+        raise ValueError(f"notification channel {channel!r} is not 1 to 63 of [a-z0-9_.]")
+    return queries(dialect)[name].format(channel=f'"{channel}"')

@@ -17,7 +17,7 @@ from types import FrameType, TracebackType
 from typing import Any, Final, Literal
 
 from proletarian_ref import log as ev
-from proletarian_ref.backend import STATUS_SUCCESS, Backend, BatchClaim, JobRecord
+from proletarian_ref.backend import STATUS_SUCCESS, Backend, BatchClaim, JobRecord, Listener, Notifications
 from proletarian_ref.backends import backend_for_data_source
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import (
@@ -47,6 +47,20 @@ HANDLER_FN_MODES: Final = ("default", "advanced")
 MAX_ERROR_BACKOFF_S: Final = 30.0
 MAX_TRANSIENT_BACKOFF_S: Final = 1.0
 _MIN_BACKOFF_S: Final = 0.01
+# The listener connection, once broken, is opened again after 0.1 s, doubling up to this cap; polling
+# runs the jobs meanwhile.
+MAX_LISTENER_BACKOFF_S: Final = 30.0
+# How long one listener wait lasts; stop() and a notification end it at once, so it only bounds how
+# long a listener whose interrupt failed keeps its thread after stop().
+_LISTEN_TICK_S: Final = 5.0
+# Whether a worker listens for enqueue notifications where its backend can (docs/worker.md).
+DEFAULT_WAKE_ON_NOTIFY: Final = True
+LISTENER_UNCONFIRMED_ADVICE: Final = (
+    "a test notification sent as enqueuers send theirs did not reach the worker's listener: behind "
+    "PgBouncer in transaction mode LISTEN keeps no server session. Jobs still run, at the polling "
+    "interval. Give the worker listen_data_source= (a direct or session-mode connection), or "
+    "wake_on_notify=False (docs/scaling.md)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +360,8 @@ class QueueWorker:
         install_shutdown_hook: bool,
         on_shutdown: Callable[[], object],
         owns_backend: bool = False,
+        wake_on_notify: bool = False,
+        listen_data_source: Any = None,
     ) -> None:
         self.backend = backend
         self.handler_fn = handler_fn
@@ -369,6 +385,14 @@ class QueueWorker:
         # Per thread number: the job it is running (for logs and release) and whether stop() released it.
         self._current_jobs: dict[int, dict[str, Any]] = {}
         self._released: set[int] = set()
+        # Instant wake-up: idle threads wait on _wake until the interval ends, stop() or a new generation
+        # (a notification for this queue, or a busy thread seeing a backlog) tells one of them to poll.
+        self._listens = wake_on_notify and hasattr(backend, "listen")
+        self._listen_data_source = listen_data_source
+        self._wake = threading.Condition(threading.Lock())
+        self._wake_generation = 0
+        self._listener_thread: threading.Thread | None = None
+        self._listener: Listener | None = None  # set and read under _lock, so stop() can interrupt it
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -389,6 +413,12 @@ class QueueWorker:
                 thread = threading.Thread(target=self._work, args=(n,), name=f"{self.queue_worker_id}-{n}")
                 self._threads.append(thread)
                 thread.start()
+            if self._listens:
+                # A daemon: it holds no job, and stop() closes its connection or it ends within a tick.
+                self._listener_thread = threading.Thread(
+                    target=self._listen, name=f"{self.queue_worker_id}-listener", daemon=True
+                )
+                self._listener_thread.start()
             return True
 
     def stop(self) -> bool | None:
@@ -416,9 +446,15 @@ class QueueWorker:
             self._safe_log(ev.SHUTTING_DOWN, context)
             with self._lock:
                 self._stop_event.set()
+                listening = self._listener
+            with self._wake:
+                self._wake.notify_all()
+            if listening is not None:
+                listening.interrupt()
             deadline = time.monotonic() + self._await_timeout
             current = threading.current_thread()
-            for thread in self._threads:
+            listener = [self._listener_thread] if self._listener_thread is not None else []
+            for thread in [*self._threads, *listener]:
                 if thread is not current:
                     thread.join(max(0.0, deadline - time.monotonic()))
             stuck = [
@@ -521,6 +557,8 @@ class QueueWorker:
         failures = 0
         while not self._stop_event.is_set():
             delay = self._interval
+            generation = self._wake_generation
+            runs = 0
             try:
                 self._log_fn(ev.POLLING_FOR_JOBS, context)
                 while not self._stop_event.is_set():
@@ -537,6 +575,10 @@ class QueueWorker:
                         current.pop(n, None)  # its transaction is over: nothing left to release
                     if ran is not True:
                         break
+                    runs += 1
+                    if runs == 2 and self._listens:
+                        # A second due job in a row: a batch or a burst, so another idle thread helps.
+                        self._wake_one()
                 failures = 0
             except BaseException as exc:
                 with self._lock:
@@ -555,7 +597,73 @@ class QueueWorker:
                         self._stop_async()
                         return
                     delay = self._backoff(failures, MAX_ERROR_BACKOFF_S)
+            if failures:
+                self._stop_event.wait(delay)
+            else:
+                self._idle(delay, generation)
+
+    def _idle(self, delay: float, generation: int) -> None:
+        """Wait out the polling interval, or less: until stop() or a wake-up since `generation` began."""
+        if not self._listens:
             self._stop_event.wait(delay)
+            return
+        with self._wake:
+            self._wake.wait_for(
+                lambda: self._stop_event.is_set() or self._wake_generation != generation, delay
+            )
+
+    def _wake_one(self) -> None:
+        # One thread: SKIP LOCKED makes more harmless, but each would cost a poll for a single job. A
+        # thread that then finds a backlog wakes the next one.
+        with self._wake:
+            self._wake_generation += 1
+            self._wake.notify(1)
+
+    def _listen(self) -> None:
+        """The listener thread: wakes an idle polling thread on each notification for this queue."""
+        notifications: Notifications = self.backend  # type: ignore[assignment]  # _listens checked it
+        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
+        listener: Listener | None = None
+        failures = 0
+        try:
+            while not self._stop_event.is_set():
+                try:
+                    if listener is None:
+                        listener = notifications.listen(
+                            self.settings.job_table, self.settings.queue, self._listen_data_source
+                        )
+                        with self._lock:
+                            if self._stop_event.is_set():
+                                break
+                            self._listener = listener
+                        self._safe_log(ev.LISTENING_FOR_JOBS, context)
+                        if not getattr(listener, "confirmed", True):
+                            self._safe_log(
+                                ev.LISTENER_UNCONFIRMED, {**context, "advice": LISTENER_UNCONFIRMED_ADVICE}
+                            )
+                        # Jobs may have come while no one listened: one poll finds them now.
+                        self._wake_one()
+                    if listener.wait(_LISTEN_TICK_S):
+                        self._wake_one()
+                    failures = 0  # only a connection that waited counts as back
+                except Exception as exc:
+                    failures += 1
+                    if listener is not None:
+                        with self._lock:
+                            self._listener = None
+                        with contextlib.suppress(Exception):
+                            listener.close()
+                        listener = None
+                    backoff = min(0.1 * 2.0 ** min(failures - 1, 32), MAX_LISTENER_BACKOFF_S)
+                    self._safe_log(
+                        ev.LISTENER_ERROR,
+                        {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
+                    )
+                    self._stop_event.wait(backoff)
+        finally:
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    listener.close()
 
     def _backoff(self, failures: int, cap: float) -> float:
         # From at least 10 ms, so that even a 1 ms polling interval cannot spin on a failing job.
@@ -691,6 +799,8 @@ def create_queue_worker(
     clock: Clock | None = None,
     backend: Backend | None = None,
     batch_size: int = 1,
+    wake_on_notify: bool = DEFAULT_WAKE_ON_NOTIFY,
+    listen_data_source: Any = None,
 ) -> QueueWorker:
     """A queue worker over `data_source` (a psycopg_pool.ConnectionPool or a zero-argument connection
     factory); nothing runs until start(). Options mirror Proletarian's create-queue-worker.
@@ -700,6 +810,13 @@ def create_queue_worker(
 
     `batch_size` > 1 is batch mode, not Proletarian's: each transaction claims and runs up to that many
     jobs and commits once (docs/worker.md, "Batch mode").
+
+    With `wake_on_notify`, on a backend that can (PostgreSQL, in-memory) one more thread keeps one more
+    connection LISTENing, from `listen_data_source` if given (a factory or a pool: e.g. a direct DSN when
+    the workers go through PgBouncer in transaction mode), else from the data source (for a pool, made
+    as the pool makes its connections but outside it, so it takes no slot of the polling threads). A job
+    enqueued with notify then starts at once; polling still runs every other job. Elsewhere (MySQL) the
+    option changes nothing.
     """
     if not callable(handler_fn):
         raise ConfigurationError(f"handler_fn must be callable, got {handler_fn!r}")
@@ -715,6 +832,8 @@ def create_queue_worker(
         if not (number and (value >= 0 if zero_ok else value > 0) and value < 10**12):
             least = ">= 0" if zero_ok else "> 0"
             raise ConfigurationError(f"{name} must be a number of milliseconds {least}, got {value!r}")
+    if not isinstance(wake_on_notify, bool):
+        raise ConfigurationError(f"wake_on_notify must be True or False, got {wake_on_notify!r}")
     for name, fn in (("log", log), ("on_polling_error", on_polling_error), ("on_shutdown", on_shutdown)):
         if fn is not None and not callable(fn):
             raise ConfigurationError(f"{name} must be callable, got {fn!r}")
@@ -755,4 +874,6 @@ def create_queue_worker(
         install_shutdown_hook=install_shutdown_hook,
         on_shutdown=on_shutdown if on_shutdown is not None else _noop,
         owns_backend=owns_backend,
+        wake_on_notify=wake_on_notify,
+        listen_data_source=listen_data_source,
     )

@@ -167,7 +167,40 @@ class Autocommit(PostgresBackend):
         return state
 
 
+class NotifyOutsideTheTransaction(PostgresBackend):
+    """Sends the wake-up NOTIFY on a connection of its own in autocommit: at once, and on rollback too."""
+
+    def notify_enqueued(self, conn: Any, job_table: TableName, queues: Sequence[str]) -> None:
+        own = self._data_source()
+        try:
+            own.autocommit = True
+            super().notify_enqueued(own, job_table, queues)
+        finally:
+            own.close()
+
+
+class AnnouncesAnyQueue(PostgresBackend):
+    """Announces every job under one payload, so every listener of the table wakes for any queue."""
+
+    def notify_enqueued(self, conn: Any, job_table: TableName, queues: Sequence[str]) -> None:
+        super().notify_enqueued(conn, job_table, [":n1/anything"])
+
+    def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> Any:
+        return super().listen(job_table, ":n1/anything", data_source)
+
+
 # -- in memory: the executable specification can drift too --------------------------------------------------
+
+
+class MemoryAnnouncesAtOnce(MemoryBackend):
+    """Tells the listeners at enqueue, before the transaction commits (and whether or not it does)."""
+
+    def notify_enqueued(self, conn: MemoryConnection, job_table: TableName, queues: Sequence[str]) -> None:
+        announced = [(str(job_table), queue) for queue in queues]
+        with self.db.lock:
+            listeners = list(self.db.listeners)
+        for listener in listeners:
+            listener.deliver(announced)
 
 
 class MemoryClaimIgnoresLocks(MemoryBackend):
@@ -651,6 +684,18 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         batch_size=8,
     ),
     Mutant(
+        "notify_outside_the_transaction",
+        "the wake-up NOTIFY goes out on its own autocommit connection: before the commit, and on rollback",
+        NotifyOutsideTheTransaction,
+        ("N1",),
+    ),
+    Mutant(
+        "notify_for_any_queue",
+        "one NOTIFY payload for every queue, so listeners of other queues wake too",
+        AnnouncesAnyQueue,
+        ("N1",),
+    ),
+    Mutant(
         "claim_without_for_update",
         "the claim reads the row without locking it",
         _rewrite("get_next_job", "FOR UPDATE SKIP LOCKED", ""),
@@ -940,6 +985,12 @@ MEMORY_MUTANTS: tuple[Mutant, ...] = (
         MemoryArchivesTheWholeBatch,
         ("P1",),
         batch_size=8,
+    ),
+    Mutant(
+        "memory_announces_at_once",
+        "the in-memory wake-up announcement goes out before the commit, and on rollback",
+        MemoryAnnouncesAtOnce,
+        ("N1",),
     ),
     Mutant(
         "memory_claim_ignores_locks",

@@ -215,6 +215,23 @@ def test_postgresql_enqueue_leaves_every_setting_and_stores_the_exact_instant(
     assert row.enqueued_at == T
 
 
+@pytest.mark.parametrize("notify", [True, False])
+def test_postgresql_enqueue_with_or_without_notify_leaves_every_setting_and_the_transaction(
+    pg_db: SqlHarness, pg_caller: Any, notify: bool
+) -> None:
+    pg_caller.autocommit = False
+    before = pg_settings(pg_caller)
+    enqueue(pg_caller, "a", None, job_table=pg_db.job_table, notify=notify)
+    enqueue_many(pg_caller, [("b", 1), ("c", 2)], job_table=pg_db.job_table, notify=notify)
+    assert pg_settings(pg_caller) == before
+    assert pg_caller.info.transaction_status.name == "INTRANS"  # nothing committed it
+    with pg_caller.cursor() as cursor:  # and nothing listens on the caller's session
+        cursor.execute("SELECT count(*) FROM pg_listening_channels()")
+        assert cursor.fetchone() == (0,)
+    pg_caller.rollback()
+    assert pg_db.jobs() == []
+
+
 def test_postgresql_enqueue_that_fails_leaves_every_setting(pg_db: SqlHarness, pg_caller: Any) -> None:
     constant = uuid.UUID(int=1)
     strategy = constant_id_strategy(constant)

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 from cli_support import Target, isolate, parametrize_dialects, run, table_names, target
 
+from proletarian_ref.backend import Notifications
 from proletarian_ref.cli import ExitCode
 from proletarian_ref.job_ids import mysql_uuid_strategy
 from proletarian_ref.serializers import create_serializer
+from proletarian_ref.tables import table_name
 
 pytest_generate_tests = parametrize_dialects
 
@@ -55,6 +57,27 @@ def test_enqueue_uses_the_queue_given(capsys: pytest.CaptureFixture[str], databa
     assert result.code == ExitCode.OK, result.err
     [job] = database.jobs()
     assert (job.queue, job.job_type) == (":my.app/mail", ":my.app/job")
+
+
+def test_notify_announces_the_job_on_postgresql_and_is_accepted_elsewhere(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    backend = database.harness.backend()
+    listener = (
+        backend.listen(table_name(database.job_table), ":proletarian/default")
+        if isinstance(backend, Notifications)
+        else None
+    )
+    try:
+        result = run(capsys, "enqueue", "my.app/job", "[]", "--notify", *database.args)
+        assert result.code == ExitCode.OK, result.err
+        assert len(database.jobs()) == 1
+        if listener is not None:
+            assert listener.wait(5.0) is True
+    finally:
+        if listener is not None:
+            listener.close()
+    assert (database.dialect == "postgresql") == (listener is not None)
 
 
 def test_process_in_schedules_the_job_later(capsys: pytest.CaptureFixture[str], database: Target) -> None:

@@ -27,7 +27,9 @@ from cli_support import (
     wait_for,
 )
 
+from proletarian_ref.backends.postgres import notification_channel
 from proletarian_ref.cli import ExitCode
+from proletarian_ref.tables import table_name
 
 pytest_generate_tests = parametrize_dialects
 
@@ -340,3 +342,34 @@ def test_a_worker_whose_tables_disappear_stops_with_exit_4(
     finally:
         drop_tables(harness)
         harness.close()
+
+
+@pytest.mark.usefixtures("sigterm_to_self")
+@pytest.mark.parametrize("flag", [[], ["--no-wake-on-notify"]], ids=["default", "no-wake-on-notify"])
+def test_the_worker_listens_on_postgresql_unless_told_not_to(
+    capsys: pytest.CaptureFixture[str], database: Target, flag: list[str]
+) -> None:
+    listens = database.dialect == "postgresql" and not flag
+    statement = f'LISTEN "{notification_channel(table_name(database.job_table))}"'
+
+    def listening() -> bool:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE query = %s"
+        return bool(database.harness.select(query, (statement,))[0][0])
+
+    _enqueue(capsys, database, {})
+    watcher = _stop_when(
+        lambda: len(database.archived_jobs()) == 1 and (not listens or listening()), timeout=30
+    )
+    result = run(
+        capsys,
+        "worker",
+        "--handler",
+        "cli_handlers:by_job",
+        "--handler-mode",
+        "advanced",
+        *flag,
+        *database.args,
+    )
+    watcher.join(timeout=5)
+    assert result.code == ExitCode.OK, result.err
+    assert ("listening-for-jobs" in result.err) == listens, result.err

@@ -25,3 +25,15 @@ class TestPostgreSQLBatch(WorkerSuite):
             yield batched
         finally:
             batched.close()
+
+
+class TestPostgreSQLWithNotify(BackendSuite):
+    """The same suite with every enqueue announcing its job (notify=True), as wake-up users enqueue."""
+
+    @pytest.fixture
+    def harness(self, pg_db: SqlHarness) -> Iterator[SqlHarness]:
+        pg_db.enqueue_options = {"notify": True}
+        try:
+            yield pg_db
+        finally:
+            pg_db.enqueue_options = {}

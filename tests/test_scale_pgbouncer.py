@@ -18,11 +18,12 @@ import psycopg
 import pytest
 from cli_support import isolate, run, run_cli, start_cli, subprocess_env, wait_for
 from fix_cluster import PGBOUNCER_POOL_SIZE, PgBouncer
+from support import RecordingLog, wait_until
 
 from benchmarks.scale.scenario import run_load
 from conformance import builtin
 from conformance.harness import SqlHarness
-from proletarian_ref import enqueue, process_next_job
+from proletarian_ref import create_queue_worker, enqueue, process_next_job
 from proletarian_ref import log as ev
 from proletarian_ref.backends.dsn import connection_factory, postgresql_connect_args
 from proletarian_ref.backends.postgres import PostgresBackend
@@ -208,3 +209,45 @@ def test_prepare_threshold_in_a_dsn_goes_to_psycopg_not_to_libpq() -> None:
 def test_a_prepare_threshold_that_is_not_none_or_a_count_is_refused(value: str) -> None:
     with pytest.raises(ConfigurationError, match="prepare_threshold must be none or a whole number"):
         postgresql_connect_args(f"postgresql://u:secret@h/db?prepare_threshold={value}")
+
+
+def test_behind_pgbouncer_in_transaction_mode_the_listener_says_so_and_polling_runs_notified_jobs(
+    pgbouncer: PgBouncer,
+) -> None:
+    """LISTEN through transaction pooling holds on no server session: notifications never arrive.
+
+    The worker's listener finds out with a test notification, logs listener-unconfirmed with what to
+    do, and the jobs, notified or not, run at the polling interval. With listen_data_source= on the
+    server directly, the listener hears the notifications sent through the bouncer.
+    """
+    harness = _harness(pgbouncer, "notify")
+    done: list[Any] = []
+    log = RecordingLog()
+    options: dict[str, Any] = {"log": log, **harness.table_options}
+    with create_queue_worker(
+        harness.data_source, lambda t, p: done.append(p), polling_interval_ms=200, **options
+    ):
+        assert wait_until(lambda: bool(log.named(ev.LISTENER_UNCONFIRMED)), timeout=30)
+        assert "listen_data_source" in log.named(ev.LISTENER_UNCONFIRMED)[0]["advice"]
+        conn = harness.connect()
+        enqueue(conn, "scale/notified", 1, job_table=harness.job_table, notify=True)
+        conn.commit()
+        conn.close()
+        assert wait_until(lambda: done == [1])
+    direct = connection_factory(pgbouncer.server.dsn)
+    log = RecordingLog()
+    options["log"] = log
+    with create_queue_worker(
+        harness.data_source,
+        lambda t, p: done.append(p),
+        polling_interval_ms=60_000,
+        listen_data_source=direct,
+        **options,
+    ):
+        assert wait_until(lambda: bool(log.named(ev.LISTENING_FOR_JOBS)), timeout=30)
+        conn = harness.connect()
+        enqueue(conn, "scale/notified", 2, job_table=harness.job_table, notify=True)
+        conn.commit()
+        conn.close()
+        assert wait_until(lambda: done == [1, 2], timeout=5)  # woken: the interval is a minute
+    assert not log.named(ev.LISTENER_UNCONFIRMED)

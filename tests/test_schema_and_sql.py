@@ -32,7 +32,14 @@ def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() 
         "job_savepoint_release",
     }
     batch = {
-        "postgresql": {"enqueue_copy", "enqueue_many_db_generated", "enqueue_many_db_generated_row"},
+        # PostgreSQL also announces enqueued jobs to listening workers (NOTIFY, LISTEN).
+        "postgresql": {
+            "enqueue_copy",
+            "enqueue_many_db_generated",
+            "enqueue_many_db_generated_row",
+            "notify_enqueued",
+            "listen",
+        },
         "mysql": {
             "enqueue_many_savepoint",
             "enqueue_many_rollback",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -29,6 +30,8 @@ class MemoryDatabase:
         # ids, which need not be comparable, out of the comparison.
         self.due_index: dict[tuple[str, str], list[tuple[datetime, int, Any]]] = {}
         self._sequence = itertools.count()
+        # Open listeners, each told of the (job table, queue) announcements of every commit, as LISTEN is.
+        self.listeners: list[MemoryListener] = []
 
     def _put(self, table: str, key: Any, row: Any) -> None:
         """Commit one row (or _DELETED), keeping due_index in step; called with the lock held."""
@@ -79,6 +82,8 @@ class MemoryConnection:
         # Set by kill(): the server ended this session, as pg_terminate_backend or MySQL's KILL would.
         self.killed = False
         self._changes: dict[str, dict[Any, Any]] = {}
+        # notify_enqueued's announcements, sent at commit and dropped on rollback, as NOTIFY's are.
+        self._announced: list[tuple[str, str]] = []
 
     def proletarian_backend(self) -> MemoryBackend:
         return MemoryBackend(self.db)
@@ -91,7 +96,10 @@ class MemoryConnection:
             for table, changes in self._changes.items():
                 for key, row in changes.items():
                     self.db._put(table, key, row)
+            announced, listeners = self._announced, list(self.db.listeners)
             self._release()
+        for listener in listeners:
+            listener.deliver(announced)
 
     def rollback(self) -> None:
         with self.db.lock:
@@ -114,6 +122,7 @@ class MemoryConnection:
 
     def _release(self) -> None:
         self._changes = {}
+        self._announced = []
         for key in [k for k, owner in self.db.row_locks.items() if owner is self]:
             del self.db.row_locks[key]
 
@@ -351,5 +360,68 @@ class MemoryBackend:
             job = self._locked_job(conn, table, job_id)
             conn._write(table, job_id, job._replace(process_at=retry_at, attempts=job.attempts + 1))
 
+    def notify_enqueued(self, conn: MemoryConnection, job_table: TableName, queues: Sequence[str]) -> None:
+        with self.db.lock:
+            conn.check_alive()
+            conn._announced.extend((str(job_table), queue) for queue in queues)
+        if conn.autocommit:
+            conn.commit()
+
+    def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> MemoryListener:
+        listener = MemoryListener(self.db, (str(job_table), queue))
+        with self.db.lock:
+            self.db.listeners.append(listener)
+        return listener
+
     def close(self) -> None:
         return None
+
+
+class MemoryListener:
+    """The in-memory LISTEN: announcements of one (job table, queue) since the last wait."""
+
+    def __init__(self, db: MemoryDatabase, key: tuple[str, str]) -> None:
+        self._db = db
+        self._key = key
+        self._condition = threading.Condition()
+        self._pending = False
+        self._interrupted = False
+        self.confirmed = True
+        # Set by kill(), as pg_terminate_backend ends a listening session: every later wait raises.
+        self.killed = False
+
+    def deliver(self, announced: Sequence[tuple[str, str]]) -> None:
+        if self._key in announced:
+            with self._condition:
+                self._pending = True
+                self._condition.notify_all()
+
+    def kill(self) -> None:
+        with self._condition:
+            self.killed = True
+            self._condition.notify_all()
+
+    def interrupt(self) -> None:
+        with self._condition:
+            self._interrupted = True
+            self._condition.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            while not (self._pending or self.killed or self._interrupted):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._condition.wait(remaining)
+            if self._interrupted:
+                return False
+            if self.killed:
+                raise TransientDatabaseError("the listening session was killed")
+            self._pending = False
+            return True
+
+    def close(self) -> None:
+        with self._db.lock:
+            if self in self._db.listeners:
+                self._db.listeners.remove(self)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
+import selectors
+import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Final
@@ -15,9 +20,15 @@ from psycopg.adapt import Loader
 from psycopg.pq import Format
 from psycopg.rows import tuple_row
 
+from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities
-from proletarian_ref.backends._dbapi import SqlBackend
-from proletarian_ref.errors import DatabaseError, SchemaMissingError, TransientDatabaseError
+from proletarian_ref.backends._dbapi import SqlBackend, _close_quietly
+from proletarian_ref.errors import (
+    ConfigurationError,
+    DatabaseError,
+    SchemaMissingError,
+    TransientDatabaseError,
+)
 from proletarian_ref.tables import TableName
 
 try:
@@ -42,6 +53,35 @@ PGBOUNCER_ADVICE: Final = (
     "ConnectionPool(kwargs={'prepare_threshold': None}), or ?prepare_threshold=none in a proletarian-ref "
     "DSN (docs/scaling.md)"
 )
+
+
+# NOTIFY channels are identifiers (NAMEDATALEN - 1 bytes); payloads must stay under 8,000 bytes.
+_MAX_CHANNEL_BYTES: Final = 63
+_MAX_PAYLOAD_BYTES: Final = 1000
+# How long a new listener waits for its own test notification before it says it may be deaf. Delivery
+# takes milliseconds; a probe payload is never a queue's keyword text (those start with a colon), so
+# other workers' listeners ignore it.
+PROBE_TIMEOUT_S: Final = 5.0
+_PROBE_PREFIX: Final = "probe:"
+
+
+def notification_channel(job_table: TableName) -> str:
+    """The NOTIFY channel of a job table: its name as PostgreSQL folds it, hashed if over 63 bytes.
+
+    A dot cannot occur in either part of a TableName, so two tables never share a channel by accident.
+    """
+    channel = f"proletarian.{str(job_table).lower()}"
+    if len(channel) > _MAX_CHANNEL_BYTES:
+        channel = "proletarian." + hashlib.sha1(channel.encode("ascii")).hexdigest()
+    return channel
+
+
+def notification_payload(queue: str) -> str:
+    """A queue's keyword text as a NOTIFY payload; a very long one by its hash, within the server's limit."""
+    data = queue.encode("utf-8")
+    if len(data) <= _MAX_PAYLOAD_BYTES:
+        return queue
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 class _LenientLoader(Loader):
@@ -187,6 +227,145 @@ class PostgresBackend(SqlBackend):
     def _generated_id(self, cursor: Any) -> Any:
         row = cursor.fetchone()
         return None if row is None else row[0]
+
+    # -- Notifications ---------------------------------------------------------------------------------
+
+    def notify_enqueued(self, conn: Any, job_table: TableName, queues: Sequence[str]) -> None:
+        params = {
+            "channel": notification_channel(job_table),
+            "queues": [notification_payload(queue) for queue in queues],
+        }
+        self._execute(conn, self._render("notify_enqueued", job_table), params, _nothing, reads_rows=False)
+
+    def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> PostgresListener:
+        source = data_source if data_source is not None else self._data_source
+        pool = type(source).__module__.split(".", 1)[0] == "psycopg_pool"
+        if not pool and not callable(source):
+            raise ConfigurationError(
+                "this PostgresBackend has no data source to open a listening connection with; pass "
+                "listen_data_source= (a connection factory or a psycopg_pool pool)"
+            )
+        channel = notification_channel(job_table)
+        with self._errors():
+            conn = _connect_like(source) if pool else source()
+        try:
+            with self._errors():
+                conn.autocommit = True
+                conn.execute(sql.render_channel(self.dialect, "listen", channel))
+        except BaseException:
+            _close_quietly(conn)
+            raise
+        listener = PostgresListener(self, conn, channel, notification_payload(queue))
+        try:
+            listener.confirmed = listener.receives(self._probe(job_table), PROBE_TIMEOUT_S)
+        except BaseException:
+            listener.close()
+            raise
+        return listener
+
+    def _probe(self, job_table: TableName) -> str:
+        """Send a test notification as enqueuers do, on the backend's own connection; returns its payload.
+
+        The connection the calling thread opens for it is closed again: the listener thread keeps none.
+        """
+        token = _PROBE_PREFIX + os.urandom(8).hex()
+        try:
+            with self.transaction() as conn:
+                self.notify_enqueued(conn, job_table, [token])
+        finally:
+            self.close_thread_connection()
+        return token
+
+
+def _connect_like(pool: Any) -> Any:
+    """A connection made as `pool` makes its own, but outside it: a listener never takes a pool slot.
+
+    Held for the worker's life, a pool's connection would leave its worker threads one short (a pool
+    sized to worker_threads would have a thread waiting for a connection on every poll).
+    """
+    conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
+    kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    return pool.connection_class.connect(conninfo, **(kwargs or {}))
+
+
+class PostgresListener:
+    """One autocommit connection LISTENing on a job table's channel, for one queue; used by one thread.
+
+    It waits on the connection's socket itself, beside a pipe that interrupt() writes to, so stop() ends
+    a wait at once and an idle listener wakes for nothing else. The connection is the listener's own:
+    close() closes it.
+    """
+
+    def __init__(self, backend: PostgresBackend, conn: Any, channel: str, payload: str) -> None:
+        self._backend = backend
+        self.conn = conn
+        self._channel = channel.encode("ascii")
+        self._payload = payload.encode("utf-8")
+        self._interrupt_r, self._interrupt_w = os.pipe()
+        os.set_blocking(self._interrupt_w, False)
+        # A selector, not select(): select() refuses descriptors past 1023, which a busy process has.
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(conn.pgconn.socket, selectors.EVENT_READ)
+        self._selector.register(self._interrupt_r, selectors.EVENT_READ)
+        # interrupt() and close() run on different threads: a closed descriptor's number may be reused.
+        self._pipe_lock = threading.Lock()
+        self._closed = False
+        self.confirmed = True
+        # An announcement for this queue read while waiting for something else (the probe).
+        self._pending = False
+
+    def interrupt(self) -> None:
+        with self._pipe_lock, contextlib.suppress(BlockingIOError):  # full: interrupted already
+            if not self._closed:
+                os.write(self._interrupt_w, b"x")
+
+    def wait(self, timeout: float) -> bool:
+        return self._wait_for(self._payload, timeout)
+
+    def receives(self, payload: str, timeout: float) -> bool:
+        """Whether a notification with `payload` arrives within `timeout` seconds (the probe)."""
+        return self._wait_for(payload.encode("utf-8"), timeout)
+
+    def _wait_for(self, payload: bytes, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        pgconn = self.conn.pgconn
+        with self._backend._errors():
+            while True:
+                if self._read(pgconn, payload):
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                ready = {key.fd for key, _ in self._selector.select(remaining)}
+                if self._interrupt_r in ready:
+                    return False
+                if ready:
+                    # Raises OperationalError when the server has closed the connection.
+                    pgconn.consume_input()
+
+    def _read(self, pgconn: Any, payload: bytes) -> bool:
+        """Read every notification received; whether one carried `payload` (or one did earlier)."""
+        if payload == self._payload and self._pending:
+            self._pending = False
+            return True
+        found = False
+        while (note := pgconn.notifies()) is not None:
+            if note.relname != self._channel:
+                continue
+            if note.extra == payload:
+                found = True
+            elif note.extra == self._payload:
+                self._pending = True  # read while waiting for the probe: the next wait() returns it
+        return found
+
+    def close(self) -> None:
+        _close_quietly(self.conn)
+        with self._pipe_lock:
+            if not self._closed:
+                self._closed = True
+                self._selector.close()
+                os.close(self._interrupt_r)
+                os.close(self._interrupt_w)
 
 
 def _nothing(cursor: Any) -> None:

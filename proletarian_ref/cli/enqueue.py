@@ -92,6 +92,12 @@ def add_parser(subparsers: Any) -> None:
     when.add_argument(
         "--process-at", type=_instant, metavar="ISO8601", help="run it at this time (in the past: now)"
     )
+    parser.add_argument(
+        "--notify",
+        action="store_true",
+        help="announce the jobs to listening workers at commit (PostgreSQL NOTIFY: they start at once; "
+        "elsewhere nothing)",
+    )
     parser.add_argument("--json", action="store_true", help='print {"count": N, "job_ids": [...]}')
     add_database_options(parser)
     parser.set_defaults(run=run)
@@ -197,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
                 process_in=process_in,
                 job_table=tables.job,
                 archived_job_table=tables.archived,
+                notify=args.notify,
             )
             conn.commit()
         finally:
@@ -222,6 +229,7 @@ def _enqueue_lines(args: argparse.Namespace, queue: str) -> int:
                         queue=queue,
                         job_table=tables.job,
                         archived_job_table=tables.archived,
+                        notify=args.notify,
                     )
                 except ProletarianError as exc:
                     if exc.index is None or not isinstance(exc, ConfigurationError | SerializationError):

@@ -100,6 +100,12 @@ def add_parser(subparsers: Any) -> None:
         help="pause after a poll finds no job (default: %(default)s)",
     )
     parser.add_argument(
+        "--no-wake-on-notify",
+        dest="wake_on_notify",
+        action="store_false",
+        help="do not listen for jobs enqueued with notify (PostgreSQL); poll only",
+    )
+    parser.add_argument(
         "--retries", type=_natural, help="retry a failed job up to N times (default: never retry)"
     )
     parser.add_argument(
@@ -348,6 +354,7 @@ def run(args: argparse.Namespace) -> int:
                 retry_strategy_fn=retry_fn,
                 log=log,
                 polling_interval_ms=args.polling_interval_ms,
+                wake_on_notify=args.wake_on_notify,
                 worker_threads=args.threads,
                 batch_size=args.batch_size,
                 await_termination_timeout_ms=args.shutdown_timeout_ms,

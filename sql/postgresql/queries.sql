@@ -95,3 +95,15 @@ ROLLBACK TO SAVEPOINT proletarian_job
 
 -- name: job_savepoint_release
 RELEASE SAVEPOINT proletarian_job
+
+-- name: notify_enqueued
+-- Announce jobs of the queues in %(queues)s (keyword text) to the workers listening on the job table's
+-- channel: one statement for a whole batch, in the caller's transaction, so PostgreSQL delivers at commit
+-- and never on rollback (identical notifications of one transaction fold into one). Kept apart from the
+-- INSERT, so enqueue's statement stays Proletarian's.
+SELECT pg_notify(%(channel)s, queue) FROM unnest(%(queues)s::text[]) AS queue
+
+-- name: listen
+-- The listener's own autocommit connection subscribes to the channel; {channel} is a quoted identifier made
+-- from a validated table name (notification_channel).
+LISTEN {channel}
