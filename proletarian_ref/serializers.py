@@ -74,6 +74,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import math
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -619,7 +620,7 @@ def _fast_value(value: Any, parts: list[str], cache: Any) -> None:
             raise _NOT_FAST
         parts.append(str(value))
     elif kind is float:
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise _NOT_FAST
         parts.append(double_text(value))
     elif kind is bool:

@@ -592,7 +592,9 @@ FAST_TREES = st.recursive(
     lambda children: st.one_of(
         st.lists(children, max_size=4),
         st.lists(children, max_size=4).map(tuple),
-        st.dictionaries(st.one_of(FAST_EDGE_TEXT, TEXT, st.sampled_from(["id", "name", "abc"])), children, max_size=4),
+        st.dictionaries(
+            st.one_of(FAST_EDGE_TEXT, TEXT, st.sampled_from(["id", "abc"])), children, max_size=4
+        ),
     ),
     max_leaves=14,
 )
@@ -610,6 +612,10 @@ def test_the_fast_encoding_path_writes_what_the_general_encoder_writes(value: An
     assert PLAIN.encode(value) == general
 
 
+class _Small(enum.IntEnum):
+    ONE = 1
+
+
 def test_the_fast_encoding_path_leaves_other_shapes_to_the_general_encoder() -> None:
     for value in (
         1,
@@ -624,6 +630,6 @@ def test_the_fast_encoding_path_leaves_other_shapes_to_the_general_encoder() -> 
         {"a": Decimal("1.5")},
         {"a": datetime.datetime(2024, 1, 1, tzinfo=UTC)},
         OrderedDict(a=1),
-        [True, enum.IntEnum("E", "A").A],
+        [True, _Small.ONE],
     ):
         assert serializers._fast_encode(value) is None, value
