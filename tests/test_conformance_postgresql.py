@@ -11,3 +11,11 @@ class TestPostgreSQL(BackendSuite):
     @pytest.fixture
     def harness(self, pg_db: SqlHarness) -> SqlHarness:
         return pg_db
+
+
+class TestPostgreSQLPipeline(BackendSuite):
+    """The same suite with the backend on its pipelined statement plan (PostgresBackend(pipeline=True))."""
+
+    @pytest.fixture
+    def harness(self, pg_pipeline_db: SqlHarness) -> SqlHarness:
+        return pg_pipeline_db
