@@ -28,12 +28,16 @@ class LibraryDrainer:
         def handler(job_type: str, payload: Any) -> None:
             on_job()
 
+        # The harness's own backend, so a factory's backend options (postgresql_pipeline) are what is
+        # measured; lent to the worker, so closed here after it stops.
+        self._backend = harness.make_backend()
         self._worker = create_queue_worker(
             harness.data_source,
             handler,
             queue=BENCH_QUEUE,
             worker_threads=threads,
             polling_interval_ms=polling_interval_ms,
+            backend=self._backend,
             **harness.table_options,
         )
 
@@ -41,7 +45,10 @@ class LibraryDrainer:
         self._worker.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._worker.stop()
+        try:
+            self._worker.stop()
+        finally:
+            self._backend.close()
 
 
 Drainer = LibraryDrainer | RawDrainer
