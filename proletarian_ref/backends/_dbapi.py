@@ -347,8 +347,13 @@ class SqlBackend:
             "payload": job.payload,
             "attempts": job.attempts,
             "enqueued_at": self._db_time(job.enqueued_at, what="enqueued_at"),
-            "process_at": self._db_time(job.process_at, what="process_at"),
         }
+        # A job due now has the very `now` as both times: its parameter is made once.
+        params["process_at"] = (
+            params["enqueued_at"]
+            if job.process_at is job.enqueued_at
+            else self._db_time(job.process_at, what="process_at")
+        )
         generated = job.job_id is None
         if generated:
             del params["job_id"]
