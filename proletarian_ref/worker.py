@@ -163,8 +163,12 @@ def run_next_job(
         def job_log(event: str, data: Mapping[str, Any]) -> None:
             log(event, {**data, **job_context})
 
+        # The default log function drops both events (INFO, log._LEVELS) unless someone listens at INFO:
+        # one check per job instead of two calls that each find it out.
+        quiet = log is stdlib_logger and not ev.logger.isEnabledFor(logging.INFO)
         try:
-            log(ev.HANDLING_JOB, job_context)
+            if not quiet:
+                log(ev.HANDLING_JOB, job_context)
             if decode_error is not None:
                 raise decode_error
             if settings.handler_fn_mode == "advanced":
@@ -172,7 +176,8 @@ def run_next_job(
             else:
                 handler_fn(job.job_type, job.payload)
             # Inside the try, as in Proletarian: a log function that raises here fails the job.
-            log(ev.JOB_FINISHED, job_context)
+            if not quiet:
+                log(ev.JOB_FINISHED, job_context)
         except JobInterrupted:
             job_log(ev.JOB_INTERRUPTED, {})
             return False
