@@ -111,6 +111,10 @@ class SqlBackend:
     def _generated_id(self, cursor: Any) -> Any:
         raise NotImplementedError
 
+    def _fetch_claimed(self, cursor: Any) -> Any:
+        """The row the claim returned, or None; a driver may read what it cannot load some other way."""
+        return cursor.fetchone()
+
     def _pipelines(self, conn: Any, *, pooled: bool) -> bool:
         """Whether this transaction on `conn` queues its single-row writes until _sync (see _Lease.pending).
 
@@ -423,7 +427,7 @@ class SqlBackend:
             conn,
             self._render("get_next_job", job_table),
             {"queue": queue, "now": self._db_time(now, what="now")},
-            _fetchone,
+            self._fetch_claimed,
             reads_rows=True,
         )
         if row is None:
