@@ -20,10 +20,12 @@ for _module in ("locust", "matplotlib", "psutil", "rich"):
 
 from benchmarks import instructions, peers  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
-from benchmarks.common import BackendSpec, BenchmarkFailure, percentile, summarize_ms  # noqa: E402
+from benchmarks.common import BackendSpec, BenchmarkFailure, percentile, require_sql, summarize_ms  # noqa: E402
+from benchmarks.enqueue_rate import library_enqueue, library_enqueue_many  # noqa: E402
 from benchmarks.load_test import verify  # noqa: E402
 from benchmarks.poll_latency import index_check  # noqa: E402
 from benchmarks.progress import Progress  # noqa: E402
+from benchmarks.raw import raw_enqueue, raw_enqueue_batched  # noqa: E402
 from benchmarks.report import summary  # noqa: E402
 from benchmarks.runner import failures, run_all  # noqa: E402
 from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
@@ -369,3 +371,24 @@ def test_summary_lists_every_ratio_and_each_peer_against_ours() -> None:
     assert "| mysql | throughput 2x2 | library / raw | 0.88 |" in table
     assert "| mysql | enqueue 100/txn | library / raw | 0.80 |" in table
     assert "| postgresql | drain 1,000 jobs | pgqueuer / proletarian-ref | 2.00 |" in table
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+@pytest.mark.parametrize("batched", [False, True], ids=["one_by_one", "batched"])
+def test_the_raw_enqueue_loops_write_the_rows_the_library_writes(
+    request: pytest.FixtureRequest, dialect: str, batched: bool
+) -> None:
+    # The ceiling must insert what the library inserts for the same jobs, else it compares other work.
+    harness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
+    sql_harness, sql_dialect = require_sql(harness)
+    raw_loop = raw_enqueue_batched if batched else raw_enqueue
+    library_loop = library_enqueue_many if batched else library_enqueue
+    rows = {}
+    for name, loop in (
+        ("raw", lambda: raw_loop(sql_harness, sql_dialect, 3, 30.0, 3)),
+        ("library", lambda: library_loop(harness, 3, 30.0, 3, None)),
+    ):
+        harness.clear()
+        assert loop()[0] == 3
+        rows[name] = sorted((job.queue, job.job_type, job.payload, job.attempts) for job in harness.jobs())
+    assert rows["raw"] == rows["library"]
