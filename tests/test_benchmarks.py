@@ -29,6 +29,7 @@ from benchmarks.raw import raw_enqueue, raw_enqueue_batched  # noqa: E402
 from benchmarks.report import summary  # noqa: E402
 from benchmarks.runner import failures, run_all  # noqa: E402
 from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
+from conformance.harness import SqlHarness  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The scenarios with smoke tests of their own below; the machinery tests run the rest.
@@ -379,16 +380,17 @@ def test_the_raw_enqueue_loops_write_the_rows_the_library_writes(
     request: pytest.FixtureRequest, dialect: str, batched: bool
 ) -> None:
     # The ceiling must insert what the library inserts for the same jobs, else it compares other work.
-    harness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
+    harness: SqlHarness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
     sql_harness, sql_dialect = require_sql(harness)
-    raw_loop = raw_enqueue_batched if batched else raw_enqueue
-    library_loop = library_enqueue_many if batched else library_enqueue
-    rows = {}
-    for name, loop in (
-        ("raw", lambda: raw_loop(sql_harness, sql_dialect, 3, 30.0, 3)),
-        ("library", lambda: library_loop(harness, 3, 30.0, 3, None)),
-    ):
+    rows: dict[str, list[tuple[str, str, str, int]]] = {}
+    for name in ("raw", "library"):
         harness.clear()
-        assert loop()[0] == 3
+        if name == "raw":
+            raw_loop = raw_enqueue_batched if batched else raw_enqueue
+            count, _ = raw_loop(sql_harness, sql_dialect, 3, 30.0, 3)
+        else:
+            library_loop = library_enqueue_many if batched else library_enqueue
+            count, _ = library_loop(harness, 3, 30.0, 3, None)
+        assert count == 3
         rows[name] = sorted((job.queue, job.job_type, job.payload, job.attempts) for job in harness.jobs())
     assert rows["raw"] == rows["library"]
