@@ -20,7 +20,9 @@ from conformance.harness import SqlHarness
 from proletarian_ref.sql import render
 
 STATUS_SUCCESS = ":success"
-RAW_PAYLOAD = '["^ ","~:i",1]'
+# The Transit text proletarian_ref writes for the enqueue benchmark's payload {"i": n}, as someone writing
+# the rows by hand with the driver would format it: the rows are the library's, the encoding the cheapest.
+RAW_PAYLOAD = '["^ ","~:i",{}]'
 RAW_JOB_TYPE = ":bench/job"
 
 
@@ -137,7 +139,7 @@ def raw_enqueue(
                         "job_id": job_id if dialect == "postgresql" else job_id.bytes,
                         "queue": BENCH_QUEUE_TEXT,
                         "job_type": RAW_JOB_TYPE,
-                        "payload": RAW_PAYLOAD,
+                        "payload": RAW_PAYLOAD.format(count),
                         "attempts": 0,
                         "enqueued_at": db_now(dialect, now),
                         "process_at": db_now(dialect, now),
@@ -172,8 +174,9 @@ def raw_enqueue_batched(
             at = db_now(dialect, now)
             if dialect == "postgresql":
                 with cursor.copy(statements.enqueue_copy) as copy:
-                    for _ in range(per_transaction):
-                        copy.write_row((uuid.uuid4(), BENCH_QUEUE_TEXT, RAW_JOB_TYPE, RAW_PAYLOAD, 0, at, at))
+                    for n in range(count, count + per_transaction):
+                        payload = RAW_PAYLOAD.format(n)
+                        copy.write_row((uuid.uuid4(), BENCH_QUEUE_TEXT, RAW_JOB_TYPE, payload, 0, at, at))
             else:
                 cursor.executemany(
                     statements.enqueue,
@@ -182,12 +185,12 @@ def raw_enqueue_batched(
                             "job_id": uuid.uuid4().bytes,
                             "queue": BENCH_QUEUE_TEXT,
                             "job_type": RAW_JOB_TYPE,
-                            "payload": RAW_PAYLOAD,
+                            "payload": RAW_PAYLOAD.format(n),
                             "attempts": 0,
                             "enqueued_at": at,
                             "process_at": at,
                         }
-                        for _ in range(per_transaction)
+                        for n in range(count, count + per_transaction)
                     ],
                 )
             conn.commit()

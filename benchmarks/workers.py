@@ -33,6 +33,9 @@ class LibraryDrainer:
         def handler(job_type: str, payload: Any) -> None:
             on_job()
 
+        # The harness's own backend, so a factory's backend options (postgresql_pipeline) are what is
+        # measured; lent to the worker, so closed here after it stops.
+        self._backend = harness.make_backend()
         self._worker = create_queue_worker(
             harness.data_source,
             handler,
@@ -40,6 +43,7 @@ class LibraryDrainer:
             worker_threads=threads,
             polling_interval_ms=polling_interval_ms,
             batch_size=batch_size,
+            backend=self._backend,
             **harness.table_options,
         )
 
@@ -47,7 +51,10 @@ class LibraryDrainer:
         self._worker.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        self._worker.stop()
+        try:
+            self._worker.stop()
+        finally:
+            self._backend.close()
 
 
 Drainer = LibraryDrainer | RawDrainer

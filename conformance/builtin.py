@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Final
 
@@ -34,6 +35,18 @@ def postgresql(
         job_table=job_table,
         archived_job_table=archived_job_table,
     )
+
+
+def postgresql_pipeline(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """The same PostgreSQL, its backend on the pipelined statement plan (PostgresBackend(pipeline=True))."""
+    from proletarian_ref.backends.postgres import PostgresBackend
+
+    harness = postgresql(dsn, job_table, archived_job_table)
+    return harness.with_backend(functools.partial(PostgresBackend, pipeline=True), "postgresql-pipeline")
 
 
 def mysql(

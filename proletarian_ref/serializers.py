@@ -74,6 +74,7 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import math
 import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -575,6 +576,102 @@ def _prepare_map(value: Mapping[Any, Any], hashable: bool) -> Any:
     return frozendict(prepared) if hashable else prepared
 
 
+# The fast path: the JSON text of the shapes most payloads have, without transit-python's marshaler.
+
+_JSON_MAX_INT: Final = 2**53 - 1  # transit-python's JSON range for a plain number, as transit-java's
+_NOT_FAST: Final = _NotPlainJson()
+# What a str value must not start with to be written as itself (transit escapes these with a "~").
+_TRANSIT_RESERVED: Final = ("~", "^", "`")
+
+
+def _fast_encode(data: Any) -> str | None:
+    """``data`` as the exact Transit text the marshaler writes, or None if it is not a plain shape.
+
+    Plain shapes: dicts with str keys, lists and tuples, of str, int within JSON's exact range, finite
+    float, bool and None, at any depth, with a dict or a list at the top. Anything else (a str starting
+    with a Transit marker, a lone surrogate, a Keyword, a set, a datetime, ...) returns None and goes
+    the general way, which also gives the errors. tests/test_serializers.py checks both paths agree.
+    """
+    kind = type(data)
+    if kind is not dict and kind is not list and kind is not tuple:
+        return None
+    parts: list[str] = []
+    try:
+        _fast_value(data, parts, _JavaRollingCache())
+    except (_NotPlainJson, UnicodeEncodeError, RecursionError):
+        return None
+    return "".join(parts)
+
+
+def _fast_str(value: str) -> str:
+    if not value.isascii():
+        value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError: the general path refuses it
+    return string_text(value)
+
+
+def _fast_value(value: Any, parts: list[str], cache: Any) -> None:
+    kind = type(value)
+    if kind is str:
+        if value[:1] in _TRANSIT_RESERVED:
+            raise _NOT_FAST
+        parts.append(_fast_str(value))
+    elif kind is int:
+        if not -_JSON_MAX_INT <= value <= _JSON_MAX_INT:
+            raise _NOT_FAST
+        parts.append(str(value))
+    elif kind is float:
+        if not math.isfinite(value):
+            raise _NOT_FAST
+        parts.append(double_text(value))
+    elif kind is bool:
+        parts.append("true" if value else "false")
+    elif value is None:
+        parts.append("null")
+    elif kind is dict:
+        parts.append('["^ "')
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NOT_FAST
+            parts.append(",")
+            # A str key is a keyword; its name is cached from the second time as transit-java does.
+            parts.append(_fast_str(cache.encode("~:" + key, True)))
+            parts.append(",")
+            _fast_value(item, parts, cache)
+        parts.append("]")
+    elif kind is list or kind is tuple:
+        parts.append("[")
+        for index, item in enumerate(value):
+            if index:
+                parts.append(",")
+            _fast_value(item, parts, cache)
+        parts.append("]")
+    else:
+        raise _NOT_FAST
+
+
+def _general_encode(data: Any) -> str:
+    """Any payload through transit-python's marshaler, with the rules of _prepare."""
+    try:
+        prepared = _prepare(data, False)
+    except _UnencodableError as error:
+        path = "payload" + "".join(reversed(error.steps))
+        raise SerializationError(f"cannot encode {path}: {error.reason}") from None
+    except RecursionError:
+        raise SerializationError(
+            "cannot encode payload: it is nested too deeply or contains itself"
+        ) from None
+    buffer = io.StringIO()
+    try:
+        # A new cache per payload, as transit-clj makes a new writer per payload. transit-python's
+        # Writer is not used: its key cache can disagree with transit-java's (see _is_cacheable).
+        _JsonMarshaler(buffer).marshal_top(prepared, _JavaRollingCache())
+    except Exception as error:
+        raise SerializationError(
+            f"Transit could not encode the payload ({type(error).__name__}: {error})"
+        ) from error
+    return buffer.getvalue()
+
+
 class TransitSerializer:
     """Transit JSON (non-verbose) payload codec compatible with ``proletarian.transit/create-serializer``.
 
@@ -597,25 +694,8 @@ class TransitSerializer:
 
     def encode(self, data: Any) -> str:
         """Return ``data`` as Transit JSON text; raises SerializationError if it cannot be encoded."""
-        try:
-            prepared = _prepare(data, False)
-        except _UnencodableError as error:
-            path = "payload" + "".join(reversed(error.steps))
-            raise SerializationError(f"cannot encode {path}: {error.reason}") from None
-        except RecursionError:
-            raise SerializationError(
-                "cannot encode payload: it is nested too deeply or contains itself"
-            ) from None
-        buffer = io.StringIO()
-        try:
-            # A new cache per payload, as transit-clj makes a new writer per payload. transit-python's
-            # Writer is not used: its key cache can disagree with transit-java's (see _is_cacheable).
-            _JsonMarshaler(buffer).marshal_top(prepared, _JavaRollingCache())
-        except Exception as error:
-            raise SerializationError(
-                f"Transit could not encode the payload ({type(error).__name__}: {error})"
-            ) from error
-        return buffer.getvalue()
+        text = _fast_encode(data)
+        return text if text is not None else _general_encode(data)
 
     def decode(self, text: str) -> Any:
         """Return the value stored as Transit JSON ``text``; raises PayloadDecodeError if it is not."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final, NamedTuple
 
@@ -34,6 +35,18 @@ def table_name(value: object, *, option: str = "job_table") -> TableName:
     """Validate `value` ("table" or "schema.table") for the option named `option`."""
     if isinstance(value, TableName):
         return value
+    if type(value) is str:
+        # enqueue checks its two table names on every call; a plain str always parses the same way.
+        return _parsed(value, option)
+    return _parse(value, option)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(value: str, option: str) -> TableName:
+    return _parse(value, option)
+
+
+def _parse(value: object, option: str) -> TableName:
     if not isinstance(value, str):
         raise ConfigurationError(
             f"{option} must be a str such as 'proletarian.job', not {type(value).__name__}"

@@ -51,7 +51,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 _BACKEND_FIXTURES = {
-    "postgresql": ("pg_db", "pg_harness", "pg_dsn"),
+    "postgresql": ("pg_db", "pg_harness", "pg_dsn", "pg_pipeline_db", "pg_pipeline_harness"),
     "mysql": ("mysql_db", "mysql_harness", "mysql_dsn"),
 }
 
@@ -186,7 +186,16 @@ def _load(factory: str, dsn: str) -> SqlHarness:
 
 @pytest.fixture(scope="session")
 def pg_harness(pg_dsn: str) -> SqlHarness:
-    return _installed(_load("conformance.builtin:postgresql", pg_dsn))
+    # PROLETARIAN_TEST_PG_PIPELINE=1 runs every PostgreSQL test on the pipelined statement plan.
+    pipelined = os.environ.get("PROLETARIAN_TEST_PG_PIPELINE", "") not in ("", "0")
+    factory = "conformance.builtin:postgresql_pipeline" if pipelined else "conformance.builtin:postgresql"
+    return _installed(_load(factory, pg_dsn))
+
+
+@pytest.fixture(scope="session")
+def pg_pipeline_harness(pg_harness: SqlHarness, pg_dsn: str) -> SqlHarness:
+    # The tables pg_harness installed, under the pipelined backend.
+    return _load("conformance.builtin:postgresql_pipeline", pg_dsn)
 
 
 @pytest.fixture(scope="session")
@@ -216,6 +225,13 @@ def pg_db(pg_harness: SqlHarness) -> Iterator[SqlHarness]:
     pg_harness.clear()
     yield pg_harness
     pg_harness.close()
+
+
+@pytest.fixture
+def pg_pipeline_db(pg_pipeline_harness: SqlHarness) -> Iterator[SqlHarness]:
+    pg_pipeline_harness.clear()
+    yield pg_pipeline_harness
+    pg_pipeline_harness.close()
 
 
 @pytest.fixture

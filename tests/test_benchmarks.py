@@ -20,13 +20,16 @@ for _module in ("locust", "matplotlib", "psutil", "rich"):
 
 from benchmarks import instructions, peers  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
-from benchmarks.common import BackendSpec, BenchmarkFailure, percentile, summarize_ms  # noqa: E402
+from benchmarks.common import BackendSpec, BenchmarkFailure, percentile, require_sql, summarize_ms  # noqa: E402
+from benchmarks.enqueue_rate import library_enqueue, library_enqueue_many  # noqa: E402
 from benchmarks.load_test import verify  # noqa: E402
 from benchmarks.poll_latency import index_check  # noqa: E402
 from benchmarks.progress import Progress  # noqa: E402
+from benchmarks.raw import raw_enqueue, raw_enqueue_batched  # noqa: E402
 from benchmarks.report import summary  # noqa: E402
 from benchmarks.runner import failures, run_all  # noqa: E402
 from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
+from conformance.harness import SqlHarness  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The scenarios with smoke tests of their own below; the machinery tests run the rest.
@@ -373,3 +376,25 @@ def test_summary_lists_every_ratio_and_each_peer_against_ours() -> None:
     assert "| mysql | throughput 2x2 | library / raw | 0.88 |" in table
     assert "| mysql | enqueue 100/txn | library / raw | 0.80 |" in table
     assert "| postgresql | drain 1,000 jobs | pgqueuer / proletarian-ref | 2.00 |" in table
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+@pytest.mark.parametrize("batched", [False, True], ids=["one_by_one", "batched"])
+def test_the_raw_enqueue_loops_write_the_rows_the_library_writes(
+    request: pytest.FixtureRequest, dialect: str, batched: bool
+) -> None:
+    # The ceiling must insert what the library inserts for the same jobs, else it compares other work.
+    harness: SqlHarness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
+    sql_harness, sql_dialect = require_sql(harness)
+    rows: dict[str, list[tuple[str, str, str, int]]] = {}
+    for name in ("raw", "library"):
+        harness.clear()
+        if name == "raw":
+            raw_loop = raw_enqueue_batched if batched else raw_enqueue
+            count, _ = raw_loop(sql_harness, sql_dialect, 3, 30.0, 3)
+        else:
+            library_loop = library_enqueue_many if batched else library_enqueue
+            count, _ = library_loop(harness, 3, 30.0, 3, None)
+        assert count == 3
+        rows[name] = sorted((job.queue, job.job_type, job.payload, job.attempts) for job in harness.jobs())
+    assert rows["raw"] == rows["library"]

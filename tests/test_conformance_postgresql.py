@@ -37,3 +37,11 @@ class TestPostgreSQLWithNotify(BackendSuite):
             yield pg_db
         finally:
             pg_db.enqueue_options = {}
+
+
+class TestPostgreSQLPipeline(BackendSuite):
+    """The same suite with the backend on its pipelined statement plan (PostgresBackend(pipeline=True))."""
+
+    @pytest.fixture
+    def harness(self, pg_pipeline_db: SqlHarness) -> SqlHarness:
+        return pg_pipeline_db

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from conformance.harness import SqlHarness
-from proletarian_ref import ConfigurationError, create_queue_worker, enqueue
+from proletarian_ref import ConfigurationError, create_queue_worker, enqueue, process_next_job
 from proletarian_ref import log as ev
 from proletarian_ref.backends import backend_for_connection, backend_for_data_source, dialect_of_connection
 from proletarian_ref.backends.dsn import dialect_of_dsn, mysql_connect_kwargs, redact
@@ -48,6 +48,19 @@ def test_default_logger_keeps_the_exception_traceback(caplog: pytest.LogCaptureF
     except ValueError as exc:
         ev.stdlib_logger(ev.HANDLE_JOB_EXCEPTION, {ev.EXCEPTION: exc})
     assert caplog.records[0].exc_info is not None
+
+
+@pytest.mark.parametrize("listening", [True, False], ids=["info", "warning"])
+def test_the_worker_logs_a_jobs_events_to_the_default_logger_only_when_it_listens_at_info(
+    caplog: pytest.LogCaptureFixture, listening: bool
+) -> None:
+    backend = MemoryBackend()
+    with backend.transaction() as conn:
+        enqueue(conn, "log/job", {"n": 1}, backend=backend)
+    caplog.set_level(logging.INFO if listening else logging.WARNING, logger="proletarian_ref")
+    assert process_next_job(backend, lambda job_type, payload: None) is True
+    events = [getattr(record, "proletarian_event", None) for record in caplog.records]
+    assert events == ([ev.HANDLING_JOB, ev.JOB_FINISHED] if listening else [])
 
 
 def test_the_dialect_comes_from_the_drivers_connection(pg_db: SqlHarness, mysql_db: SqlHarness) -> None:

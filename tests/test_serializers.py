@@ -558,3 +558,78 @@ def test_the_one_pass_plain_path_gives_what_the_exact_path_gives_for_any_json(tr
         assert str(raised.value) == str(error)
         return
     assert canon(PLAIN.decode(text)) == expected
+
+
+# --- the fast encoding path --------------------------------------------------------------------------
+
+
+def test_plain_payloads_are_encoded_without_transit_pythons_marshaler(monkeypatch: Any) -> None:
+    def refuse(data: Any) -> str:
+        raise AssertionError(f"the general encoder wrote {data!r}")
+
+    monkeypatch.setattr(serializers, "_general_encode", refuse)
+    payload = {"user": {"id": 1, "name": "Zoë"}, "roles": [{"name": "a"}, {"name": "b"}], "x": (1.5, None)}
+    assert PLAIN.encode(payload) == (
+        '["^ ","~:user",["^ ","~:id",1,"~:name","Zoë"],"~:roles",[["^ ","^2","a"],["^ ","^2","b"]],'
+        '"~:x",[1.5,null]]'
+    )
+
+
+# Values at the edges of what the fast path takes: Transit's markers, the exact-int bound, floats Java
+# writes in E notation, non-BMP text, lone surrogates, short keys (not cached) and repeated ones (cached).
+FAST_EDGE_TEXT = st.sampled_from(["", "a", "ab", "~a", "^0", "`x", "é", "😀", "\ud800", '"', "\x1f", "a b"])
+FAST_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**54), max_value=2**54),
+    st.sampled_from([2**53 - 1, 2**53, -(2**53) + 1, -(2**53)]),
+    st.floats(),
+    TEXT,
+    FAST_EDGE_TEXT,
+)
+FAST_TREES = st.recursive(
+    FAST_SCALARS,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=4).map(tuple),
+        st.dictionaries(
+            st.one_of(FAST_EDGE_TEXT, TEXT, st.sampled_from(["id", "abc"])), children, max_size=4
+        ),
+    ),
+    max_leaves=14,
+)
+
+
+@given(FAST_TREES)
+def test_the_fast_encoding_path_writes_what_the_general_encoder_writes(value: Any) -> None:
+    fast = serializers._fast_encode(value)
+    try:
+        general = serializers._general_encode(value)
+    except SerializationError:
+        assert fast is None  # the general path gives the error
+        return
+    assert fast is None or fast == general
+    assert PLAIN.encode(value) == general
+
+
+class _Small(enum.IntEnum):
+    ONE = 1
+
+
+def test_the_fast_encoding_path_leaves_other_shapes_to_the_general_encoder() -> None:
+    for value in (
+        1,
+        "text",
+        {"a": {1, 2}},
+        {1: "int key"},
+        {"a": K("kw")},
+        {"a": "~tilde"},
+        {"a": 2**53},
+        {"a": math.inf},
+        {"a": "\ud800"},
+        {"a": Decimal("1.5")},
+        {"a": datetime.datetime(2024, 1, 1, tzinfo=UTC)},
+        OrderedDict(a=1),
+        [True, _Small.ONE],
+    ):
+        assert serializers._fast_encode(value) is None, value

@@ -28,11 +28,15 @@ class _Lease:
     """A connection in use by one thread's transaction, as release_connection needs to see it."""
 
     conn: Any
-    # The cursors the thread keeps on its own connection, by reads_rows; None for a pool's connection.
-    cursors: dict[bool, Any] | None
+    # The cursors the thread keeps on its own connection, by reads_rows (queued writes: -1, -2, ...); None
+    # for a pool's connection.
+    cursors: dict[int, Any] | None
     # True while the owning thread is talking to the server; a connection is never closed under it.
     busy: bool = True
     released: bool = False
+    # Writes sent but not yet counted, on a connection whose backend pipelines them (_pipelines): each
+    # (cursor, what, job id) is checked for exactly one row before the transaction may commit.
+    pending: list[tuple[Any, str, Any]] | None = None
 
 
 class SqlBackend:
@@ -105,6 +109,21 @@ class SqlBackend:
         return False
 
     def _generated_id(self, cursor: Any) -> Any:
+        raise NotImplementedError
+
+    def _fetch_claimed(self, cursor: Any) -> Any:
+        """The row the claim returned, or None; a driver may read what it cannot load some other way."""
+        return cursor.fetchone()
+
+    def _pipelines(self, conn: Any, *, pooled: bool) -> bool:
+        """Whether this transaction on `conn` queues its single-row writes until _sync (see _Lease.pending).
+
+        Called after _begin; False by default: every statement is its own round trip.
+        """
+        return False
+
+    def _sync(self, conn: Any) -> None:
+        """Send what the connection has queued and read every result (only where _pipelines said so)."""
         raise NotImplementedError
 
     def _cancel_statement(self, conn: Any) -> None:
@@ -189,6 +208,8 @@ class SqlBackend:
     def _commit(self, conn: Any, lease: _Lease) -> None:
         self._start_round_trip(lease)
         try:
+            if lease.pending:
+                self._settle(conn, lease.pending)
             conn.commit()
         except Exception as exc:
             self._raise_library_error(exc)
@@ -272,7 +293,9 @@ class SqlBackend:
     ) -> _T:
         """Run one statement and return `read` of its cursor, with the driver's errors translated.
 
-        With `copy`, `statement` is a COPY ... FROM STDIN and `params` the rows it streams (_copy).
+        With `copy`, `statement` is a COPY ... FROM STDIN and `params` the rows it streams (_copy). On a
+        pipelined transaction it first settles the writes queued before it (_queue_write), so the
+        statement sees them done and counted.
         Five statements run per job, so this is written for speed: no context managers, no lookups twice.
         """
         lease = self._leases.get(threading.get_ident())
@@ -285,6 +308,8 @@ class SqlBackend:
         try:
             if lease is None:
                 self._prepare_session(conn)
+            elif lease.pending:
+                self._settle(conn, lease.pending)
             if cursors is not None:
                 # The thread's own connection keeps its cursors: making one (and registering the claim's
                 # loaders) costs more than a statement's own Python work.
@@ -326,8 +351,13 @@ class SqlBackend:
             "payload": job.payload,
             "attempts": job.attempts,
             "enqueued_at": self._db_time(job.enqueued_at, what="enqueued_at"),
-            "process_at": self._db_time(job.process_at, what="process_at"),
         }
+        # A job due now has the very `now` as both times: its parameter is made once.
+        params["process_at"] = (
+            params["enqueued_at"]
+            if job.process_at is job.enqueued_at
+            else self._db_time(job.process_at, what="process_at")
+        )
         generated = job.job_id is None
         if generated:
             del params["job_id"]
@@ -397,21 +427,24 @@ class SqlBackend:
             conn,
             self._render("get_next_job", job_table),
             {"queue": queue, "now": self._db_time(now, what="now")},
-            _fetchone,
+            self._fetch_claimed,
             reads_rows=True,
         )
         return None if row is None else self._job_record(row)
 
     def _job_record(self, row: Sequence[Any]) -> JobRecord:
         job_id, queue_text, job_type, payload, attempts, enqueued_at, process_at = row
-        return JobRecord(
-            job_id=job_id,
-            queue=queue_text,
-            job_type=job_type,
-            payload=payload,
-            attempts=int(attempts),
-            enqueued_at=self._from_db_time(enqueued_at),
-            process_at=self._from_db_time(process_at),
+        # _make, in JobRecord's field order: the generated __new__ with keywords costs six times as much.
+        return JobRecord._make(
+            (
+                job_id,
+                queue_text,
+                job_type,
+                payload,
+                int(attempts),
+                self._from_db_time(enqueued_at),
+                self._from_db_time(process_at),
+            )
         )
 
     # -- batch mode (BatchClaim) -----------------------------------------------------------------------
@@ -475,13 +508,45 @@ class SqlBackend:
         self._execute(conn, statements["job_savepoint_release"], None, _rowcount, reads_rows=False)
 
     def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
+        lease = self._leases.get(threading.get_ident())
+        if lease is not None and lease.pending is not None and lease.conn is conn:
+            self._queue_write(lease, statement, params, what)
+            return
         count = self._execute(conn, statement, params, _rowcount, reads_rows=False)
-        # The row is locked by this transaction, so anything but one row means the table is not what the
-        # worker thinks it is; failing keeps the job rather than losing it.
-        if count != 1:
-            raise DatabaseError(
-                f"{what} changed {count} rows of job {params['job_id']!r}; expected exactly 1"
-            )
+        _check_one(count, what, params["job_id"])
+
+    def _queue_write(self, lease: _Lease, statement: str, params: dict[str, Any], what: str) -> None:
+        """Send a single-row write on a pipelined transaction; _settle counts it before anything else runs.
+
+        Each queued write has its own kept cursor, which holds its row count until then.
+        """
+        assert lease.pending is not None and lease.cursors is not None  # pipelined: the thread's own
+        pending = lease.pending
+        self._start_round_trip(lease)
+        try:
+            key = -1 - len(pending)  # apart from the keys False and True of _execute's cursors
+            cursor = lease.cursors.get(key)
+            if cursor is None:
+                cursor = lease.cursors[key] = self._cursor(lease.conn)
+            cursor.execute(statement, params)
+        except Exception as exc:
+            self._raise_library_error(exc)
+        finally:
+            with self._lock:
+                lease.busy = False
+        pending.append((cursor, what, params["job_id"]))
+
+    def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
+        """Complete the queued writes in one round trip, then check each changed exactly one row.
+
+        Runs before the commit (and before any other statement), so a count that is wrong still rolls the
+        whole transaction back, as it does when each write is its own round trip.
+        """
+        self._sync(conn)
+        writes = pending[:]
+        pending.clear()
+        for cursor, what, job_id in writes:
+            _check_one(cursor.rowcount, what, job_id)
 
     def archive_job(
         self,
@@ -538,6 +603,8 @@ class _Transaction:
             try:
                 backend._prepare_session(conn, worker=True)
                 self._state = backend._begin(conn)
+                if backend._pipelines(conn, pooled=pooled):
+                    lease.pending = []
             except Exception as exc:
                 backend._raise_library_error(exc)
         except BaseException:
@@ -610,6 +677,13 @@ def _first_column(cursor: Any) -> list[Any]:
 
 def _fetchall(cursor: Any) -> list[Any]:
     return list(cursor.fetchall())
+
+
+def _check_one(count: int, what: str, job_id: Any) -> None:
+    # The row is locked by this transaction, so anything but one row means the table is not what the
+    # worker thinks it is; failing keeps the job rather than losing it.
+    if count != 1:
+        raise DatabaseError(f"{what} changed {count} rows of job {job_id!r}; expected exactly 1")
 
 
 def _rowcount(cursor: Any) -> int:
