@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
@@ -51,11 +50,7 @@ def parse_backends(text: str) -> list[BackendSpec]:
 
 
 def bench_tables(bench: str, suffix: str = "") -> tuple[str, str]:
-    """Our own tables, never the defaults or another engineer's: proletarian.bench_job_<bench><suffix>.
-
-    PROLETARIAN_BENCH_TABLE_SUFFIX keeps runs from several checkouts on one server apart.
-    """
-    suffix += os.environ.get("PROLETARIAN_BENCH_TABLE_SUFFIX", "")
+    """Our own tables, never the defaults or another engineer's: proletarian.bench_job_<bench><suffix>."""
     return (
         f"{BENCH_SCHEMA}.bench_job_{bench}{suffix}",
         f"{BENCH_SCHEMA}.bench_archived_job_{bench}{suffix}",
