@@ -148,8 +148,8 @@ def test_stop_mid_batch_starts_no_further_handler_and_commits_the_finished_ones(
         ran.append(n)
         if n == 1:
             thread = threading.Thread(target=worker.stop)
-            stopper.append(thread)
             thread.start()
+            stopper.append(thread)  # only once started: the test joins what it finds here
             while not interrupted():
                 threading.Event().wait(0.005)
 
