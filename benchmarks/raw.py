@@ -155,12 +155,20 @@ def raw_enqueue(
 
 
 def raw_enqueue_batched(
-    harness: SqlHarness, dialect: Dialect, per_transaction: int, window_s: float, max_jobs: int
+    harness: SqlHarness,
+    dialect: Dialect,
+    per_transaction: int,
+    window_s: float,
+    max_jobs: int,
+    *,
+    copy: bool = True,
 ) -> tuple[int, float]:
     """The same, each transaction's jobs sent in one go the driver's own fastest way.
 
-    PostgreSQL: one COPY with psycopg's write_row. MySQL: PyMySQL's executemany of the enqueue INSERT,
-    which PyMySQL itself rewrites into multi-row INSERTs of up to about 1 MB each.
+    PostgreSQL: one COPY with psycopg's write_row, or with `copy` False the enqueue INSERT through
+    psycopg's executemany (pipelined: one round trip for the batch), the batched insert most code writes.
+    MySQL: PyMySQL's executemany of the enqueue INSERT, which PyMySQL itself rewrites into multi-row
+    INSERTs of up to about 1 MB each.
     """
     statements = RawStatements.of(harness, dialect)
     conn = raw_connection(harness, dialect)
@@ -172,17 +180,17 @@ def raw_enqueue_batched(
         while count < max_jobs and time.perf_counter() < deadline:
             now = datetime.now(UTC)
             at = db_now(dialect, now)
-            if dialect == "postgresql":
-                with cursor.copy(statements.enqueue_copy) as copy:
+            if dialect == "postgresql" and copy:
+                with cursor.copy(statements.enqueue_copy) as writer:
                     for n in range(count, count + per_transaction):
                         payload = RAW_PAYLOAD.format(n)
-                        copy.write_row((uuid.uuid4(), BENCH_QUEUE_TEXT, RAW_JOB_TYPE, payload, 0, at, at))
+                        writer.write_row((uuid.uuid4(), BENCH_QUEUE_TEXT, RAW_JOB_TYPE, payload, 0, at, at))
             else:
                 cursor.executemany(
                     statements.enqueue,
                     [
                         {
-                            "job_id": uuid.uuid4().bytes,
+                            "job_id": uuid.uuid4() if dialect == "postgresql" else uuid.uuid4().bytes,
                             "queue": BENCH_QUEUE_TEXT,
                             "job_type": RAW_JOB_TYPE,
                             "payload": RAW_PAYLOAD.format(n),

@@ -230,7 +230,8 @@ def _enqueue_section(results: dict[str, Any]) -> list[str]:
     if many:
         out.append(
             "*enqueue_many*: one `enqueue_many(conn, jobs)` per transaction; *raw batched*: the driver's own "
-            "batch (PostgreSQL: COPY with `write_row`; MySQL: PyMySQL's multi-row `executemany`)."
+            "batch (PostgreSQL: COPY with `write_row`; MySQL: PyMySQL's multi-row `executemany`); *raw "
+            "executemany* (PostgreSQL): psycopg's pipelined `executemany` of the enqueue INSERT."
         )
         out.append("")
         many_rows = [
@@ -240,6 +241,8 @@ def _enqueue_section(results: dict[str, Any]) -> list[str]:
                 e["many"].get("library_many_jobs_per_s"),
                 e["many"].get("raw_batched_jobs_per_s"),
                 e["many"].get("ratio"),
+                e["many"].get("raw_executemany_jobs_per_s", "-"),
+                e["many"].get("ratio_executemany", "-"),
                 e["many"].get("library_many_notify_jobs_per_s", "-"),
                 e["many"].get("notify_ratio", "-"),
             ]
@@ -252,6 +255,8 @@ def _enqueue_section(results: dict[str, Any]) -> list[str]:
                 "enqueue_many",
                 "raw batched",
                 "enqueue_many / raw",
+                "raw executemany",
+                "enqueue_many / executemany",
                 "with notify",
                 "notify cost",
             ],
@@ -401,7 +406,18 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"enqueue {r['jobs_per_transaction']}/txn", "library / raw", r["ratio"]]
                 )
-        for r in [*e.get("rows", []), e.get("many", {})]:
+        many = e.get("many", {})
+        for key, against in (("ratio", "raw batched"), ("ratio_executemany", "raw executemany")):
+            if key in many:
+                rows.append(
+                    [
+                        e["backend"],
+                        f"enqueue_many {many['jobs_per_transaction']}/txn",
+                        f"library / {against}",
+                        many[key],
+                    ]
+                )
+        for r in [*e.get("rows", []), many]:
             if "notify_ratio" in r:
                 what = "enqueue_many" if "library_many_jobs_per_s" in r else "enqueue"
                 rows.append(
