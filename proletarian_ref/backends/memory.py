@@ -213,27 +213,8 @@ class MemoryBackend:
     def get_next_job(
         self, conn: MemoryConnection, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None:
-        table = str(job_table)
-        with self.db.lock:
-            conn.check_alive()
-            own = conn._changes.get(table, {})
-            candidates: list[JobRecord] = [
-                job
-                for job in own.values()
-                if job is not _DELETED and job.queue == queue and job.process_at <= now
-            ]
-            for process_at, _, key in self.db.due_index.get((table, queue), ()):
-                if process_at > now:
-                    break
-                if key not in own and self.db.row_locks.get((table, key), conn) is conn:
-                    committed: JobRecord = self.db.tables[table][key]
-                    candidates.append(committed)
-                    break
-            if not candidates:
-                return None
-            job = min(candidates, key=lambda j: j.process_at)
-            conn._lock_row(table, job.job_id)
-            return job
+        jobs = self.get_next_jobs(conn, job_table, queue, now, 1)
+        return jobs[0] if jobs else None
 
     def _locked_job(self, conn: MemoryConnection, table: str, job_id: Any) -> JobRecord:
         conn.check_alive()
