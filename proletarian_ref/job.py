@@ -96,32 +96,14 @@ def enqueue(
     With `notify`, a job due now is announced to listening workers in the same transaction (PostgreSQL
     NOTIFY: sent at commit, never on rollback); a backend that cannot announce ignores it.
     """
-    _check_notify(notify)
-    table = table_name(job_table, option="job_table")
-    archive = table_name(archived_job_table, option="archived_job_table")
-    if backend is None:
-        backend = backend_for_connection(conn)
-    strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
-    serializer = serializer if serializer is not None else _DEFAULT_SERIALIZER
-    now = now_from(clock if clock is not None else system_utc)
-    job_id, record = _job_record(
-        conn,
-        backend,
-        table,
-        archive,
-        serializer,
-        strategy,
-        now,
-        job_type,
-        payload,
-        queue,
-        process_at,
-        process_in,
+    setup = _enqueuing(
+        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
     )
-    stored_id = backend.enqueue(conn, table, record)
+    job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
+    stored_id = setup.backend.enqueue(conn, setup.table, record)
     if notify:
-        _announce(conn, backend, table, (record,), now)
-    return job_id if job_id is not None else strategy.decode_id(stored_id)
+        _announce(conn, setup, (record,))
+    return job_id if job_id is not None else setup.strategy.decode_id(stored_id)
 
 
 class JobSpec(NamedTuple):
@@ -160,14 +142,9 @@ def enqueue_many(
     `enqueue_many`); a backend without one gets an `enqueue` per job. With `notify`, one announcement
     for the batch (per queue with a job due now) follows the INSERT, as for enqueue.
     """
-    _check_notify(notify)
-    table = table_name(job_table, option="job_table")
-    archive = table_name(archived_job_table, option="archived_job_table")
-    if backend is None:
-        backend = backend_for_connection(conn)
-    strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
-    serializer = serializer if serializer is not None else _DEFAULT_SERIALIZER
-    now = now_from(clock if clock is not None else system_utc)
+    setup = _enqueuing(
+        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
+    )
     ids: list[Any] = []
     records: list[JobRecord] = []
     for index, item in enumerate(jobs):
@@ -175,12 +152,7 @@ def enqueue_many(
             spec = _job_spec(item)
             job_id, record = _job_record(
                 conn,
-                backend,
-                table,
-                archive,
-                serializer,
-                strategy,
-                now,
+                setup,
                 spec.job_type,
                 spec.payload,
                 queue if spec.queue is None else spec.queue,
@@ -202,33 +174,64 @@ def enqueue_many(
         records.append(record)
     if not records:
         return []
+    backend, table = setup.backend, setup.table
     # BatchEnqueue is optional; a backend without it still enqueues, one statement per job.
     if hasattr(backend, "enqueue_many"):
         stored = cast(BatchEnqueue, backend).enqueue_many(conn, table, records)
     else:
         stored = [backend.enqueue(conn, table, record) for record in records]
     if notify:
-        _announce(conn, backend, table, records, now)
+        _announce(conn, setup, records)
     if ids[0] is not None:
         return ids
-    return [strategy.decode_id(value) for value in stored]
+    return [setup.strategy.decode_id(value) for value in stored]
 
 
-def _check_notify(notify: object) -> None:
+class _Enqueuing(NamedTuple):
+    """What every job of one enqueue or enqueue_many call shares, the options checked and defaulted."""
+
+    backend: Backend
+    table: TableName
+    archive: TableName
+    serializer: Serializer
+    strategy: JobIdStrategy
+    now: datetime  # the clock is read once a call
+
+
+def _enqueuing(
+    conn: Any,
+    job_table: str | TableName,
+    archived_job_table: str | TableName,
+    serializer: Serializer | None,
+    job_id_strategy: JobIdStrategy | None,
+    clock: Clock | None,
+    backend: Backend | None,
+    notify: object,
+) -> _Enqueuing:
     if not isinstance(notify, bool):
         raise ConfigurationError(f"notify must be True or False, got {notify!r}")
+    table = table_name(job_table, option="job_table")
+    archive = table_name(archived_job_table, option="archived_job_table")
+    if backend is None:
+        backend = backend_for_connection(conn)
+    return _Enqueuing(
+        backend,
+        table,
+        archive,
+        serializer if serializer is not None else _DEFAULT_SERIALIZER,
+        job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect),
+        now_from(clock if clock is not None else system_utc),
+    )
 
 
-def _announce(
-    conn: Any, backend: Backend, table: TableName, records: Iterable[JobRecord], now: datetime
-) -> None:
+def _announce(conn: Any, setup: _Enqueuing, records: Iterable[JobRecord]) -> None:
     """Announce the queues of the jobs due now; a job for later would only wake a worker to find nothing."""
     # Notifications is optional. hasattr, as isinstance of a runtime Protocol costs more than enqueue.
-    if not hasattr(backend, "notify_enqueued"):
+    if not hasattr(setup.backend, "notify_enqueued"):
         return
-    queues = list(dict.fromkeys(record.queue for record in records if record.process_at <= now))
+    queues = list(dict.fromkeys(record.queue for record in records if record.process_at <= setup.now))
     if queues:
-        cast(Notifications, backend).notify_enqueued(conn, table, queues)
+        cast(Notifications, setup.backend).notify_enqueued(conn, setup.table, queues)
 
 
 def _job_spec(item: Any) -> JobSpec:
@@ -252,12 +255,7 @@ def _at_index(exc: ProletarianError, index: int) -> ProletarianError:
 
 def _job_record(
     conn: Any,
-    backend: Backend,
-    table: TableName,
-    archive: TableName,
-    serializer: Serializer,
-    strategy: JobIdStrategy,
-    now: datetime,
+    setup: _Enqueuing,
     job_type: str,
     payload: Any,
     queue: str,
@@ -265,13 +263,14 @@ def _job_record(
     process_in: timedelta | None,
 ) -> tuple[Any, JobRecord]:
     """The new id (None if the database makes it) and the row for one job, checked and encoded."""
+    backend, strategy, now = setup.backend, setup.strategy, setup.now
     job_type_text = to_keyword_text(job_type, what="job_type")
     queue_text = to_keyword_text(queue, what="queue")
     effective_process_at = to_process_at(now, process_at, process_in)
-    payload_text = encode_payload(serializer, payload)
+    payload_text = encode_payload(setup.serializer, payload)
     # PayloadLimits is optional. hasattr, as isinstance of a runtime Protocol costs more than enqueue.
     if hasattr(backend, "check_payload"):
-        cast(PayloadLimits, backend).check_payload(conn, table, archive, payload_text)
+        cast(PayloadLimits, backend).check_payload(conn, setup.table, setup.archive, payload_text)
     job_id = strategy.generate_id()
     # _make, in JobRecord's field order: the generated __new__ with keywords costs six times as much.
     record = JobRecord._make(
