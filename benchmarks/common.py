@@ -123,6 +123,25 @@ def db_now(dialect: Dialect, now: datetime | None = None) -> Any:
     return value.astimezone(UTC).replace(tzinfo=None, microsecond=0)
 
 
+def timed_transactions(
+    conn: Any,
+    per_transaction: int,
+    window_s: float,
+    max_jobs: int,
+    one_transaction: Callable[[int], None],
+) -> tuple[int, float]:
+    """Commit `one_transaction(first job's number)` of `per_transaction` jobs on `conn` until `max_jobs`
+    or `window_s`; (jobs, seconds). The enqueue benchmarks' library and raw loops all time with it."""
+    count = 0
+    start = time.perf_counter()
+    deadline = start + window_s
+    while count < max_jobs and time.perf_counter() < deadline:
+        one_transaction(count)
+        conn.commit()
+        count += per_transaction
+    return count, time.perf_counter() - start
+
+
 def truncate(harness: Harness) -> None:
     dialect = sql_dialect(harness)
     if dialect is None:

@@ -8,7 +8,6 @@ ratio of the two is what notify costs an enqueuer.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from benchmarks.common import (
     open_harness,
     require_sql,
     sql_dialect,
+    timed_transactions,
     truncate,
 )
 from benchmarks.progress import Progress
@@ -90,17 +90,12 @@ def _timed_transactions(
     max_jobs: int,
     one_transaction: Callable[[Any, int], None],
 ) -> tuple[int, float]:
-    """Commit `one_transaction` of `per_transaction` jobs until `max_jobs` or `window_s`; (jobs, seconds)."""
+    """timed_transactions on a new caller connection of the harness, as an application's."""
     conn = harness.connect()
     try:
-        count = 0
-        start = time.perf_counter()
-        deadline = start + window_s
-        while count < max_jobs and time.perf_counter() < deadline:
-            one_transaction(conn, count)
-            conn.commit()
-            count += per_transaction
-        return count, time.perf_counter() - start
+        return timed_transactions(
+            conn, per_transaction, window_s, max_jobs, lambda first: one_transaction(conn, first)
+        )
     finally:
         conn.close()
 

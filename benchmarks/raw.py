@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks.common import BENCH_QUEUE_TEXT, Dialect, archived_table_of, db_now, job_table_of
+from benchmarks.common import (
+    BENCH_QUEUE_TEXT,
+    Dialect,
+    archived_table_of,
+    db_now,
+    job_table_of,
+    timed_transactions,
+)
 from conformance.harness import SqlHarness
 from proletarian_ref.sql import render
 
@@ -118,6 +125,20 @@ def claim_one(conn: Any, cursor: Any, s: RawStatements, dialect: Dialect, on_job
     return True
 
 
+def _raw_row(dialect: Dialect, n: int, at: Any) -> dict[str, Any]:
+    """The enqueue INSERT's parameters for job number `n`, the very row the library writes for it."""
+    job_id = uuid.uuid4()
+    return {
+        "job_id": job_id if dialect == "postgresql" else job_id.bytes,
+        "queue": BENCH_QUEUE_TEXT,
+        "job_type": RAW_JOB_TYPE,
+        "payload": RAW_PAYLOAD.format(n),
+        "attempts": 0,
+        "enqueued_at": at,
+        "process_at": at,
+    }
+
+
 def raw_enqueue(
     harness: SqlHarness, dialect: Dialect, per_transaction: int, window_s: float, max_jobs: int
 ) -> tuple[int, float]:
@@ -126,30 +147,13 @@ def raw_enqueue(
     conn = raw_connection(harness, dialect)
     try:
         cursor = conn.cursor()
-        count = 0
-        start = time.perf_counter()
-        deadline = start + window_s
-        while count < max_jobs and time.perf_counter() < deadline:
+
+        def one_transaction(first: int) -> None:
             for _ in range(per_transaction):
-                now = datetime.now(UTC)
-                job_id = uuid.uuid4()
-                cursor.execute(
-                    statement,
-                    {
-                        "job_id": job_id if dialect == "postgresql" else job_id.bytes,
-                        "queue": BENCH_QUEUE_TEXT,
-                        "job_type": RAW_JOB_TYPE,
-                        "payload": RAW_PAYLOAD.format(count),
-                        "attempts": 0,
-                        "enqueued_at": db_now(dialect, now),
-                        "process_at": db_now(dialect, now),
-                    },
-                )
-            conn.commit()
-            count += per_transaction
-        elapsed = time.perf_counter() - start
-        cursor.close()
-        return count, elapsed
+                # The clock read once per job, as enqueue reads it once per call.
+                cursor.execute(statement, _raw_row(dialect, first, db_now(dialect, datetime.now(UTC))))
+
+        return timed_transactions(conn, per_transaction, window_s, max_jobs, one_transaction)
     finally:
         conn.close()
 
@@ -174,37 +178,18 @@ def raw_enqueue_batched(
     conn = raw_connection(harness, dialect)
     try:
         cursor = conn.cursor()
-        count = 0
-        start = time.perf_counter()
-        deadline = start + window_s
-        while count < max_jobs and time.perf_counter() < deadline:
-            now = datetime.now(UTC)
-            at = db_now(dialect, now)
+
+        def one_transaction(first: int) -> None:
+            at = db_now(dialect, datetime.now(UTC))
+            numbers = range(first, first + per_transaction)
             if dialect == "postgresql" and copy:
                 with cursor.copy(statements.enqueue_copy) as writer:
-                    for n in range(count, count + per_transaction):
+                    for n in numbers:
                         payload = RAW_PAYLOAD.format(n)
                         writer.write_row((uuid.uuid4(), BENCH_QUEUE_TEXT, RAW_JOB_TYPE, payload, 0, at, at))
             else:
-                cursor.executemany(
-                    statements.enqueue,
-                    [
-                        {
-                            "job_id": uuid.uuid4() if dialect == "postgresql" else uuid.uuid4().bytes,
-                            "queue": BENCH_QUEUE_TEXT,
-                            "job_type": RAW_JOB_TYPE,
-                            "payload": RAW_PAYLOAD.format(n),
-                            "attempts": 0,
-                            "enqueued_at": at,
-                            "process_at": at,
-                        }
-                        for n in range(count, count + per_transaction)
-                    ],
-                )
-            conn.commit()
-            count += per_transaction
-        elapsed = time.perf_counter() - start
-        cursor.close()
-        return count, elapsed
+                cursor.executemany(statements.enqueue, [_raw_row(dialect, n, at) for n in numbers])
+
+        return timed_transactions(conn, per_transaction, window_s, max_jobs, one_transaction)
     finally:
         conn.close()
