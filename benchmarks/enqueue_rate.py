@@ -22,6 +22,7 @@ from benchmarks.common import (
     timed_transactions,
     truncate,
 )
+from benchmarks.latency import announces
 from benchmarks.progress import Progress
 from benchmarks.raw import raw_enqueue, raw_enqueue_batched
 from benchmarks.settings import Settings
@@ -144,11 +145,7 @@ def _many_row(
 
 def _notify_variant(harness: Harness, variant: str) -> list[str]:
     """`variant` with notify, where the backend announces enqueued jobs (PostgreSQL, not MySQL)."""
-    backend = harness.make_backend()
-    try:
-        return [f"{variant}_notify"] if hasattr(backend, "notify_enqueued") else []
-    finally:
-        backend.close()
+    return [f"{variant}_notify"] if announces(harness) else []
 
 
 def _notify_ratio(row: dict[str, Any], variant: str) -> None:
