@@ -1,7 +1,7 @@
 """The figures the prose of docs/benchmarks.md and README.md quotes are those of the reference run.
 
-The tables in docs/benchmarks.md are benchmarks/reference/results.md pasted; the prose around them
-summarises them. These tests recompute each quoted summary from benchmarks/reference/results.json, so
+The tables in docs/benchmarks.md are benchmarks/results/reference/results.md pasted; the prose around them
+summarises them. These tests recompute each quoted summary from benchmarks/results/reference/results.json, so
 a new reference run with stale prose fails here. The instruction counts come from another tool
 (`python -m benchmarks.instructions`) and are not in results.json; their table is the source.
 """
@@ -16,7 +16,9 @@ from typing import Any, Final
 import pytest
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-RESULTS: Final = json.loads((ROOT / "benchmarks" / "reference" / "results.json").read_text(encoding="utf-8"))
+RESULTS: Final = json.loads(
+    (ROOT / "benchmarks" / "results" / "reference" / "results.json").read_text(encoding="utf-8")
+)
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
 README_MD: Final = ROOT / "README.md"
 
@@ -54,7 +56,7 @@ def _p99_growth(backend: str, indexed: bool) -> float:
 
 def test_the_reference_run_is_the_one_the_tables_show() -> None:
     # The tables are results.md pasted, so the prose tests below check what a reader sees.
-    tables = (ROOT / "benchmarks" / "reference" / "results.md").read_text(encoding="utf-8")
+    tables = (ROOT / "benchmarks" / "results" / "reference" / "results.md").read_text(encoding="utf-8")
     pasted = BENCHMARKS_MD.read_text(encoding="utf-8")
     for table_line in (line for line in tables.splitlines() if line.startswith("|")):
         assert table_line in pasted
