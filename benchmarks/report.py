@@ -158,14 +158,17 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
         "the same concurrency (the ceiling). Each round drains with the library and with the raw loop back "
         "to back; *ratio* is the median of the rounds' library / raw, and *rounds* lists them. "
         "Target: ratio >= 0.9. Rows marked *batch K* run the worker in batch mode (batch_size K: K jobs "
-        "a transaction) against the same raw loop of one job a transaction."
+        "a transaction) against the same raw loop of one job a transaction. *pgbench* (PostgreSQL) is the "
+        "server's own ceiling for one job a transaction: pgbench running the same statements at the same "
+        "connections, in C with prepared statements, interleaved with the rounds; *of pgbench* is the median "
+        "of the rounds' library / pgbench."
     )
     out.append("")
     rows: list[list[Any]] = []
     for e in entries:
         for r in e.get("rows", []):
             if "skipped" in r:
-                rows.append([e["backend"], _config(r, " x "), "-", "-", "-", "-", "skipped"])
+                rows.append([e["backend"], _config(r, " x "), "-", "-", "-", "-", "skipped", "-", "-"])
                 continue
             rows.append(
                 [
@@ -176,10 +179,23 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
                     r.get("ratio"),
                     " ".join(f"{x:.2f}" for x in r.get("round_ratios", [])) or "-",
                     r.get("pass", "no ceiling"),
+                    r.get("pgbench_jobs_per_s", "-"),
+                    r.get("ratio_pgbench", "-"),
                 ]
             )
     out += _table(
-        ["backend", "processes x threads", "library jobs/s", "raw jobs/s", "ratio", "rounds", "verdict"], rows
+        [
+            "backend",
+            "processes x threads",
+            "library jobs/s",
+            "raw jobs/s",
+            "ratio",
+            "rounds",
+            "verdict",
+            "pgbench jobs/s",
+            "of pgbench",
+        ],
+        rows,
     )
     out.append("")
     return out + _notes(entries)
@@ -400,6 +416,10 @@ def summary(results: dict[str, Any]) -> list[str]:
         for r in e.get("rows", []):
             if "ratio" in r:
                 rows.append([e["backend"], f"throughput {_config(r, 'x')}", "library / raw", r["ratio"]])
+            if "ratio_pgbench" in r:
+                rows.append(
+                    [e["backend"], f"throughput {_config(r, 'x')}", "library / pgbench", r["ratio_pgbench"]]
+                )
     for e in _entries(results, "enqueue_rate"):
         for r in e.get("rows", []):
             if "ratio" in r:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Any, cast
 
 from benchmarks.common import (
     BackendSpec,
@@ -16,9 +16,10 @@ from benchmarks.common import (
 )
 from benchmarks.profiling import profile_paths
 from benchmarks.progress import Progress
+from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason
 from benchmarks.settings import Settings
 from benchmarks.workers import DrainRun, Mode, measure_rate, processes_skip_reason, raw_skip_reason
-from conformance.harness import Harness
+from conformance.harness import Harness, SqlHarness
 
 # The target: our worker reaches this fraction of the raw driver's loop at the same concurrency.
 TARGET_RATIO = 0.9
@@ -45,6 +46,20 @@ def paired_ratios(row: dict[str, Any]) -> list[float]:
     """Library over raw jobs per second, round by round (empty without raw rounds)."""
     pairs = zip(row.get("library_rounds", []), row.get("raw_rounds", []), strict=False)
     return [lib["jobs_per_s"] / raw["jobs_per_s"] for lib, raw in pairs if raw["jobs_per_s"] > 0]
+
+
+def pgbench_ratios(row: dict[str, Any]) -> list[float]:
+    """Library over pgbench jobs per second, round by round (empty without pgbench rounds)."""
+    pairs = zip(row.get("library_rounds", []), row.get("pgbench_rounds", []), strict=False)
+    return [lib["jobs_per_s"] / bench["jobs_per_s"] for lib, bench in pairs if bench["jobs_per_s"] > 0]
+
+
+def pgbench_drain(filler: QueueFiller, connections: int, settings: Settings) -> dict[str, Any]:
+    """pgbench's rate for Proletarian's transaction at `connections`, on the (topped-up) same queue."""
+    filler.top_up()
+    # pgbench counts whole seconds; its first second has no warm-up to discard, as it prepares once.
+    seconds = max(1, round(settings.throughput_window_s))
+    return pgbench_rate(cast(SqlHarness, filler.harness), connections, seconds)
 
 
 def drain_rate(
@@ -90,8 +105,12 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         raw_reason = raw_skip_reason(harness)
         proc_reason = processes_skip_reason(harness)
         modes: list[Mode] = ["library"] if raw_reason else ["library", "raw"]
+        # The server's ceiling (PostgreSQL): pgbench at the same connections, one job a transaction only.
+        pgbench_reason = pgbench_skip_reason(harness)
+        pgbench_configs = 0 if pgbench_reason else sum(1 for *_, batch in configs if batch == 1)
         task = progress.task(
-            f"{harness.name}: throughput", len(configs) * len(modes) * settings.throughput_rounds
+            f"{harness.name}: throughput",
+            (len(configs) * len(modes) + pgbench_configs) * settings.throughput_rounds,
         )
         filler = QueueFiller(harness, settings.throughput_preload)
         rows: list[dict[str, Any]] = []
@@ -119,6 +138,12 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                         drain_rate(filler, spec, mode, processes, threads, settings, batch_size)
                     )
                     progress.advance(task)
+                if batch_size == 1 and not pgbench_reason:
+                    progress.describe(task, f"{harness.name}: throughput, {processes * threads} pgbench")
+                    row.setdefault("pgbench_rounds", []).append(
+                        pgbench_drain(filler, processes * threads, settings)
+                    )
+                    progress.advance(task)
             for mode in modes:
                 row[f"{mode}_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row[f"{mode}_rounds"])
             ratios = paired_ratios(row)
@@ -128,6 +153,9 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                 row["round_ratios"] = [round(r, 3) for r in ratios]
                 row["ratio"] = statistics.median(ratios)
                 row["pass"] = row["ratio"] >= TARGET_RATIO
+            if row.get("pgbench_rounds"):
+                row["pgbench_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row["pgbench_rounds"])
+                row["ratio_pgbench"] = statistics.median(pgbench_ratios(row))
             rows.append(row)
         progress.done(task)
         result: dict[str, Any] = {
@@ -138,6 +166,8 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         }
         if raw_reason:
             result["raw_skipped"] = raw_reason
+        if pgbench_reason:
+            result["pgbench_skipped"] = pgbench_reason
         if settings.profile and not raw_reason:
             ptask = progress.task(f"{harness.name}: profile", 1)
             truncate(harness)

@@ -26,6 +26,8 @@ packages=()
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || packages+=(pgbouncer)
 [ -e /usr/lib/galera/libgalera_smm.so ] || packages+=(galera-4)
 command -v rsync >/dev/null 2>&1 || packages+=(rsync)
+# pgbench: the server's own ceiling beside the throughput benchmark (benchmarks/server_ceiling.py).
+command -v pgbench >/dev/null 2>&1 || packages+=(postgresql-client)
 { command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/jackson-core.jar ]; } \
   || packages+=(default-jdk-headless libjackson2-core-java)
 if [ "${#packages[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -20,7 +20,15 @@ for _module in ("locust", "matplotlib", "psutil", "rich"):
 
 from benchmarks import instructions, peers  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
-from benchmarks.common import BackendSpec, BenchmarkFailure, percentile, require_sql, summarize_ms  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    BackendSpec,
+    BenchmarkFailure,
+    bulk_load,
+    count_rows,
+    percentile,
+    require_sql,
+    summarize_ms,
+)
 from benchmarks.enqueue_rate import library_enqueue, library_enqueue_many  # noqa: E402
 from benchmarks.load_test import verify  # noqa: E402
 from benchmarks.poll_latency import index_check  # noqa: E402
@@ -28,6 +36,7 @@ from benchmarks.progress import Progress  # noqa: E402
 from benchmarks.raw import raw_enqueue, raw_enqueue_batched  # noqa: E402
 from benchmarks.report import summary  # noqa: E402
 from benchmarks.runner import failures, run_all  # noqa: E402
+from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason, script  # noqa: E402
 from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
 from conformance.harness import SqlHarness  # noqa: E402
 
@@ -352,7 +361,7 @@ def test_long_handlers_sample_lock_waits_and_undo_history(mysql_dsn: str, tmp_pa
 
 
 def test_summary_lists_every_ratio_and_each_peer_against_ours() -> None:
-    results = {
+    results: dict[str, Any] = {
         "benchmarks": {
             "throughput": [
                 {"backend": "postgresql", "rows": [{"processes": 1, "threads": 4, "ratio": 0.93}]},
@@ -371,8 +380,10 @@ def test_summary_lists_every_ratio_and_each_peer_against_ours() -> None:
             ],
         }
     }
+    results["benchmarks"]["throughput"][0]["rows"][0]["ratio_pgbench"] = 0.71
     table = "\n".join(summary(results))
     assert "| postgresql | throughput 1x4 | library / raw | 0.93 |" in table
+    assert "| postgresql | throughput 1x4 | library / pgbench | 0.71 |" in table
     assert "| mysql | throughput 2x2 | library / raw | 0.88 |" in table
     assert "| mysql | enqueue 100/txn | library / raw | 0.80 |" in table
     assert "| postgresql | drain 1,000 jobs | pgqueuer / proletarian-ref | 2.00 |" in table
@@ -398,3 +409,31 @@ def test_the_raw_enqueue_loops_write_the_rows_the_library_writes(
         assert count == 3
         rows[name] = sorted((job.queue, job.job_type, job.payload, job.attempts) for job in harness.jobs())
     assert rows["raw"] == rows["library"]
+
+
+@pytest.mark.postgresql
+def test_pgbench_ceiling_runs_proletarians_transaction_and_archives_each_job_it_counts(
+    pg_db: SqlHarness,
+) -> None:
+    # The server's ceiling is only a ceiling if pgbench does the library's work: the same statements
+    # (read from sql/postgresql/queries.sql), every claimed job archived once and deleted.
+    assert pgbench_skip_reason(pg_db) is None, "pgbench must be installed (postgresql-client)"
+    text = script(pg_db)
+    assert "%(" not in text and text.startswith("BEGIN;") and text.endswith("COMMIT;\n")
+    assert "FOR UPDATE SKIP LOCKED \\gset" in text
+    bulk_load(pg_db, 0, 20_000, "due")
+    measured = pgbench_rate(pg_db, 2, 1)
+    done = measured["jobs"]
+    assert done > 0 and measured["jobs_per_s"] > 0
+    assert count_rows(pg_db) == 20_000 - done
+    archived = pg_db.archived_jobs()
+    assert len(archived) == done
+    assert {(job.status, job.attempts) for job in archived} == {(":success", 1)}
+    assert len({job.job_id for job in archived}) == done
+
+
+@pytest.mark.mysql
+def test_pgbench_ceiling_is_skipped_with_a_reason_off_postgresql(
+    mysql_db: SqlHarness,
+) -> None:
+    assert pgbench_skip_reason(mysql_db) == "pgbench runs against PostgreSQL only"
