@@ -139,9 +139,11 @@ def test_the_copy_text_is_what_psycopgs_write_row_sends(values: list[tuple[Any, 
         (uuid.uuid4(), ":q", ":t", None, 0, NOW, NOW),
         (uuid.uuid4(), ":q", ":t", "p", 0, datetime.now(UTC), NOW),
         (uuid.uuid4(), ":q", ":t", "p", 0, NOW),
+        (uuid.uuid4(), None, None, "p", None, None, None),
     ],
 )
 def test_copy_text_leaves_a_row_of_other_types_to_psycopg(row: tuple[Any, ...]) -> None:
+    assert _copy_text([row]) is None
     assert _copy_text([(uuid.uuid4(), ":q", ":t", "p", 0, NOW, NOW), row]) is None
 
 

@@ -17,6 +17,7 @@ from proletarian_ref.errors import ConfigurationError, DatabaseError
 from proletarian_ref.tables import TableName
 
 _T = TypeVar("_T")
+_NO_JOB: Any = object()
 
 
 class ConnectionReleasedError(DatabaseError):
@@ -377,7 +378,8 @@ class SqlBackend:
         generated = jobs[0].job_id is None
         rows: list[tuple[Any, ...]] = []
         times: dict[datetime, Any] = {}  # one `now` per batch: its parameter is made once
-        last_enqueued_at = last_process_at = enqueued_param = process_param = None
+        # Nothing a job holds is this object, so the first job's times are converted.
+        last_enqueued_at = last_process_at = enqueued_param = process_param = _NO_JOB
         for index, job in enumerate(jobs):
             job_id, queue, job_type, payload, attempts, enqueued_at, process_at = job
             # The same datetime as the job before (the batch's `now`, usually): its parameter as well.

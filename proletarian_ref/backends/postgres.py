@@ -477,6 +477,7 @@ _COPY_ESCAPES: Final = {
 # the first rows while the rest are written.
 _COPY_ROWS_PER_WRITE: Final = 256
 _BIT_128: Final = 1 << 128
+_NO_ROW: Final[Any] = object()
 
 
 def _copy_escape(match: re.Match[str]) -> str:
@@ -498,7 +499,8 @@ def _copy_text(rows: Sequence[tuple[Any, ...]]) -> str | None:
     """
     lines: list[str] = []
     payloads: list[str] = []
-    queue = job_type = attempts = enqueued_at = process_at = middle = tail = None
+    # Nothing a row holds is this object, so the first row makes both texts.
+    queue = job_type = attempts = enqueued_at = process_at = middle = tail = _NO_ROW
     for row in rows:
         if len(row) != 7:
             return None
