@@ -10,12 +10,13 @@ from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notificati
 from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
-from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
+from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy, random_uuids
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 from proletarian_ref.serializers import Serializer, create_serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
 _DEFAULT_SERIALIZER = create_serializer()
+_new_tuple: Final = tuple.__new__
 # Whether enqueue announces its jobs to listening workers unless told (docs/worker.md, "Instant
 # wake-up", says why and with which measurements).
 DEFAULT_NOTIFY: Final = False
@@ -145,33 +146,7 @@ def enqueue_many(
     setup = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
     )
-    ids: list[Any] = []
-    records: list[JobRecord] = []
-    for index, item in enumerate(jobs):
-        try:
-            spec = _job_spec(item)
-            job_id, record = _job_record(
-                conn,
-                setup,
-                spec.job_type,
-                spec.payload,
-                queue if spec.queue is None else spec.queue,
-                spec.process_at,
-                spec.process_in,
-            )
-        except ProletarianError as exc:
-            error = _at_index(exc, index)
-            if error is exc:
-                raise
-            raise error from exc
-        if records and (job_id is None) != (ids[0] is None):
-            error = ConfigurationError(
-                f"jobs[{index}]: job_id_strategy returned None for some jobs and an id for others"
-            )
-            error.index = index
-            raise error
-        ids.append(job_id)
-        records.append(record)
+    ids, records = _batch_records(conn, setup, jobs, queue)
     if not records:
         return []
     backend, table = setup.backend, setup.table
@@ -222,6 +197,99 @@ def _enqueuing(
         job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect),
         now_from(clock if clock is not None else system_utc),
     )
+
+
+class _KeywordTexts(dict[str, str]):
+    """Keyword text by name, each name checked once a batch (plain str names only: see _batch_records)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self._what = what
+
+    def __missing__(self, name: str) -> str:
+        text = self[name] = to_keyword_text(name, what=self._what)
+        return text
+
+
+def _batch_records(
+    conn: Any, setup: _Enqueuing, jobs: Iterable[JobSpec | tuple[str, Any]], queue: str
+) -> tuple[list[Any], list[JobRecord]]:
+    """enqueue_many's ids and rows: _job_record's steps, in its order, written out for the batch.
+
+    Per job they cost as much as the COPY of its row. A name repeated across the batch is checked once;
+    the default UUID strategies' ids come in blocks (random_uuids).
+    """
+    strategy, now, table, archive = setup.strategy, setup.now, setup.table, setup.archive
+    encode = setup.serializer.encode
+    # PayloadLimits is optional.
+    check_payload = getattr(setup.backend, "check_payload", None)
+    random_ids = random_uuids(strategy)
+    # A str subclass could override hashing: those names are checked every time, as enqueue does.
+    type_texts, queue_texts = _KeywordTexts("job_type"), _KeywordTexts("queue")
+    ids: list[Any] = []
+    records: list[JobRecord] = []
+    job_queue: str | None
+    process_at: datetime | None
+    process_in: timedelta | None
+    for index, item in enumerate(jobs):
+        try:
+            if type(item) is tuple and len(item) == 2:
+                job_type, payload = item
+                job_queue, process_at, process_in = queue, None, None
+            else:
+                job_type, payload, job_queue, process_at, process_in = _job_spec(item)
+                if job_queue is None:
+                    job_queue = queue
+            job_type_text = (
+                type_texts[job_type] if type(job_type) is str else to_keyword_text(job_type, what="job_type")
+            )
+            queue_text = (
+                queue_texts[job_queue] if type(job_queue) is str else to_keyword_text(job_queue, what="queue")
+            )
+            if process_at is None and process_in is None:
+                effective_process_at = now
+            else:
+                effective_process_at = to_process_at(now, process_at, process_in)
+            try:
+                payload_text = encode(payload)
+            except ProletarianError:
+                raise
+            except Exception as exc:
+                raise _encoding_error(payload, exc) from exc
+            if type(payload_text) is not str or not payload_text.isascii():
+                payload_text = _checked_payload_text(payload_text)
+            if check_payload is not None:
+                check_payload(conn, table, archive, payload_text)
+            if random_ids is not None:
+                job_id, stored_id = next(random_ids)
+            else:
+                job_id, stored_id = _strategy_id(strategy, ids[0] if ids else _NO_ID)
+        except ProletarianError as exc:
+            error = _at_index(exc, index)
+            if error is exc:
+                raise
+            raise error from exc
+        ids.append(job_id)
+        # tuple.__new__ as JobRecord._make does, without its Python-level call.
+        records.append(
+            _new_tuple(
+                JobRecord,
+                (stored_id, queue_text, job_type_text, payload_text, 0, now, effective_process_at),
+            )
+        )
+    return ids, records
+
+
+_NO_ID: Final = object()
+
+
+def _strategy_id(strategy: JobIdStrategy, first_id: Any) -> tuple[Any, Any]:
+    """A new id from `strategy` and its stored form; refused if it is None and `first_id` is not, or back."""
+    job_id = strategy.generate_id()
+    stored_id = None if job_id is None else strategy.encode_id(job_id)
+    if first_id is not _NO_ID and (job_id is None) != (first_id is None):
+        raise ConfigurationError("job_id_strategy returned None for some jobs and an id for others")
+    return job_id, stored_id
 
 
 def _announce(conn: Any, setup: _Enqueuing, records: Iterable[JobRecord]) -> None:
@@ -294,9 +362,17 @@ def encode_payload(serializer: Serializer, payload: Any) -> str:
     except ProletarianError:
         raise
     except Exception as exc:
-        raise SerializationError(
-            f"payload of type {type(payload).__name__} could not be encoded: {exc}"
-        ) from exc
+        raise _encoding_error(payload, exc) from exc
+    return _checked_payload_text(text)
+
+
+def _encoding_error(payload: Any, exc: Exception) -> SerializationError:
+    """The error for serializer.encode's `exc` (not one of the library's own, which is raised as it is)."""
+    return SerializationError(f"payload of type {type(payload).__name__} could not be encoded: {exc}")
+
+
+def _checked_payload_text(text: Any) -> str:
+    """serializer.encode's result, if it is text every database column can store."""
     if not isinstance(text, str):
         raise SerializationError(f"serializer.encode must return str, got {type(text).__name__}")
     if not text.isascii():

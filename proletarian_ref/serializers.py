@@ -579,6 +579,7 @@ def _prepare_map(value: Mapping[Any, Any], hashable: bool) -> Any:
 # The fast path: the JSON text of the shapes most payloads have, without transit-python's marshaler.
 
 _JSON_MAX_INT: Final = 2**53 - 1  # transit-python's JSON range for a plain number, as transit-java's
+_JSON_MIN_INT: Final = -_JSON_MAX_INT
 _NOT_FAST: Final = _NotPlainJson()
 # What a str value must not start with to be written as itself (transit escapes these with a "~").
 _TRANSIT_RESERVED: Final = ("~", "^", "`")
@@ -593,7 +594,11 @@ def _fast_encode(data: Any) -> str | None:
     the general way, which also gives the errors. tests/test_serializers.py checks both paths agree.
     """
     kind = type(data)
-    if kind is not dict and kind is not list and kind is not tuple:
+    if kind is dict:
+        text = _flat_map_text(data)
+        if text is not None:
+            return text
+    elif kind is not list and kind is not tuple:
         return None
     parts: list[str] = []
     try:
@@ -601,6 +606,49 @@ def _fast_encode(data: Any) -> str | None:
     except (_NotPlainJson, UnicodeEncodeError, RecursionError):
         return None
     return "".join(parts)
+
+
+# ',"~:name",' for a map key `name` seen before (a bounded number of them), as _fast_value writes it.
+_KEY_TEXTS: dict[str, str] = {}
+_KEY_TEXTS_MAX: Final = 4096
+
+
+def _flat_map_text(data: dict[Any, Any]) -> str | None:
+    """_fast_value's text for a dict of str keys and plain scalars, or None for any other dict.
+
+    Most payloads are such a map. Its keys are all different, so none is written as a cache code
+    (only a key seen before is), and _fast_value's cache and recursion are not needed.
+    """
+    text = '["^ "'
+    try:
+        for key, item in data.items():
+            key_text = _KEY_TEXTS.get(key) if type(key) is str else None
+            if key_text is None:
+                if type(key) is not str:
+                    return None
+                key_text = "," + _fast_str("~:" + key) + ","
+                if len(_KEY_TEXTS) < _KEY_TEXTS_MAX:
+                    _KEY_TEXTS[key] = key_text
+            kind = type(item)
+            if kind is int:
+                if not _JSON_MIN_INT <= item <= _JSON_MAX_INT:
+                    return None
+                text = f"{text}{key_text}{item}"
+            elif kind is str:
+                if item[:1] in _TRANSIT_RESERVED:
+                    return None
+                text = f"{text}{key_text}{_fast_str(item)}"
+            elif kind is bool:
+                text = f"{text}{key_text}{'true' if item else 'false'}"
+            elif item is None:
+                text = f"{text}{key_text}null"
+            elif kind is float and math.isfinite(item):
+                text = f"{text}{key_text}{double_text(item)}"
+            else:
+                return None
+    except UnicodeEncodeError:
+        return None
+    return text + "]"
 
 
 def _fast_str(value: str) -> str:
@@ -694,7 +742,10 @@ class TransitSerializer:
 
     def encode(self, data: Any) -> str:
         """Return ``data`` as Transit JSON text; raises SerializationError if it cannot be encoded."""
-        text = _fast_encode(data)
+        # A plain map, the usual payload, straight to its writer: a call less per job of enqueue_many.
+        text = _flat_map_text(data) if type(data) is dict else None
+        if text is None:
+            text = _fast_encode(data)
         return text if text is not None else _general_encode(data)
 
     def decode(self, text: str) -> Any:

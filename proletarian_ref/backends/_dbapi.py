@@ -17,6 +17,7 @@ from proletarian_ref.errors import ConfigurationError, DatabaseError
 from proletarian_ref.tables import TableName
 
 _T = TypeVar("_T")
+_NO_JOB: Any = object()
 
 
 class ConnectionReleasedError(DatabaseError):
@@ -377,23 +378,31 @@ class SqlBackend:
         generated = jobs[0].job_id is None
         rows: list[tuple[Any, ...]] = []
         times: dict[datetime, Any] = {}  # one `now` per batch: its parameter is made once
+        # Nothing a job holds is this object, so the first job's times are converted.
+        last_enqueued_at = last_process_at = enqueued_param = process_param = _NO_JOB
         for index, job in enumerate(jobs):
-            try:
-                enqueued_at = times.get(job.enqueued_at)
-                if enqueued_at is None:
-                    enqueued_at = times[job.enqueued_at] = self._db_time(
-                        job.enqueued_at, what=f"jobs[{index}]: enqueued_at"
-                    )
-                process_at = times.get(job.process_at)
-                if process_at is None:
-                    process_at = times[job.process_at] = self._db_time(
-                        job.process_at, what=f"jobs[{index}]: process_at"
-                    )
-            except ConfigurationError as exc:
-                exc.index = index
-                raise
-            row = (job.queue, job.job_type, job.payload, job.attempts, enqueued_at, process_at)
-            rows.append(row if generated else (job.job_id, *row))
+            job_id, queue, job_type, payload, attempts, enqueued_at, process_at = job
+            # The same datetime as the job before (the batch's `now`, usually): its parameter as well.
+            if enqueued_at is not last_enqueued_at or process_at is not last_process_at:
+                try:
+                    enqueued_param = times.get(enqueued_at)
+                    if enqueued_param is None:
+                        enqueued_param = times[enqueued_at] = self._db_time(
+                            enqueued_at, what=f"jobs[{index}]: enqueued_at"
+                        )
+                    process_param = times.get(process_at)
+                    if process_param is None:
+                        process_param = times[process_at] = self._db_time(
+                            process_at, what=f"jobs[{index}]: process_at"
+                        )
+                except ConfigurationError as exc:
+                    exc.index = index
+                    raise
+                last_enqueued_at, last_process_at = enqueued_at, process_at
+            if generated:
+                rows.append((queue, job_type, payload, attempts, enqueued_param, process_param))
+            else:
+                rows.append((job_id, queue, job_type, payload, attempts, enqueued_param, process_param))
         with self._caller_session(conn) as prefix:
             stored = self._insert_rows(conn, prefix, job_table, rows, generated=generated)
         return stored if generated else [job.job_id for job in jobs]

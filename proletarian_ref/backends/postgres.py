@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import selectors
 import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Final
+from uuid import UUID
 
 import psycopg
 import psycopg.errors
@@ -280,8 +282,21 @@ class PostgresBackend(SqlBackend):
 
     def _copy(self, cursor: Any, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
         with cursor.copy(statement) as copy:
-            for row in rows:
-                copy.write_row(row)
+            # The COPY text psycopg's write_row sends for these rows, written here: write_row looks up and
+            # calls a dumper per value, which cost as much as the rest of a job's work in enqueue_many.
+            # On a UTF-8 connection only, where escaping the text is escaping its bytes as psycopg does.
+            fast = cursor.connection.info.encoding == "utf-8"
+            for start in range(0, len(rows), _COPY_ROWS_PER_WRITE):
+                chunk = rows[start : start + _COPY_ROWS_PER_WRITE]
+                text = _copy_text(chunk) if fast else None
+                if text is not None:
+                    copy.write(text)
+                    continue
+                # psycopg's own rows for this chunk and every later one: write_row keeps rows in a buffer
+                # of its own, which a later write() would overtake.
+                fast = False
+                for row in chunk:
+                    copy.write_row(row)
 
     def _generated_id(self, cursor: Any) -> Any:
         row = cursor.fetchone()
@@ -445,3 +460,79 @@ def _lenient_row(cursor: Any) -> Any:
 
 def _nothing(cursor: Any) -> None:
     return None
+
+
+# COPY's text format: these characters in a value are written as backslash escapes (psycopg's _dump_re).
+_COPY_ESCAPED: Final = re.compile("[\b\t\n\v\f\r\\\\]")
+_COPY_ESCAPES: Final = {
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\v": "\\v",
+    "\f": "\\f",
+    "\r": "\\r",
+    "\\": "\\\\",
+}
+# Rows sent per write: about psycopg's own 32 KiB buffer for small payloads, so the server parses
+# the first rows while the rest are written.
+_COPY_ROWS_PER_WRITE: Final = 256
+_BIT_128: Final = 1 << 128
+_NO_ROW: Final[Any] = object()
+
+
+def _copy_escape(match: re.Match[str]) -> str:
+    return _COPY_ESCAPES[match.group()]
+
+
+def _copy_value(value: str) -> str:
+    if _COPY_ESCAPED.search(value) is None:
+        return value
+    return _COPY_ESCAPED.sub(_copy_escape, value)
+
+
+def _copy_text(rows: Sequence[tuple[Any, ...]]) -> str | None:
+    """Enqueue rows as COPY text, exactly psycopg's; None if a value is not of a plain type.
+
+    Plain: the id a UUID (psycopg writes its 32 hex digits), attempts an int, every other value a str.
+    A batch repeats its queue, job type, attempts and times: their text is made again only when one
+    changes from the row before.
+    """
+    lines: list[str] = []
+    payloads: list[str] = []
+    # Nothing a row holds is this object, so the first row makes both texts.
+    queue = job_type = attempts = enqueued_at = process_at = middle = tail = _NO_ROW
+    for row in rows:
+        if len(row) != 7:
+            return None
+        job_id, row_queue, row_job_type, payload, row_attempts, row_enqueued_at, row_process_at = row
+        if type(job_id) is not UUID or type(payload) is not str:
+            return None
+        if row_queue is not queue or row_job_type is not job_type:
+            queue, job_type = row_queue, row_job_type
+            if type(queue) is not str or type(job_type) is not str:
+                return None
+            middle = f"\t{_copy_value(queue)}\t{_copy_value(job_type)}\t"
+        if (
+            row_attempts is not attempts
+            or row_enqueued_at is not enqueued_at
+            or row_process_at is not process_at
+        ):
+            attempts, enqueued_at, process_at = row_attempts, row_enqueued_at, row_process_at
+            if type(attempts) is not int or type(enqueued_at) is not str or type(process_at) is not str:
+                return None
+            tail = f"\t{attempts}\t{_copy_value(enqueued_at)}\t{_copy_value(process_at)}\n"
+        payloads.append(payload)
+        # The id's 32 hex digits, leading zeros kept, from hex() of it with a 129th bit set.
+        lines.append(f"{hex(job_id.int | _BIT_128)[3:]}{middle}{payload}{tail}")
+    # Payloads rarely need an escape, so they are searched together, not one by one (each search of a
+    # str for one character is a memchr).
+    together = "".join(payloads)
+    if not any(char in together for char in _COPY_ESCAPES):
+        return "".join(lines)
+    return "".join(
+        [
+            f"{row[0].int:032x}\t{_copy_value(row[1])}\t{_copy_value(row[2])}\t{_copy_value(row[3])}"
+            f"\t{row[4]}\t{_copy_value(row[5])}\t{_copy_value(row[6])}\n"
+            for row in rows
+        ]
+    )
