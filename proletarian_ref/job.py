@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple, cast
 
 from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications, PayloadLimits
@@ -239,7 +239,8 @@ def _enqueuing(
             if cacheable and len(_DEFAULT_SETUPS) < _DEFAULT_SETUPS_MAX:
                 _DEFAULT_SETUPS[key] = known
         backend, table, archive, strategy = known
-        now = now_from(clock if clock is not None else system_utc)
+        # now_from(system_utc) is this, less a call.
+        now = datetime.now(UTC) if clock is None else now_from(clock)
         return _Enqueuing._make((backend, table, archive, _DEFAULT_SERIALIZER, strategy, now))
     table = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
