@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple, cast
 
 from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications, PayloadLimits
@@ -173,6 +173,14 @@ class _Enqueuing(NamedTuple):
     now: datetime  # the clock is read once a call
 
 
+# The checked options of the calls that leave backend, serializer and job_id_strategy to the library, by
+# connection type and the two table names as given: parsing both names, finding the backend and making
+# the id strategy again on every call was a tenth of enqueue's client instructions. Values only (types,
+# names, the library's own backends), never a connection or anything of the caller's.
+_DEFAULT_SETUPS: dict[tuple[type, object, object], tuple[Backend, TableName, TableName, JobIdStrategy]] = {}
+_DEFAULT_SETUPS_MAX: Final = 256
+
+
 def _enqueuing(
     conn: Any,
     job_table: str | TableName,
@@ -185,6 +193,30 @@ def _enqueuing(
 ) -> _Enqueuing:
     if not isinstance(notify, bool):
         raise ConfigurationError(f"notify must be True or False, got {notify!r}")
+    if (
+        backend is None
+        and serializer is None
+        and job_id_strategy is None
+        # A connection that names its own backend may name another each time.
+        and not callable(getattr(conn, "proletarian_backend", None))
+    ):
+        key = (type(conn), job_table, archived_job_table)
+        try:
+            known = _DEFAULT_SETUPS.get(key)
+            cacheable = True
+        except TypeError:  # a table name that cannot be hashed is refused below
+            known, cacheable = None, False
+        if known is None:
+            table = table_name(job_table, option="job_table")
+            archive = table_name(archived_job_table, option="archived_job_table")
+            backend = backend_for_connection(conn)
+            known = (backend, table, archive, default_job_id_strategy(backend.dialect))
+            if cacheable and len(_DEFAULT_SETUPS) < _DEFAULT_SETUPS_MAX:
+                _DEFAULT_SETUPS[key] = known
+        backend, table, archive, strategy = known
+        # now_from(system_utc) is this, less a call.
+        now = datetime.now(UTC) if clock is None else now_from(clock)
+        return _Enqueuing._make((backend, table, archive, _DEFAULT_SERIALIZER, strategy, now))
     table = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
     if backend is None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+import threading
 import uuid
+import weakref
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
 from support import T0, FakeClock, enqueue_committed
 
@@ -20,7 +24,7 @@ from proletarian_ref import (
     mysql_uuid_strategy,
     process_next_job,
 )
-from proletarian_ref.job import to_process_at
+from proletarian_ref.job import default_serializer, to_process_at
 
 
 def test_enqueue_writes_proletarians_row_format(db: Harness) -> None:
@@ -211,3 +215,76 @@ def test_a_legacy_timestamp_column_holds_utc_wall_clock_whatever_the_session_zon
     assert pg_db.select(f"SELECT enqueued_at, process_at FROM {table}") == [
         (T0.replace(tzinfo=None), T0.replace(tzinfo=None))
     ]
+
+
+@pytest.mark.sql_only
+def test_enqueue_keeps_no_reference_to_the_callers_connection(db: SqlHarness) -> None:
+    conn = db.connect()
+    enqueue(conn, "a", 1, job_table=db.job_table)
+    conn.commit()
+    conn.close()
+    gone = weakref.ref(conn)
+    del conn
+    gc.collect()
+    assert gone() is None
+
+
+@pytest.mark.sql_only
+def test_threads_enqueuing_on_their_own_connections_write_every_job(db: SqlHarness) -> None:
+    def enqueue_some(first: int) -> None:
+        conn = db.connect()
+        try:
+            for n in range(first, first + 50):
+                enqueue(conn, "a", n, job_table=db.job_table)
+            conn.commit()
+        finally:
+            conn.close()
+
+    threads = [threading.Thread(target=enqueue_some, args=(first,)) for first in (0, 50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    serializer = default_serializer()
+    assert sorted(serializer.decode(job.payload) for job in db.jobs()) == list(range(100))
+
+
+def test_postgresql_enqueue_uses_a_cursor_class_the_caller_chose(pg_db: SqlHarness) -> None:
+    made: list[object] = []
+
+    class Recording(psycopg.ClientCursor[Any]):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    conn = pg_db.connect()
+    try:
+        conn.cursor_factory = Recording
+        job_id = enqueue(conn, "a", {"k": 1}, job_table=pg_db.job_table)
+        conn.commit()
+    finally:
+        conn.close()
+    assert made
+    [job] = pg_db.jobs()
+    assert (job.job_id, job.job_type, job.payload) == (job_id, ":a", '["^ ","~:k",1]')
+
+
+def test_postgresql_enqueue_leaves_the_callers_adapters_as_they_were(pg_db: SqlHarness) -> None:
+    conn = pg_db.connect()
+    try:
+        adapters = conn.adapters
+        callback = getattr(adapters, "_register_loader_callback", None)
+        enqueue(conn, "a", 1, job_table=pg_db.job_table)
+        conn.commit()
+        assert conn.adapters is adapters
+        assert getattr(adapters, "_register_loader_callback", None) is callback
+    finally:
+        conn.close()
+
+
+def test_this_psycopg_takes_enqueues_one_statement_cursor() -> None:
+    # The cursor (proletarian_ref.backends.postgres._OneStatementCursor) sets psycopg's cursor fields
+    # itself; a psycopg whose fields differ gets conn.cursor() instead, and this test says so.
+    from proletarian_ref.backends import postgres
+
+    assert postgres._LEAN_CURSOR, f"psycopg {psycopg.__version__} has other cursor fields"

@@ -12,7 +12,7 @@ from support import wait_until
 
 from conformance.builtin import MYSQL_ENV
 from conformance.harness import SqlHarness
-from proletarian_ref import ConfigurationError, create_queue_worker, enqueue
+from proletarian_ref import ConfigurationError, create_queue_worker, enqueue, sql
 from proletarian_ref.backend import JobRecord
 from proletarian_ref.backends.dsn import connection_factory
 from proletarian_ref.backends.mysql import TIMESTAMP_MAX, TIMESTAMP_MIN, MySQLBackend
@@ -21,6 +21,8 @@ from proletarian_ref.tables import TableName
 EXACT = datetime(2026, 1, 1, 0, 0, 0, 999999, tzinfo=UTC)
 TABLE = TableName("proletarian", "job")
 ARCHIVE = TableName("proletarian", "archived_job")
+# enqueue binds its values by position, in the order of the enqueue statement's placeholders.
+ENQUEUE_NAMES = sql.positional(sql.render("mysql", "enqueue", TABLE))[1]
 
 
 class RecordingConnection:
@@ -34,8 +36,10 @@ class RecordingConnection:
     def cursor(self, *_: Any) -> RecordingConnection:
         return self
 
-    def execute(self, statement: str, params: dict[str, Any]) -> None:
-        self.sent.append(params)
+    def execute(self, statement: str, params: dict[str, Any] | tuple[Any, ...]) -> None:
+        self.sent.append(
+            params if isinstance(params, dict) else dict(zip(ENQUEUE_NAMES, params, strict=True))
+        )
 
     rowcount = 1
 

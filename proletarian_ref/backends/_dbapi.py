@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, ClassVar, NoReturn, TypeVar
+from typing import Any, ClassVar, Final, NoReturn, TypeVar
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
@@ -18,6 +18,29 @@ from proletarian_ref.tables import TableName
 
 _T = TypeVar("_T")
 _NO_JOB: Any = object()
+# The enqueue INSERT's placeholders, in the order SqlBackend.enqueue binds them.
+_ENQUEUE_COLUMNS: Final = ("job_id", "queue", "job_type", "payload", "attempts", "enqueued_at", "process_at")
+
+
+class SessionPrefix(AbstractContextManager[str]):
+    """A _caller_session that changes nothing in the session and only puts `prefix` before the statement.
+
+    Stateless, so one serves every call and thread; enqueue uses its prefix without entering a block.
+    """
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def __enter__(self) -> str:
+        return self.prefix
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NO_PREFIX: Final = SessionPrefix("")
 
 
 class ConnectionReleasedError(DatabaseError):
@@ -75,6 +98,10 @@ class SqlBackend:
     def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
         raise NotImplementedError
 
+    def _statement_cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
+        """A cursor for one statement on a connection the backend does not keep: closed right after it."""
+        return self._cursor(conn, reads_rows=reads_rows)
+
     def _db_time(self, value: datetime, *, what: str = "time") -> Any:
         """A UTC instant as this driver's parameter, the exact instant as Proletarian binds it.
 
@@ -93,7 +120,7 @@ class SqlBackend:
 
         Whatever it changes in the session it puts back before the block ends, raised or not.
         """
-        return contextlib.nullcontext("")
+        return _NO_PREFIX
 
     def _begin(self, conn: Any) -> Any:
         """Leave autocommit for the transaction; returns what _end needs to restore."""
@@ -320,7 +347,7 @@ class SqlBackend:
                 kept = True
             else:
                 # A caller's or a pool's connection: the backend cannot tell when it goes away.
-                cursor = self._cursor(conn, reads_rows=reads_rows)
+                cursor = self._statement_cursor(conn, reads_rows=reads_rows)
                 kept = False
             try:
                 if copy:
@@ -345,29 +372,37 @@ class SqlBackend:
         return sql.render(self.dialect, name, job_table, archived_job_table)
 
     def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
-        params = {
-            "job_id": job.job_id,
-            "queue": job.queue,
-            "job_type": job.job_type,
-            "payload": job.payload,
-            "attempts": job.attempts,
-            "enqueued_at": self._db_time(job.enqueued_at, what="enqueued_at"),
-        }
+        enqueued_at = self._db_time(job.enqueued_at, what="enqueued_at")
         # A job due now has the very `now` as both times: its parameter is made once.
-        params["process_at"] = (
-            params["enqueued_at"]
+        process_at = (
+            enqueued_at
             if job.process_at is job.enqueued_at
             else self._db_time(job.process_at, what="process_at")
         )
         generated = job.job_id is None
-        if generated:
-            del params["job_id"]
+        values = self._enqueue_row(job, enqueued_at, process_at)
         statement = self._render("enqueue_db_generated" if generated else "enqueue", job_table)
-        with self._caller_session(conn) as prefix:
-            if not generated:
-                self._execute(conn, prefix + statement, params, _rowcount, reads_rows=False)
-                return job.job_id
-            return self._execute(conn, prefix + statement, params, self._generated_id, reads_rows=False)
+        # The placeholders' names decide which value goes where. Bound as a tuple, which both drivers
+        # take for less than a dict; a statement with other names (a backend's own _render) by name.
+        text, names = sql.positional(statement)
+        params: Any = values[generated:]
+        if names != _ENQUEUE_COLUMNS[generated:]:
+            text, params = statement, dict(zip(_ENQUEUE_COLUMNS, values, strict=True))
+            if generated:
+                del params["job_id"]
+        # The row count needs no reading: a failed INSERT raises, and one that ran wrote its one row.
+        read = self._generated_id if generated else _ignore
+        session = self._caller_session(conn)
+        if type(session) is SessionPrefix:  # nothing to set up: no block to enter and leave
+            stored = self._execute(conn, session.prefix + text, params, read, reads_rows=False)
+        else:
+            with session as prefix:
+                stored = self._execute(conn, prefix + text, params, read, reads_rows=False)
+        return stored if generated else job.job_id
+
+    def _enqueue_row(self, job: JobRecord, enqueued_at: Any, process_at: Any) -> tuple[Any, ...]:
+        """The enqueue INSERT's values in _ENQUEUE_COLUMNS order, the times as _db_time made them."""
+        return (job.job_id, job.queue, job.job_type, job.payload, job.attempts, enqueued_at, process_at)
 
     def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]:
         """(E) for a batch: every time is checked before any SQL, then as few statements as limits allow.
@@ -697,6 +732,10 @@ def _check_one(count: int, what: str, job_id: Any) -> None:
 
 def _rowcount(cursor: Any) -> int:
     return int(cursor.rowcount)
+
+
+def _ignore(cursor: Any) -> None:
+    return None
 
 
 def _fetchone(cursor: Any) -> Any:

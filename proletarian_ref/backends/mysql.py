@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Final
 
@@ -13,7 +14,7 @@ import pymysql.cursors
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import SqlBackend
+from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.errors import (
     ConfigurationError,
@@ -59,6 +60,7 @@ _UTC: Final = "+00:00"
 _TIME_ZONE_SQL: Final = "SET time_zone = %s"
 # MariaDB runs one statement with a session variable changed and restores it itself: no extra round trip.
 _MARIADB_UTC_PREFIX: Final = f"SET STATEMENT time_zone = '{_UTC}' FOR "
+_MARIADB_UTC_SESSION: Final = SessionPrefix(_MARIADB_UTC_PREFIX)
 _UNPREPARED: Final = object()
 _ISOLATION_SQL: Final = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
@@ -131,14 +133,16 @@ class MySQLBackend(SqlBackend):
             cursor.execute(_ISOLATION_SQL)
         self._prepared[conn] = session
 
-    @contextlib.contextmanager
-    def _caller_session(self, conn: Any) -> Iterator[str]:
+    def _caller_session(self, conn: Any) -> AbstractContextManager[str]:
         # The caller's session keeps its time zone: MariaDB changes it for the INSERT alone; elsewhere
         # (MySQL) it is read, set to UTC only if it is not, and put back before enqueue returns or raises.
         # The SETs neither commit nor touch the caller's transaction.
         if "MariaDB" in str(getattr(conn, "server_version", "")):
-            yield _MARIADB_UTC_PREFIX
-            return
+            return _MARIADB_UTC_SESSION
+        return self._utc_session(conn)
+
+    @contextlib.contextmanager
+    def _utc_session(self, conn: Any) -> Iterator[str]:
         with self._errors(), conn.cursor(pymysql.cursors.Cursor) as cursor:
             cursor.execute("SELECT @@session.time_zone")
             (zone,) = cursor.fetchone()
