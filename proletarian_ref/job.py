@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple, cast
 
-from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications, PayloadLimits
+from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications
 from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
@@ -171,13 +171,18 @@ class _Enqueuing(NamedTuple):
     serializer: Serializer
     strategy: JobIdStrategy
     now: datetime  # the clock is read once a call
+    # The backend's PayloadLimits.check_payload, or None: the protocol is optional.
+    check_payload: Callable[[Any, TableName, TableName, str], None] | None
+    # The default strategies' ids in blocks (job_ids.random_uuids), or None: strategy.generate_id per job.
+    random_ids: Iterator[tuple[Any, Any]] | None
 
 
 # The checked options of the calls that leave backend, serializer and job_id_strategy to the library, by
 # connection type and the two table names as given: parsing both names, finding the backend and making
 # the id strategy again on every call was a tenth of enqueue's client instructions. Values only (types,
 # names, the library's own backends), never a connection or anything of the caller's.
-_DEFAULT_SETUPS: dict[tuple[type, object, object], tuple[Backend, TableName, TableName, JobIdStrategy]] = {}
+_DefaultSetup = tuple[Backend, TableName, TableName, JobIdStrategy, Any]
+_DEFAULT_SETUPS: dict[tuple[type, object, object], _DefaultSetup] = {}
 _DEFAULT_SETUPS_MAX: Final = 256
 
 
@@ -210,54 +215,38 @@ def _enqueuing(
             table = table_name(job_table, option="job_table")
             archive = table_name(archived_job_table, option="archived_job_table")
             backend = backend_for_connection(conn)
-            known = (backend, table, archive, default_job_id_strategy(backend.dialect))
+            strategy = default_job_id_strategy(backend.dialect)
+            known = (backend, table, archive, strategy, getattr(backend, "check_payload", None))
             if cacheable and len(_DEFAULT_SETUPS) < _DEFAULT_SETUPS_MAX:
                 _DEFAULT_SETUPS[key] = known
-        backend, table, archive, strategy = known
+        backend, table, archive, strategy, check_payload = known
         # now_from(system_utc) is this, less a call.
         now = datetime.now(UTC) if clock is None else now_from(clock)
-        return _Enqueuing._make((backend, table, archive, _DEFAULT_SERIALIZER, strategy, now))
+        ids = random_uuids(strategy)
+        return _Enqueuing._make(
+            (backend, table, archive, _DEFAULT_SERIALIZER, strategy, now, check_payload, ids)
+        )
     table = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
     if backend is None:
         backend = backend_for_connection(conn)
+    strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
     return _Enqueuing(
         backend,
         table,
         archive,
         serializer if serializer is not None else _DEFAULT_SERIALIZER,
-        job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect),
+        strategy,
         now_from(clock if clock is not None else system_utc),
+        getattr(backend, "check_payload", None),
+        random_uuids(strategy),
     )
-
-
-class _KeywordTexts(dict[str, str]):
-    """Keyword text by name, each name checked once a batch (plain str names only: see _batch_records)."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__()
-        self._what = what
-
-    def __missing__(self, name: str) -> str:
-        text = self[name] = to_keyword_text(name, what=self._what)
-        return text
 
 
 def _batch_records(
     conn: Any, setup: _Enqueuing, jobs: Iterable[JobSpec | tuple[str, Any]], queue: str
 ) -> tuple[list[Any], list[JobRecord]]:
-    """enqueue_many's ids and rows: _job_record's steps, in its order, written out for the batch.
-
-    Per job they cost as much as the COPY of its row. A name repeated across the batch is checked once;
-    the default UUID strategies' ids come in blocks (random_uuids).
-    """
-    strategy, now, table, archive = setup.strategy, setup.now, setup.table, setup.archive
-    encode = setup.serializer.encode
-    # PayloadLimits is optional.
-    check_payload = getattr(setup.backend, "check_payload", None)
-    random_ids = random_uuids(strategy)
-    # A str subclass could override hashing: those names are checked every time, as enqueue does.
-    type_texts, queue_texts = _KeywordTexts("job_type"), _KeywordTexts("queue")
+    """enqueue_many's ids and rows, each job made by _job_record; a bad one named by its index."""
     ids: list[Any] = []
     records: list[JobRecord] = []
     job_queue: str | None
@@ -272,43 +261,16 @@ def _batch_records(
                 job_type, payload, job_queue, process_at, process_in = _job_spec(item)
                 if job_queue is None:
                     job_queue = queue
-            job_type_text = (
-                type_texts[job_type] if type(job_type) is str else to_keyword_text(job_type, what="job_type")
+            job_id, record = _job_record(
+                conn, setup, job_type, payload, job_queue, process_at, process_in, ids[0] if ids else _NO_ID
             )
-            queue_text = (
-                queue_texts[job_queue] if type(job_queue) is str else to_keyword_text(job_queue, what="queue")
-            )
-            if process_at is None and process_in is None:
-                effective_process_at = now
-            else:
-                effective_process_at = to_process_at(now, process_at, process_in)
-            try:
-                payload_text = encode(payload)
-            except ProletarianError:
-                raise
-            except Exception as exc:
-                raise _encoding_error(payload, exc) from exc
-            if type(payload_text) is not str or not payload_text.isascii():
-                payload_text = _checked_payload_text(payload_text)
-            if check_payload is not None:
-                check_payload(conn, table, archive, payload_text)
-            if random_ids is not None:
-                job_id, stored_id = next(random_ids)
-            else:
-                job_id, stored_id = _strategy_id(strategy, ids[0] if ids else _NO_ID)
         except ProletarianError as exc:
             error = _at_index(exc, index)
             if error is exc:
                 raise
             raise error from exc
         ids.append(job_id)
-        # tuple.__new__ as JobRecord._make does, without its Python-level call.
-        records.append(
-            _new_tuple(
-                JobRecord,
-                (stored_id, queue_text, job_type_text, payload_text, 0, now, effective_process_at),
-            )
-        )
+        records.append(record)
     return ids, records
 
 
@@ -361,30 +323,50 @@ def _job_record(
     queue: str,
     process_at: datetime | None,
     process_in: timedelta | None,
+    first_id: Any = _NO_ID,
 ) -> tuple[Any, JobRecord]:
-    """The new id (None if the database makes it) and the row for one job, checked and encoded."""
-    backend, strategy, now = setup.backend, setup.strategy, setup.now
-    job_type_text = to_keyword_text(job_type, what="job_type")
-    queue_text = to_keyword_text(queue, what="queue")
-    effective_process_at = to_process_at(now, process_at, process_in)
+    """The new id (None if the database makes it) and the row for one job, checked and encoded.
+
+    `first_id` is the id of the batch's first job, if this one is not: an id strategy must give None
+    for all of a batch or for none of it.
+    """
+    now = setup.now
+    # A plain str is its keyword text's cache key as it is (to_keyword_text makes sure of that).
+    job_type_text = _KEYWORD_TEXTS.get(job_type) if type(job_type) is str else None
+    if job_type_text is None:
+        job_type_text = _keyword_text(job_type, "job_type")
+    queue_text = _KEYWORD_TEXTS.get(queue) if type(queue) is str else None
+    if queue_text is None:
+        queue_text = _keyword_text(queue, "queue")
+    if process_at is None and process_in is None:
+        effective_process_at = now
+    else:
+        effective_process_at = to_process_at(now, process_at, process_in)
     payload_text = encode_payload(setup.serializer, payload)
-    # PayloadLimits is optional. hasattr, as isinstance of a runtime Protocol costs more than enqueue.
-    if hasattr(backend, "check_payload"):
-        cast(PayloadLimits, backend).check_payload(conn, setup.table, setup.archive, payload_text)
-    job_id = strategy.generate_id()
-    # _make, in JobRecord's field order: the generated __new__ with keywords costs six times as much.
-    record = JobRecord._make(
-        (
-            None if job_id is None else strategy.encode_id(job_id),
-            queue_text,
-            job_type_text,
-            payload_text,
-            0,
-            now,
-            effective_process_at,
-        )
+    if setup.check_payload is not None:
+        setup.check_payload(conn, setup.table, setup.archive, payload_text)
+    if setup.random_ids is not None:
+        job_id, stored_id = next(setup.random_ids)
+    else:
+        job_id, stored_id = _strategy_id(setup.strategy, first_id)
+    # tuple.__new__ as JobRecord._make does, less its Python-level call: the generated constructor
+    # with keywords costs six times as much.
+    record = _new_tuple(
+        JobRecord, (stored_id, queue_text, job_type_text, payload_text, 0, now, effective_process_at)
     )
     return job_id, record
+
+
+# Keyword text by plain str name, for the names seen (a bounded number of them).
+_KEYWORD_TEXTS: dict[str, str] = {}
+_KEYWORD_TEXTS_MAX: Final = 4096
+
+
+def _keyword_text(name: Any, what: str) -> str:
+    text = to_keyword_text(name, what=what)
+    if type(name) is str and len(_KEYWORD_TEXTS) < _KEYWORD_TEXTS_MAX:
+        _KEYWORD_TEXTS[name] = text
+    return text
 
 
 def encode_payload(serializer: Serializer, payload: Any) -> str:
@@ -395,6 +377,8 @@ def encode_payload(serializer: Serializer, payload: Any) -> str:
         raise
     except Exception as exc:
         raise _encoding_error(payload, exc) from exc
+    if type(text) is str and text.isascii():
+        return text
     return _checked_payload_text(text)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -159,17 +160,29 @@ _RANDOM_BLOCK: Final = 256  # ids made per os.urandom call
 def random_uuids(strategy: JobIdStrategy) -> Iterator[tuple[uuid.UUID, Any]] | None:
     """For the default UUID strategies exactly, endless (id, encoded id) pairs as generate_id makes them.
 
-    enqueue_many's ids: random v4 UUIDs, the very values uuid.uuid4() makes (16 bytes of os.urandom with
-    the version and variant bits set; `is_safe` unknown), from one os.urandom call per block and without
-    UUID's checking constructor, which cost three quarters of a job's id. None for any other strategy
-    (a subclass too), whose generate_id and encode_id are called per job.
+    enqueue's ids: random v4 UUIDs, the very values uuid.uuid4() makes (16 bytes of os.urandom with the
+    version and variant bits set; `is_safe` unknown), from one os.urandom call per block and without
+    UUID's checking constructor, which cost three quarters of a job's id. The calling thread's own
+    supply, never another thread's. None for any other strategy (a subclass too), whose generate_id and
+    encode_id are called per job.
     """
     kind = type(strategy)
     if kind is PostgresqlUuidStrategy:
-        return _random_uuids(as_bytes=False)
+        return _SUPPLIES.uuids
     if kind is MysqlUuidStrategy:
-        return _random_uuids(as_bytes=True)
+        return _SUPPLIES.mysql_uuids
     return None
+
+
+class _Supplies(threading.local):
+    """Each thread's id supplies: a generator must not run in two threads at once."""
+
+    def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        self.uuids = _random_uuids(as_bytes=False)
+        self.mysql_uuids = _random_uuids(as_bytes=True)
 
 
 def _random_uuids(*, as_bytes: bool) -> Iterator[tuple[uuid.UUID, Any]]:
@@ -189,3 +202,9 @@ def _random_uuids(*, as_bytes: bool) -> Iterator[tuple[uuid.UUID, Any]]:
             set_int(job_id, from_bytes(data))
             set_is_safe(job_id, unknown)
             yield job_id, data if as_bytes else job_id
+
+
+_SUPPLIES = _Supplies()
+# A forked child would otherwise hand out the very ids its parent has still to hand out. Only the forking
+# thread lives on in the child, and its supplies are made anew; threads started later make their own.
+os.register_at_fork(after_in_child=_SUPPLIES.renew)

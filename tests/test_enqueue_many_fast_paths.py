@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import threading
 import uuid
 from datetime import UTC, datetime
 from itertools import islice
@@ -187,3 +189,42 @@ def test_a_batch_of_plain_payloads_writes_the_rows_single_enqueues_write(
         conn.close()
     assert returned == ids
     assert stored_rows(db) == one_by_one
+
+
+def test_each_thread_draws_ids_from_its_own_supply() -> None:
+    # A generator run by two threads at once raises; each thread has its own block of random bytes.
+    strategy = default_job_id_strategy("postgresql")
+    supplies: dict[str, object] = {}
+
+    def draw(name: str) -> None:
+        supplies[name] = random_uuids(strategy)
+
+    threads = [threading.Thread(target=draw, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert supplies["a"] is not supplies["b"]
+    assert random_uuids(strategy) is random_uuids(strategy)  # the same thread keeps its supply
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_a_forked_child_draws_other_ids_than_its_parent() -> None:
+    # The child inherits the parent's memory, its unused block of ids included: it must not use it.
+    supply = random_uuids(default_job_id_strategy("postgresql"))
+    assert supply is not None
+    next(supply)  # a block drawn and partly used before the fork
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        child_supply = random_uuids(default_job_id_strategy("postgresql"))
+        ids = [job_id.hex for job_id, _ in islice(child_supply or iter(()), 10)]
+        os.write(write, " ".join(ids).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child_ids = set(pipe.read().split())
+    os.waitpid(pid, 0)
+    parent_ids = {job_id.hex for job_id, _ in islice(supply, 10)}
+    assert len(child_ids) == 10 and not child_ids & parent_ids
