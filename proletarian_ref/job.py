@@ -330,7 +330,8 @@ def _job_record(
     `first_id` is the id of the batch's first job, if this one is not: an id strategy must give None
     for all of a batch or for none of it.
     """
-    now = setup.now
+    # One unpacking: a NamedTuple's field by name is a descriptor call each.
+    _, table, archive, serializer, strategy, now, check_payload, random_ids = setup
     # A plain str is its keyword text's cache key as it is (to_keyword_text makes sure of that).
     job_type_text = _KEYWORD_TEXTS.get(job_type) if type(job_type) is str else None
     if job_type_text is None:
@@ -342,13 +343,13 @@ def _job_record(
         effective_process_at = now
     else:
         effective_process_at = to_process_at(now, process_at, process_in)
-    payload_text = encode_payload(setup.serializer, payload)
-    if setup.check_payload is not None:
-        setup.check_payload(conn, setup.table, setup.archive, payload_text)
-    if setup.random_ids is not None:
-        job_id, stored_id = next(setup.random_ids)
+    payload_text = encode_payload(serializer, payload)
+    if check_payload is not None:
+        check_payload(conn, table, archive, payload_text)
+    if random_ids is not None:
+        job_id, stored_id = next(random_ids)
     else:
-        job_id, stored_id = _strategy_id(setup.strategy, first_id)
+        job_id, stored_id = _strategy_id(strategy, first_id)
     # tuple.__new__ as JobRecord._make does, less its Python-level call: the generated constructor
     # with keywords costs six times as much.
     record = _new_tuple(
