@@ -84,6 +84,30 @@ def notification_payload(queue: str) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+_TWO_DIGITS: Final = tuple(f"{n:02d}" for n in range(100))
+_THREE_DIGITS: Final = tuple(f"{n:03d}" for n in range(1000))
+
+
+def utc_text(value: datetime) -> str:
+    """`value.astimezone(UTC).isoformat()`, character for character, in half the instructions.
+
+    isoformat formats through the C API's printf-like formatting and asks the tzinfo for its offset, and
+    every job binds two times: this was a twentieth of a job's client instructions.
+    """
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    year = value.year
+    two = _TWO_DIGITS
+    text = (
+        f"{year if year >= 1000 else format(year, '04d')}-{two[value.month]}-{two[value.day]}"
+        f"T{two[value.hour]}:{two[value.minute]}:{two[value.second]}"
+    )
+    micro = value.microsecond
+    if micro:
+        return f"{text}.{_THREE_DIGITS[micro // 1000]}{_THREE_DIGITS[micro % 1000]}+00:00"
+    return text + "+00:00"
+
+
 class _LenientLoader(Loader):
     """Reads a timestamp Python cannot hold, which SQL can write, as the nearest datetime.
 
@@ -204,7 +228,7 @@ class PostgresBackend(SqlBackend):
         # Text with an explicit offset and no declared type (psycopg sends str as "unknown"): PostgreSQL
         # takes the exact instant into TIMESTAMPTZ and the UTC wall clock into a legacy TIMESTAMP column,
         # whatever the session TimeZone, just as pgjdbc's setTimestamp with a UTC Calendar does.
-        return value.astimezone(UTC).isoformat()
+        return utc_text(value)
 
     def _from_db_time(self, value: Any) -> datetime:
         stored: datetime = value
@@ -240,7 +264,7 @@ class PostgresBackend(SqlBackend):
         local.pipeline_manager, local.pipelined = manager, conn
 
     def _pipelines(self, conn: Any, *, pooled: bool) -> bool:
-        return not pooled and getattr(self._local, "pipelined", None) is conn
+        return self._pipeline and not pooled and getattr(self._local, "pipelined", None) is conn
 
     def _leave_pipeline(self) -> None:
         """Leave the pipeline the calling thread's connection is in, if any; quietly, it may be broken."""
