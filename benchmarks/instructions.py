@@ -1,6 +1,6 @@
 """Client instructions per job, library against the raw loop, counted by valgrind: nearly free of noise.
 
-    python -m benchmarks.instructions [--backends module:factory,...] [--jobs 500]
+    python -m benchmarks.instructions [--backends module:factory,...] [--jobs 500] [--table-suffix _me]
 
 Throughput on a shared machine moves by 10-20% from one second to the next; the instructions the client
 executes per job move by about 1% (Python seeds its string hashing anew in each process). Each path runs
@@ -51,7 +51,7 @@ def run_jobs(spec: BackendSpec, mode: str, jobs: int, suffix: str = "") -> None:
         truncate(harness)
 
 
-def _count(spec: BackendSpec, mode: str, jobs: int) -> int:
+def _count(spec: BackendSpec, mode: str, jobs: int, suffix: str = "") -> int:
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -60,7 +60,9 @@ def _count(spec: BackendSpec, mode: str, jobs: int) -> int:
         "-m",
         "benchmarks.instructions",
         "--child",
-        json.dumps({"factory": spec.factory, "options": spec.options, "mode": mode, "jobs": jobs}),
+        json.dumps(
+            {"factory": spec.factory, "options": spec.options, "mode": mode, "jobs": jobs, "suffix": suffix}
+        ),
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     match = _COLLECTED.search(done.stderr)
@@ -69,8 +71,8 @@ def _count(spec: BackendSpec, mode: str, jobs: int) -> int:
     return int(match.group(1))
 
 
-def per_job(spec: BackendSpec, mode: str, jobs: int) -> float:
-    return (_count(spec, mode, BASE_JOBS + jobs) - _count(spec, mode, BASE_JOBS)) / jobs
+def per_job(spec: BackendSpec, mode: str, jobs: int, suffix: str = "") -> float:
+    return (_count(spec, mode, BASE_JOBS + jobs, suffix) - _count(spec, mode, BASE_JOBS, suffix)) / jobs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,11 +86,18 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="keyword argument passed to every backend factory (e.g. dsn=postgresql://...); repeatable",
     )
+    parser.add_argument(
+        "--table-suffix",
+        default="",
+        help="appended to the bench tables' names, so concurrent runs never share (or truncate) a table",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         task = json.loads(args.child)
-        run_jobs(BackendSpec(task["factory"], task["options"]), task["mode"], task["jobs"])
+        run_jobs(
+            BackendSpec(task["factory"], task["options"]), task["mode"], task["jobs"], task.get("suffix", "")
+        )
         return 0
     options = dict(item.split("=", 1) for item in args.option)
     if shutil.which("valgrind") is None:
@@ -98,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     for parsed in parse_backends(args.backends):
         spec = BackendSpec(parsed.factory, {**parsed.options, **options})
-        library = per_job(spec, "library", args.jobs)
-        raw = per_job(spec, "raw", args.jobs)
+        library = per_job(spec, "library", args.jobs, args.table_suffix)
+        raw = per_job(spec, "raw", args.jobs, args.table_suffix)
         print(f"| {spec.factory} | {library:,.0f} | {raw:,.0f} | {library / raw:.2f} | {raw / library:.2f} |")
     return 0
 

@@ -259,6 +259,23 @@ def test_instruction_count_says_when_valgrind_is_missing(
     assert "valgrind is not installed" in capsys.readouterr().out
 
 
+def test_instruction_count_children_use_the_tables_of_their_suffix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Concurrent counts (one per helper) must not share, and so truncate, each other's tables."""
+    children: list[dict[str, Any]] = []
+
+    class _Done:
+        returncode = 0
+        stderr = "==1== Collected : 1000"
+
+    def run(command: list[str], **_: Any) -> _Done:
+        children.append(json.loads(command[command.index("--child") + 1]))
+        return _Done()
+
+    monkeypatch.setattr("subprocess.run", run)
+    instructions.per_job(BackendSpec("conformance.builtin:postgresql"), "raw", 10, "_me")
+    assert [child["suffix"] for child in children] == ["_me", "_me"]
+
+
 def _png(path: Path) -> bool:
     data = path.read_bytes()
     return data.startswith(PNG_MAGIC) and len(data) > 5_000

@@ -86,6 +86,38 @@ def notification_payload(queue: str) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+# tzdata's names of zones whose offset is zero at every instant, as psycopg gives a session TimeZone.
+_UTC_ZONE_NAMES: Final = frozenset(
+    {"UTC", "Etc/UTC", "UCT", "Etc/UCT", "Universal", "Etc/Universal", "Zulu", "Etc/Zulu", "GMT", "Etc/GMT"}
+)
+# Per such zone object, 1970-01-01 in it: a time minus it is the time since the epoch, with no offset asked.
+_UTC_ZONE_EPOCHS: dict[tzinfo, datetime] = {}
+_EPOCH: Final = datetime(1970, 1, 1)
+_EPOCH_UTC: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_TWO_DIGITS: Final = tuple(f"{n:02d}" for n in range(100))
+_THREE_DIGITS: Final = tuple(f"{n:03d}" for n in range(1000))
+
+
+def utc_text(value: datetime) -> str:
+    """`value.astimezone(UTC).isoformat()`, character for character, in half the instructions.
+
+    isoformat formats through the C API's printf-like formatting and asks the tzinfo for its offset, and
+    every job binds two times: this was a twentieth of a job's client instructions.
+    """
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    year = value.year
+    two = _TWO_DIGITS
+    text = (
+        f"{year if year >= 1000 else format(year, '04d')}-{two[value.month]}-{two[value.day]}"
+        f"T{two[value.hour]}:{two[value.minute]}:{two[value.second]}"
+    )
+    micro = value.microsecond
+    if micro:
+        return f"{text}.{_THREE_DIGITS[micro // 1000]}{_THREE_DIGITS[micro % 1000]}+00:00"
+    return text + "+00:00"
+
+
 class _LenientLoader(Loader):
     """Reads a timestamp Python cannot hold, which SQL can write, as the nearest datetime.
 
@@ -273,12 +305,22 @@ class PostgresBackend(SqlBackend):
         # Text with an explicit offset and no declared type (psycopg sends str as "unknown"): PostgreSQL
         # takes the exact instant into TIMESTAMPTZ and the UTC wall clock into a legacy TIMESTAMP column,
         # whatever the session TimeZone, just as pgjdbc's setTimestamp with a UTC Calendar does.
-        return value.astimezone(UTC).isoformat()
+        return utc_text(value)
 
     def _from_db_time(self, value: Any) -> datetime:
         stored: datetime = value
-        if stored.tzinfo is None:
-            return stored.replace(tzinfo=UTC)
+        zone = stored.tzinfo
+        if zone is None:
+            return _EPOCH_UTC + (stored - _EPOCH)  # stored.replace(tzinfo=UTC), for a fifth
+        if zone is UTC:
+            return stored
+        # The session's zone, a ZoneInfo: for UTC itself the same fields, a fifth cheaper than astimezone,
+        # which asks the zone for its offset (twice a job).
+        epoch = _UTC_ZONE_EPOCHS.get(zone)
+        if epoch is None and getattr(zone, "key", None) in _UTC_ZONE_NAMES:
+            epoch = _UTC_ZONE_EPOCHS[zone] = datetime(1970, 1, 1, tzinfo=zone)
+        if epoch is not None:
+            return _EPOCH_UTC + (stored - epoch)
         return stored.astimezone(UTC)
 
     def _begin(self, conn: Any) -> Any:
@@ -309,7 +351,7 @@ class PostgresBackend(SqlBackend):
         local.pipeline_manager, local.pipelined = manager, conn
 
     def _pipelines(self, conn: Any, *, pooled: bool) -> bool:
-        return not pooled and getattr(self._local, "pipelined", None) is conn
+        return self._pipeline and not pooled and getattr(self._local, "pipelined", None) is conn
 
     def _leave_pipeline(self) -> None:
         """Leave the pipeline the calling thread's connection is in, if any; quietly, it may be broken."""
