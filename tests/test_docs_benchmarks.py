@@ -178,3 +178,17 @@ def test_the_run_length_quoted_is_the_runs() -> None:
         BENCHMARKS_MD
     )
     assert f"median of {rounds} paired rounds" in prose(README_MD)
+
+
+def test_the_pgbench_ceiling_quoted_is_the_tables() -> None:
+    rows = [row for row in _throughput_rows() if "pgbench_jobs_per_s" in row]
+    assert rows, "the reference run has no pgbench ceiling"
+    of_pgbench = [row["ratio_pgbench"] for row in rows]
+    raw_of_pgbench = [row["raw_jobs_per_s"] / row["pgbench_jobs_per_s"] for row in rows]
+    one = [row["pgbench_jobs_per_s"] for row in rows if row["processes"] * row["threads"] == 1]
+    several = [row["pgbench_jobs_per_s"] for row in rows if row["processes"] * row["threads"] >= 4]
+    text = prose(BENCHMARKS_MD)
+    assert f"drained {one[0]:,.0f} jobs a second on one connection" in text
+    assert f"and {min(several):,.0f} to {max(several):,.0f} on four to eight" in text
+    assert f"reaches {min(raw_of_pgbench):.2f} to {max(raw_of_pgbench):.2f} of that" in text
+    assert f"and the library {min(of_pgbench):.2f} to {max(of_pgbench):.2f}" in text
