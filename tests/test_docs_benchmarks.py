@@ -192,3 +192,24 @@ def test_the_pgbench_ceiling_quoted_is_the_tables() -> None:
     assert f"and {min(several):,.0f} to {max(several):,.0f} on four to eight" in text
     assert f"reaches {min(raw_of_pgbench):.2f} to {max(raw_of_pgbench):.2f} of that" in text
     assert f"and the library {min(of_pgbench):.2f} to {max(of_pgbench):.2f}" in text
+
+
+def test_the_instruction_ratios_readme_quotes_are_the_docs_table() -> None:
+    # The instruction counts are not in results.json: docs/benchmarks.md's table is their source.
+    table = {
+        match.group(1): (int(match.group(2).replace(",", "")), int(match.group(3).replace(",", "")))
+        for match in re.finditer(
+            r"^\| (PostgreSQL|MariaDB), \S+ [\d.]+ \| ([\d,]+) \| ([\d,]+) \| [\d.]+ \|$",
+            BENCHMARKS_MD.read_text(encoding="utf-8"),
+            re.MULTILINE,
+        )
+    }
+    pg, maria = (library / raw for library, raw in (table["PostgreSQL"], table["MariaDB"]))
+    readme = prose(README_MD)
+    assert (
+        f"**{pg:.2f}x the raw loop's instructions per job on PostgreSQL** and {maria:.2f}x on MariaDB"
+        in readme
+    )
+    excess = {name: round((library - raw) / 1000) for name, (library, raw) in table.items()}
+    assert f"to {excess['PostgreSQL']}k instructions a job on PostgreSQL" in prose(BENCHMARKS_MD)
+    assert f"to {excess['MariaDB']}k on MariaDB" in prose(BENCHMARKS_MD)
