@@ -742,10 +742,7 @@ class TransitSerializer:
 
     def encode(self, data: Any) -> str:
         """Return ``data`` as Transit JSON text; raises SerializationError if it cannot be encoded."""
-        # A plain map, the usual payload, straight to its writer: a call less per job of enqueue_many.
-        text = _flat_map_text(data) if type(data) is dict else None
-        if text is None:
-            text = _fast_encode(data)
+        text = _fast_encode(data)
         return text if text is not None else _general_encode(data)
 
     def decode(self, text: str) -> Any:
