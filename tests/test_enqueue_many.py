@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import pytest
 from support import T0, FakeClock
@@ -93,12 +93,23 @@ def caller(db: Harness) -> Iterator[Any]:
         conn.close()
 
 
-def test_enqueue_many_writes_exactly_the_rows_single_enqueues_write(db: Harness) -> None:
-    ids = [uuid.uuid4() for _ in PAYLOADS]
+class OneByOneAndBatched(NamedTuple):
+    ids: list[uuid.UUID]
+    returned: list[Any]
+    one_by_one: list[tuple[Any, ...]]
+    batched: list[tuple[Any, ...]]
+
+
+def one_by_one_and_batched(
+    db: Harness, jobs: list[JobSpec], batch: list[Any] | None = None, **options: Any
+) -> OneByOneAndBatched:
+    """The rows single enqueues write for `jobs`, and those one enqueue_many of `batch` (default: `jobs`)
+    writes, with the same ids and clock; `options` go to enqueue_many only."""
+    ids = [uuid.uuid4() for _ in jobs]
     conn = db.connect()
     try:
         strategy = ListedIds(db.dialect, ids)
-        for spec in specs():
+        for spec in jobs:
             enqueue(
                 conn,
                 spec.job_type,
@@ -115,17 +126,23 @@ def test_enqueue_many_writes_exactly_the_rows_single_enqueues_write(db: Harness)
         db.clear()
         returned = enqueue_many(
             conn,
-            specs(),
+            jobs if batch is None else batch,
             job_table=db.job_table,
             job_id_strategy=ListedIds(db.dialect, ids),
             clock=FakeClock(),
+            **options,
         )
         conn.commit()
     finally:
         conn.close()
-    assert returned == ids
-    assert len(one_by_one) == len(PAYLOADS)
-    assert stored_rows(db) == one_by_one
+    return OneByOneAndBatched(ids, returned, one_by_one, stored_rows(db))
+
+
+def test_enqueue_many_writes_exactly_the_rows_single_enqueues_write(db: Harness) -> None:
+    written = one_by_one_and_batched(db, specs())
+    assert written.returned == written.ids
+    assert len(written.one_by_one) == len(PAYLOADS)
+    assert written.batched == written.one_by_one
 
 
 def test_enqueue_many_returns_the_ids_in_the_order_of_the_jobs(db: Harness, caller: Any) -> None:

@@ -14,11 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from psycopg.adapt import Transformer
-from support import FakeClock
-from test_enqueue_many import ListedIds, stored_rows
+from test_enqueue_many import ListedIds, one_by_one_and_batched
 
 from conformance.harness import Harness
-from proletarian_ref import ConfigurationError, enqueue, enqueue_many
+from proletarian_ref import ConfigurationError, JobSpec, enqueue_many
 from proletarian_ref.backends.memory import MemoryDatabase
 from proletarian_ref.backends.postgres import _copy_text
 from proletarian_ref.job_ids import (
@@ -158,37 +157,15 @@ PLAIN_PAYLOADS: list[Any] = [{"email": "a@b.c", "n": 1}, "100% %s %(x)s", ["é",
 def test_a_batch_of_plain_payloads_writes_the_rows_single_enqueues_write(
     db: Harness, payloads: list[Any]
 ) -> None:
-    ids = [uuid.uuid4() for _ in payloads]
-    conn = db.connect()
-    try:
-        strategy = ListedIds(db.dialect, ids)
-        for payload in payloads:
-            enqueue(
-                conn,
-                "a/b",
-                payload,
-                queue="q",
-                job_table=db.job_table,
-                job_id_strategy=strategy,
-                clock=FakeClock(),
-            )
-        conn.commit()
-        one_by_one = stored_rows(db)
-        db.clear()
-        jobs = [("a/b", payload) for payload in payloads]
-        returned = enqueue_many(
-            conn,
-            jobs,
-            queue="q",
-            job_table=db.job_table,
-            job_id_strategy=ListedIds(db.dialect, ids),
-            clock=FakeClock(),
-        )
-        conn.commit()
-    finally:
-        conn.close()
-    assert returned == ids
-    assert stored_rows(db) == one_by_one
+    # The batch as (job_type, payload) tuples: enqueue_many's own path for them, the queue its option.
+    written = one_by_one_and_batched(
+        db,
+        [JobSpec("a/b", payload, queue="q") for payload in payloads],
+        [("a/b", payload) for payload in payloads],
+        queue="q",
+    )
+    assert written.returned == written.ids
+    assert written.batched == written.one_by_one
 
 
 def test_each_thread_draws_ids_from_its_own_supply() -> None:
