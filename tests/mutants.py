@@ -299,11 +299,9 @@ def _run_on(conn: Any, *statements: str) -> None:
 class PgRetriesOnANewConnection(PostgresBackend):
     """Retries a statement that failed on a lost connection on a fresh one, which commits on its own."""
 
-    def _execute(
-        self, conn: Any, statement: str, params: Any, read: Any, *, reads_rows: bool, copy: bool = False
-    ) -> Any:
+    def _execute(self, conn: Any, statement: str, params: Any, read: Any, *, copy: bool = False) -> Any:
         try:
-            return super()._execute(conn, statement, params, read, reads_rows=reads_rows, copy=copy)
+            return super()._execute(conn, statement, params, read, copy=copy)
         except TransientDatabaseError:
             fresh = self._data_source()
             try:
@@ -404,11 +402,9 @@ class MySQLSilentReconnect(MySQLBackend):
     """Pings with reconnect=True before each statement and the commit (PyMySQL's well-known idiom): a
     killed session is replaced by a fresh one, outside the claim's transaction."""
 
-    def _execute(
-        self, conn: Any, statement: str, params: Any, read: Any, *, reads_rows: bool, copy: bool = False
-    ) -> Any:
+    def _execute(self, conn: Any, statement: str, params: Any, read: Any, *, copy: bool = False) -> Any:
         _ping_and_reconnect(conn)
-        return super()._execute(conn, statement, params, read, reads_rows=reads_rows, copy=copy)
+        return super()._execute(conn, statement, params, read, copy=copy)
 
     def _commit(self, conn: Any, lease: Any) -> None:
         _ping_and_reconnect(conn)
@@ -449,26 +445,15 @@ class MySQLTwoStepClaimReadUncommitted(_MySQLWorkerIsolation):
     def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
         find = self._render("get_next_job", job_table).replace("FOR UPDATE SKIP LOCKED", "")
         params = {"queue": queue, "now": self._db_time(now, what="now")}
-        found = self._execute(conn, find, params, _fetchone, reads_rows=True)
+        found = self._execute(conn, find, params, _fetchone)
         if found is None:
             return None
         lock = (
             "SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at "
             f"FROM {job_table} WHERE job_id = %(job_id)s FOR UPDATE SKIP LOCKED"
         )
-        row = self._execute(conn, lock, {"job_id": found[0]}, _fetchone, reads_rows=True)
-        if row is None:
-            return None
-        job_id, queue_text, job_type, payload, attempts, enqueued_at, process_at = row
-        return JobRecord(
-            job_id,
-            queue_text,
-            job_type,
-            payload,
-            int(attempts),
-            self._from_db_time(enqueued_at),
-            self._from_db_time(process_at),
-        )
+        row = self._execute(conn, lock, {"job_id": found[0]}, _fetchone)
+        return None if row is None else self._job_record(row)
 
 
 class _MySQLCallerSetting(MySQLBackend):

@@ -18,6 +18,8 @@ from proletarian_ref.tables import TableName
 
 _T = TypeVar("_T")
 _NO_JOB: Any = object()
+# The key of the cursor a thread's own connection runs its statements on (queued writes have their own).
+_STATEMENTS: Final = 0
 # The enqueue INSERT's placeholders, in the order SqlBackend.enqueue binds them.
 _ENQUEUE_COLUMNS: Final = ("job_id", "queue", "job_type", "payload", "attempts", "enqueued_at", "process_at")
 
@@ -52,8 +54,8 @@ class _Lease:
     """A connection in use by one thread's transaction, as release_connection needs to see it."""
 
     conn: Any
-    # The cursors the thread keeps on its own connection, by reads_rows (queued writes: -1, -2, ...); None
-    # for a pool's connection.
+    # The cursors the thread keeps on its own connection, its statements' (_STATEMENTS) and its queued
+    # writes' (-1, -2, ...); None for a pool's connection.
     cursors: dict[int, Any] | None
     # True while the owning thread is talking to the server; a connection is never closed under it.
     busy: bool = True
@@ -95,12 +97,12 @@ class SqlBackend:
         """The library's exception for a driver exception, or None if `exc` is not the driver's."""
         raise NotImplementedError
 
-    def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
+    def _cursor(self, conn: Any) -> Any:
         raise NotImplementedError
 
-    def _statement_cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
+    def _statement_cursor(self, conn: Any) -> Any:
         """A cursor for one statement on a connection the backend does not keep: closed right after it."""
-        return self._cursor(conn, reads_rows=reads_rows)
+        return self._cursor(conn)
 
     def _db_time(self, value: datetime, *, what: str = "time") -> Any:
         """A UTC instant as this driver's parameter, the exact instant as Proletarian binds it.
@@ -329,7 +331,6 @@ class SqlBackend:
         params: Any,
         read: Callable[[Any], _T],
         *,
-        reads_rows: bool,
         copy: bool = False,
     ) -> _T:
         """Run one statement and return `read` of its cursor, with the driver's errors translated.
@@ -352,15 +353,15 @@ class SqlBackend:
             elif lease.pending:
                 self._settle(conn, lease.pending)
             if cursors is not None:
-                # The thread's own connection keeps its cursors: making one (and registering the claim's
-                # loaders) costs more than a statement's own Python work.
-                cursor = cursors.get(reads_rows)
+                # The thread's own connection keeps its cursor: making one costs more than a statement's own
+                # Python work.
+                cursor = cursors.get(_STATEMENTS)
                 if cursor is None:
-                    cursor = cursors[reads_rows] = self._cursor(conn, reads_rows=reads_rows)
+                    cursor = cursors[_STATEMENTS] = self._cursor(conn)
                 kept = True
             else:
                 # A caller's or a pool's connection: the backend cannot tell when it goes away.
-                cursor = self._statement_cursor(conn, reads_rows=reads_rows)
+                cursor = self._statement_cursor(conn)
                 kept = False
             try:
                 if copy:
@@ -408,10 +409,10 @@ class SqlBackend:
         read = self._generated_id if generated else _ignore
         session = self._caller_session(conn)
         if type(session) is SessionPrefix:  # nothing to set up: no block to enter and leave
-            stored = self._execute(conn, session.prefix + text, params, read, reads_rows=False)
+            stored = self._execute(conn, session.prefix + text, params, read)
         else:
             with session as prefix:
-                stored = self._execute(conn, prefix + text, params, read, reads_rows=False)
+                stored = self._execute(conn, prefix + text, params, read)
         return stored if generated else job.job_id
 
     def _enqueue_row(self, job: JobRecord, enqueued_at: Any, process_at: Any) -> tuple[Any, ...]:
@@ -468,9 +469,9 @@ class SqlBackend:
                 statement = prefix + sql.render_rows(self.dialect, name, job_table, len(chunk))
                 params = [value for row in chunk for value in row]
                 if generated:
-                    ids.extend(self._execute(conn, statement, params, _first_column, reads_rows=False))
+                    ids.extend(self._execute(conn, statement, params, _first_column))
                 else:
-                    self._execute(conn, statement, params, _rowcount, reads_rows=False)
+                    self._execute(conn, statement, params, _rowcount)
         return ids
 
     def _all_or_none(self, conn: Any) -> AbstractContextManager[None]:
@@ -486,7 +487,6 @@ class SqlBackend:
             self._render("get_next_job", job_table),
             {"queue": queue, "now": self._db_time(now, what="now")},
             self._fetch_claimed,
-            reads_rows=True,
         )
         return None if row is None else self._job_record(row)
 
@@ -515,7 +515,6 @@ class SqlBackend:
             self._render("get_next_jobs", job_table),
             {"queue": queue, "now": self._db_time(now, what="now"), "limit": limit},
             _fetchall,
-            reads_rows=True,
         )
         return [self._job_record(row) for row in rows]
 
@@ -529,7 +528,7 @@ class SqlBackend:
         job_ids: Sequence[Any],
     ) -> None:
         statement = sql.render_ids(self.dialect, name, job_table, archived_job_table, len(job_ids))
-        count = self._execute(conn, statement, [*values, *job_ids], _rowcount, reads_rows=False)
+        count = self._execute(conn, statement, [*values, *job_ids], _rowcount)
         # As _write_one: every row is locked by this transaction, so any other count means the table is not
         # what the worker thinks it is; the batch's transaction rolls back and keeps every job.
         if count != len(job_ids):
@@ -555,22 +554,22 @@ class SqlBackend:
     @contextmanager
     def savepoint(self, conn: Any) -> Iterator[None]:
         statements = sql.queries(self.dialect)
-        self._execute(conn, statements["job_savepoint"], None, _rowcount, reads_rows=False)
+        self._execute(conn, statements["job_savepoint"], None, _rowcount)
         try:
             yield
         except BaseException:
             # Should the rollback fail, its error leaves instead and the whole transaction rolls back.
-            self._execute(conn, statements["job_savepoint_rollback"], None, _rowcount, reads_rows=False)
-            self._execute(conn, statements["job_savepoint_release"], None, _rowcount, reads_rows=False)
+            self._execute(conn, statements["job_savepoint_rollback"], None, _rowcount)
+            self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
             raise
-        self._execute(conn, statements["job_savepoint_release"], None, _rowcount, reads_rows=False)
+        self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
 
     def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
         lease = self._leases.get(threading.get_ident())
         if lease is not None and lease.pending is not None and lease.conn is conn:
             self._queue_write(lease, statement, params, what)
             return
-        count = self._execute(conn, statement, params, _rowcount, reads_rows=False)
+        count = self._execute(conn, statement, params, _rowcount)
         _check_one(count, what, params["job_id"])
 
     def _queue_write(self, lease: _Lease, statement: str, params: dict[str, Any], what: str) -> None:

@@ -208,7 +208,7 @@ class MySQLBackend(SqlBackend):
         with self._all_or_none(conn) if len(chunks) > 1 else contextlib.nullcontext():
             for chunk in chunks:
                 # No parameters: PyMySQL sends the text as it is, a % in a payload included.
-                self._execute(conn, head + ", ".join(chunk), None, _ignore, reads_rows=False)
+                self._execute(conn, head + ", ".join(chunk), None, _ignore)
         return []
 
     @contextlib.contextmanager
@@ -220,16 +220,16 @@ class MySQLBackend(SqlBackend):
             yield
             return
         batch = sql.queries(self.dialect)
-        self._execute(conn, batch["enqueue_many_savepoint"], None, _ignore, reads_rows=False)
+        self._execute(conn, batch["enqueue_many_savepoint"], None, _ignore)
         try:
             yield
         except BaseException:
             # The INSERT's error is the one to report; a session that cannot roll back is broken anyway.
             with contextlib.suppress(Exception):
-                self._execute(conn, batch["enqueue_many_rollback"], None, _ignore, reads_rows=False)
-                self._execute(conn, batch["enqueue_many_release"], None, _ignore, reads_rows=False)
+                self._execute(conn, batch["enqueue_many_rollback"], None, _ignore)
+                self._execute(conn, batch["enqueue_many_release"], None, _ignore)
             raise
-        self._execute(conn, batch["enqueue_many_release"], None, _ignore, reads_rows=False)
+        self._execute(conn, batch["enqueue_many_release"], None, _ignore)
 
     @staticmethod
     def _set_time_zone(conn: Any, zone: str) -> None:
@@ -269,7 +269,7 @@ class MySQLBackend(SqlBackend):
             rows = cursor.fetchall()
         return [PayloadColumn(*row) for row in rows]
 
-    def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
+    def _cursor(self, conn: Any) -> Any:
         # A plain tuple cursor whatever cursorclass the caller's connection was made with.
         return conn.cursor(pymysql.cursors.Cursor)
 

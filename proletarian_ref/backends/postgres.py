@@ -270,16 +270,16 @@ class PostgresBackend(SqlBackend):
             return TransientDatabaseError(message)
         return DatabaseError(message)
 
-    def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
+    def _cursor(self, conn: Any) -> Any:
         # The caller's connection may have a dict row factory; the backend reads rows by position.
         return conn.cursor(row_factory=tuple_row)
 
-    def _statement_cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
+    def _statement_cursor(self, conn: Any) -> Any:
         if _LEAN_CURSOR and conn.cursor_factory is psycopg.Cursor and conn.pgconn.status == _CONNECTION_OK:
             return _OneStatementCursor(conn)
         # A cursor class of the caller's own (ClientCursor, say) is theirs to choose; a connection that
         # is closed or not ready gets psycopg's own error from conn.cursor().
-        return self._cursor(conn, reads_rows=reads_rows)
+        return self._cursor(conn)
 
     def _enqueue_row(self, job: JobRecord, enqueued_at: Any, process_at: Any) -> tuple[Any, ...]:
         # A UUID id and the attempts as text, like the times (sent untyped, the server reads them as the
@@ -384,9 +384,7 @@ class PostgresBackend(SqlBackend):
             return super()._insert_rows(conn, prefix, job_table, rows, generated=generated)
         # One COPY for the whole batch, whatever its size: 2.5 times the jobs a second of a 1,000-row
         # INSERT ... VALUES on the benchmark machine, and no bind-parameter limit to cut it by.
-        self._execute(
-            conn, self._render("enqueue_copy", job_table), rows, _nothing, reads_rows=False, copy=True
-        )
+        self._execute(conn, self._render("enqueue_copy", job_table), rows, _nothing, copy=True)
         return []
 
     def _copy(self, cursor: Any, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -418,7 +416,7 @@ class PostgresBackend(SqlBackend):
             "channel": notification_channel(job_table),
             "queues": [notification_payload(queue) for queue in queues],
         }
-        self._execute(conn, self._render("notify_enqueued", job_table), params, _nothing, reads_rows=False)
+        self._execute(conn, self._render("notify_enqueued", job_table), params, _nothing)
 
     def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> PostgresListener:
         source = data_source if data_source is not None else self._data_source

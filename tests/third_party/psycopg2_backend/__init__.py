@@ -42,7 +42,7 @@ class Psycopg2Backend(SqlBackend):
             return TransientDatabaseError(message)
         return DatabaseError(message)
 
-    def _cursor(self, conn: Any, *, reads_rows: bool = False) -> Any:
+    def _cursor(self, conn: Any) -> Any:
         return conn.cursor()
 
     def _db_time(self, value: datetime, *, what: str = "time") -> Any:
