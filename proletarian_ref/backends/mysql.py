@@ -16,6 +16,7 @@ from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
+from proletarian_ref.clock import EPOCH_NAIVE, EPOCH_UTC
 from proletarian_ref.errors import (
     ConfigurationError,
     DatabaseError,
@@ -63,10 +64,6 @@ _MARIADB_UTC_PREFIX: Final = f"SET STATEMENT time_zone = '{_UTC}' FOR "
 _MARIADB_UTC_SESSION: Final = SessionPrefix(_MARIADB_UTC_PREFIX)
 _UNPREPARED: Final = object()
 _ISOLATION_SQL: Final = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
-# Naive UTC wall-clock time and the aware instant differ by these epochs alone: adding the difference is a
-# fifth of what datetime.replace(tzinfo=...) costs, whose keyword parsing is most of it (4 calls per job).
-_EPOCH: Final = datetime(1970, 1, 1)
-_EPOCH_UTC: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class MySQLBackend(SqlBackend):
@@ -284,7 +281,7 @@ class MySQLBackend(SqlBackend):
             return datetime.min.replace(tzinfo=UTC)
         stored: datetime = value
         if stored.tzinfo is None:
-            return _EPOCH_UTC + (stored - _EPOCH)  # stored.replace(tzinfo=UTC), for less
+            return EPOCH_UTC + (stored - EPOCH_NAIVE)  # stored.replace(tzinfo=UTC), for less
         return stored.replace(tzinfo=UTC)
 
     def _begin(self, conn: Any) -> Any:
@@ -352,7 +349,7 @@ def mysql_timestamp(value: datetime, *, what: str = "time") -> datetime:
     own way (MariaDB truncates, MySQL rounds to nearest), so a row does not tell which side wrote it
     (docs/mysql.md, "Timing"). Raises ConfigurationError, naming `what`, outside TIMESTAMP's range.
     """
-    utc = _EPOCH + (value.astimezone(UTC) - _EPOCH_UTC)  # .replace(tzinfo=None), for less
+    utc = EPOCH_NAIVE + (value.astimezone(UTC) - EPOCH_UTC)  # .replace(tzinfo=None), for less
     # Checked here because the server would refuse it in strict mode, after the caller's transaction
     # has spent a statement, and without strict mode store 0000-00-00, which makes the job due at once.
     # The bounds are whole seconds, so no server's rounding or truncation takes a value past them.

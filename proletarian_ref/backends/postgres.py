@@ -25,6 +25,7 @@ from psycopg.rows import tuple_row
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._dbapi import SqlBackend, _close_quietly
+from proletarian_ref.clock import EPOCH_NAIVE, EPOCH_UTC
 from proletarian_ref.errors import (
     ConfigurationError,
     DatabaseError,
@@ -92,8 +93,6 @@ _UTC_ZONE_NAMES: Final = frozenset(
 )
 # Per such zone object, 1970-01-01 in it: a time minus it is the time since the epoch, with no offset asked.
 _UTC_ZONE_EPOCHS: dict[tzinfo, datetime] = {}
-_EPOCH: Final = datetime(1970, 1, 1)
-_EPOCH_UTC: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _TWO_DIGITS: Final = tuple(f"{n:02d}" for n in range(100))
 _THREE_DIGITS: Final = tuple(f"{n:03d}" for n in range(1000))
 
@@ -311,7 +310,7 @@ class PostgresBackend(SqlBackend):
         stored: datetime = value
         zone = stored.tzinfo
         if zone is None:
-            return _EPOCH_UTC + (stored - _EPOCH)  # stored.replace(tzinfo=UTC), for a fifth
+            return EPOCH_UTC + (stored - EPOCH_NAIVE)  # stored.replace(tzinfo=UTC), for a fifth
         if zone is UTC:
             return stored
         # The session's zone, a ZoneInfo: for UTC itself the same fields, a fifth cheaper than astimezone,
@@ -320,7 +319,7 @@ class PostgresBackend(SqlBackend):
         if epoch is None and getattr(zone, "key", None) in _UTC_ZONE_NAMES:
             epoch = _UTC_ZONE_EPOCHS[zone] = datetime(1970, 1, 1, tzinfo=zone)
         if epoch is not None:
-            return _EPOCH_UTC + (stored - epoch)
+            return EPOCH_UTC + (stored - epoch)
         return stored.astimezone(UTC)
 
     def _begin(self, conn: Any) -> Any:
