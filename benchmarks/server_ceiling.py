@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BENCH_QUEUE_TEXT, archived_table_of, job_table_of
+from benchmarks.common import BENCH_QUEUE_TEXT, archived_table_of, job_table_of, sql_dialect
 from benchmarks.raw import STATUS_SUCCESS
 from conformance.harness import Harness, SqlHarness
 from proletarian_ref.sql import render
@@ -35,7 +35,7 @@ _PARAMETERS = {
 
 
 def pgbench_skip_reason(harness: Harness) -> str | None:
-    if getattr(harness, "dialect", None) != "postgresql" or not isinstance(harness, SqlHarness):
+    if sql_dialect(harness) != "postgresql":
         return "pgbench runs against PostgreSQL only"
     if _pgbench() is None:
         return "pgbench is not installed (Debian: postgresql-client or postgresql)"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any, cast
+from typing import Any
 
 from benchmarks.common import (
     BackendSpec,
@@ -12,6 +12,7 @@ from benchmarks.common import (
     closing_harness,
     count_rows,
     open_harness,
+    require_sql,
     truncate,
 )
 from benchmarks.profiling import profile_paths
@@ -19,7 +20,7 @@ from benchmarks.progress import Progress
 from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason
 from benchmarks.settings import Settings
 from benchmarks.workers import DrainRun, Mode, measure_rate, processes_skip_reason, raw_skip_reason
-from conformance.harness import Harness, SqlHarness
+from conformance.harness import Harness
 
 # The target: our worker reaches this fraction of the raw driver's loop at the same concurrency.
 TARGET_RATIO = 0.9
@@ -64,7 +65,7 @@ def pgbench_drain(filler: QueueFiller, connections: int, settings: Settings) -> 
     # A pgbench client whose claim finds no row aborts the run, and pgbench cannot stop at a count the way
     # the drains do: the queue holds more than the fastest server here could drain in that time.
     filler.top_up(at_least=PGBENCH_JOBS_PER_S_BOUND * seconds)
-    return pgbench_rate(cast(SqlHarness, filler.harness), connections, seconds)
+    return pgbench_rate(require_sql(filler.harness)[0], connections, seconds)
 
 
 def drain_rate(
