@@ -43,7 +43,9 @@ def handler(job_type, payload):
         time.sleep(0.3)
 
 def log(event, data):
-    print(json.dumps({"event": event, "data": {k: str(v) for k, v in data.items()}}), flush=True)
+    # One write per line: print() writes the newline apart, and two threads log here at shutdown.
+    sys.stdout.write(json.dumps({"event": event, "data": {k: str(v) for k, v in data.items()}}) + "\\n")
+    sys.stdout.flush()
 
 worker = create_queue_worker(
     connection_factory(dsn), handler, job_table=job_table, archived_job_table=archived_job_table,

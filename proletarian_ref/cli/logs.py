@@ -109,9 +109,13 @@ def cli_logging(level: str = "info", fmt: str = "text") -> Iterator[None]:
 def _line(level: str, event: str, message: str, prefix: str) -> None:
     if _current["format"] == "json":
         record = {"time": datetime.now(UTC).isoformat(), "level": level, "event": event, "message": message}
-        print(json.dumps(record, ensure_ascii=False), file=sys.stderr, flush=True)
+        text = json.dumps(record, ensure_ascii=False)
     else:
-        print(f"{_CLI}: {prefix}{message}", file=sys.stderr, flush=True)
+        text = f"{_CLI}: {prefix}{message}"
+    # One write with its newline, as logging's StreamHandler does: print() writes the line and its
+    # newline separately, so a worker thread's record could land between them and break both lines.
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def notice(message: str) -> None:
