@@ -18,13 +18,15 @@ for _module in ("locust", "matplotlib", "psutil", "rich"):
     if importlib.util.find_spec(_module) is None:
         pytest.skip(f"needs the bench extra ({_module}): pip install -e '.[bench]'", allow_module_level=True)
 
-from benchmarks import instructions, peers  # noqa: E402
+from benchmarks import instructions, peers, versus  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     BackendSpec,
     BenchmarkFailure,
     bulk_load,
+    closing_harness,
     count_rows,
+    open_harness,
     percentile,
     require_sql,
     summarize_ms,
@@ -454,3 +456,71 @@ def test_pgbench_ceiling_is_skipped_with_a_reason_off_postgresql(
     mysql_db: SqlHarness,
 ) -> None:
     assert pgbench_skip_reason(mysql_db) == "pgbench runs against PostgreSQL only"
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+def test_versus_drains_both_versions_in_turns_each_job_once(
+    request: pytest.FixtureRequest, tmp_path: Path, dialect: str
+) -> None:
+    dsn = request.getfixturevalue("pg_dsn" if dialect == "postgresql" else "mysql_dsn")
+    out = tmp_path / "versus.json"
+    dsn_option = "--pg-dsn" if dialect == "postgresql" else "--mysql-dsn"
+    arguments = ["HEAD", "--backends", dialect, dsn_option, dsn, "--jobs", "400", "--rounds", "2"]
+    arguments += ["--threads", "2", "--table-suffix", f"_smoke_{table_suffix()}", "--out", str(out)]
+    assert versus.main(arguments) == 0
+    results = json.loads(out.read_text())
+    then, now = results["sides"]
+    assert then != now and now.endswith("(now)")
+    assert [sorted(r) for r in results[dialect]["rounds"]] == [sorted([then, now])] * 2
+    assert all(rate > 0 for r in results[dialect]["rounds"] for rate in r.values())
+
+
+# A version whose worker runs the first job's handler twice and archives every job with plain SQL.
+_TWICE = """
+import psycopg
+
+def connection_factory(dsn):
+    return lambda: psycopg.connect(dsn, autocommit=True)
+
+class _Worker:
+    def __init__(self, connect, handler, job_table, archived_job_table, **options):
+        self.connect, self.handler, self.tables = connect, handler, (job_table, archived_job_table)
+
+    def start(self):
+        job, archived = self.tables
+        with self.connect() as conn:
+            rows = conn.execute(f"SELECT job_type FROM {job}").fetchall()
+            conn.execute(
+                f"INSERT INTO {archived} (job_id, queue, job_type, payload, attempts, status, enqueued_at, "
+                f"process_at, finished_at) SELECT job_id, queue, job_type, payload, attempts + 1, "
+                f"':success', enqueued_at, process_at, now() FROM {job}"
+            )
+            conn.execute(f"DELETE FROM {job}")
+        for (job_type,) in rows + rows[:1]:
+            self.handler(job_type, None)
+
+    def stop(self):
+        pass
+
+def create_queue_worker(connect, handler, **options):
+    return _Worker(connect, handler, **options)
+"""
+
+
+def test_versus_fails_when_a_version_runs_a_job_twice(pg_dsn: str, tmp_path: Path) -> None:
+    package = tmp_path / "proletarian_ref"
+    (package / "backends").mkdir(parents=True)
+    (package / "__init__.py").write_text(_TWICE)
+    (package / "backends" / "__init__.py").write_text("")
+    (package / "backends" / "dsn.py").write_text("from proletarian_ref import connection_factory\n")
+    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn})
+    harness = open_harness(spec, "versus", f"_twice_{table_suffix()}")
+    with closing_harness(harness), pytest.raises(BenchmarkFailure, match="handlers ran 201 times"):
+        versus.drain(harness, pg_dsn, versus.Side("twice", tmp_path), 200, 1, 1)
+
+
+def test_versus_refuses_a_tree_whose_package_is_not_the_one_imported(pg_dsn: str, tmp_path: Path) -> None:
+    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn})
+    harness = open_harness(spec, "versus", f"_empty_{table_suffix()}")
+    with closing_harness(harness), pytest.raises(BenchmarkFailure, match="did not start"):
+        versus.drain(harness, pg_dsn, versus.Side("empty", tmp_path), 10, 1, 1)

@@ -1,0 +1,274 @@
+"""Default-mode throughput of the library at an earlier commit against the working tree, drained in turns.
+
+    python -m benchmarks.versus REV [--backends postgresql,mysql] [--jobs 20000] [--rounds 5]
+                                    [--threads 4] [--processes 1] [--table-suffix _me] [--out FILE]
+
+Issue 14 asks default mode (one job a transaction) for 1.3x the rate it had when the issue was filed. A
+figure from another day or machine cannot say that, so this runs both versions here, in turns (REV, now,
+REV, now, ...), on the same tables and server: each round loads the same due jobs, starts the worker
+processes of one version (`create_queue_worker` with a no-op handler, as a user would), counts the
+archived rows between 10% and 90% of the drain, and checks that every job ran exactly once. REV's
+`proletarian_ref` and `sql/` come from `git archive`; only the package differs between the two sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    BENCH_QUEUE,
+    BackendSpec,
+    BenchmarkFailure,
+    analyze,
+    bulk_load,
+    closing_harness,
+    count_rows,
+    open_harness,
+    truncate,
+)
+from conformance.builtin import DEFAULT_MYSQL_DSN, DEFAULT_PG_DSN, MYSQL_ENV, PG_ENV
+from conformance.harness import Harness
+
+REPO = Path(__file__).resolve().parents[1]
+# Where the rate is read: past start-up (connections, imports) and before the last threads run dry.
+WINDOW = (0.1, 0.9)
+# A drain that archives nothing for this long has stalled.
+STALL_TIMEOUT_S = 60.0
+
+# One worker process of either version: the public API only, which both versions share.
+_CHILD = """
+import sys, threading
+import proletarian_ref
+from proletarian_ref import create_queue_worker
+from proletarian_ref.backends.dsn import connection_factory
+
+tree, dsn, job_table, archived_job_table, queue, threads = sys.argv[1:7]
+if not proletarian_ref.__file__.startswith(tree):
+    sys.exit(f"imported {proletarian_ref.__file__}, not the package in {tree}")
+lock = threading.Lock()
+runs = 0
+
+def handler(job_type, payload):
+    global runs
+    with lock:
+        runs += 1
+
+worker = create_queue_worker(
+    connection_factory(dsn), handler, queue=queue, job_table=job_table,
+    archived_job_table=archived_job_table, worker_threads=int(threads), polling_interval_ms=100,
+)
+print("ready", flush=True)
+sys.stdin.readline()
+worker.start()
+sys.stdin.readline()
+worker.stop()
+print(runs, flush=True)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One version under test: a label and the folder whose `proletarian_ref` the workers import."""
+
+    label: str
+    tree: Path
+
+
+def export_rev(rev: str, into: Path) -> Side:
+    """REV's package and SQL in `into` (git archive): the workers of that side import them."""
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", f"{rev}^{{commit}}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", commit, "proletarian_ref", "sql"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return Side(commit, into)
+
+
+def working_tree() -> Side:
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return Side(f"{head or 'working tree'} (now)", REPO)
+
+
+def drain(harness: Harness, dsn: str, side: Side, jobs: int, threads: int, processes: int) -> float:
+    """Load `jobs` due jobs and drain them with `processes` x `threads` of `side`: jobs a second."""
+    truncate(harness)
+    bulk_load(harness, 0, jobs, "due")
+    analyze(harness, vacuum=True)
+    env = {**os.environ, "PYTHONPATH": str(side.tree), "PYTHONHASHSEED": "0"}
+    command = [sys.executable, "-c", _CHILD, str(side.tree), dsn]
+    command += [harness.job_table, harness.archived_job_table, BENCH_QUEUE, str(threads)]
+    children = [
+        # cwd: `python -c` puts the current folder first on sys.path, before PYTHONPATH.
+        subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=side.tree
+        )
+        for _ in range(processes)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None
+            if child.stdout.readline().strip() != "ready":
+                raise BenchmarkFailure(f"{side.label}: a worker process did not start")
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        marks = _window(harness, side, jobs)
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("stop\n")
+            child.stdin.flush()
+        runs = 0
+        for child in children:
+            out, _ = child.communicate(timeout=60)
+            if child.returncode != 0:
+                raise BenchmarkFailure(f"{side.label}: a worker process exited with {child.returncode}")
+            runs += int(out.split()[-1])
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+    archived = count_rows(harness, archived=True)
+    if runs != jobs or archived != jobs or count_rows(harness) != 0:
+        raise BenchmarkFailure(
+            f"{side.label}: {jobs} jobs loaded, handlers ran {runs} times, {archived} archived"
+        )
+    (t0, a0), (t1, a1) = marks
+    return (a1 - a0) / (t1 - t0)
+
+
+def _window(harness: Harness, side: Side, jobs: int) -> tuple[tuple[float, int], tuple[float, int]]:
+    """The first readings at or past 10% and 90% archived; then waits for the rest of the drain."""
+    low, high = (int(jobs * f) for f in WINDOW)
+    marks: list[tuple[float, int]] = []
+    seen, deadline = -1, 0.0
+    while True:
+        archived = count_rows(harness, archived=True)
+        now = time.monotonic()
+        if archived > seen:
+            seen, deadline = archived, now + STALL_TIMEOUT_S
+        if not marks and archived >= low:
+            marks.append((now, archived))
+        if len(marks) == 1 and archived >= high and now > marks[0][0]:
+            marks.append((now, archived))
+        if archived >= jobs and len(marks) == 2:
+            return marks[0], marks[1]
+        if now > deadline:
+            raise BenchmarkFailure(
+                f"{side.label}: {archived} of {jobs} jobs archived, none more in {STALL_TIMEOUT_S:.0f} s"
+            )
+        time.sleep(0.005)
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"rev": args.rev, "jobs": args.jobs, "threads": args.threads}
+    results["processes"] = args.processes
+    with tempfile.TemporaryDirectory(prefix="versus-") as tmp:
+        then, now = export_rev(args.rev, Path(tmp)), working_tree()
+        results["sides"] = [then.label, now.label]
+        for dialect in args.backends.split(","):
+            dsn = args.pg_dsn if dialect == "postgresql" else args.mysql_dsn
+            spec = BackendSpec(f"conformance.builtin:{dialect}", {"dsn": dsn})
+            with closing_harness(open_harness(spec, "versus", args.table_suffix)) as harness:
+                rounds: list[dict[str, float]] = []
+                for n in range(args.rounds):
+                    row = {}
+                    for side in (then, now):
+                        rate = drain(harness, dsn, side, args.jobs, args.threads, args.processes)
+                        row[side.label] = rate
+                    rounds.append(row)
+                    print(
+                        f"{dialect} round {n + 1}: {then.label} {row[then.label]:,.0f} jobs/s, "
+                        f"{now.label} {row[now.label]:,.0f} jobs/s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                truncate(harness)
+            ratios = [r[now.label] / r[then.label] for r in rounds]
+            results[dialect] = {
+                "rounds": rounds,
+                "then_median": statistics.median(r[then.label] for r in rounds),
+                "now_median": statistics.median(r[now.label] for r in rounds),
+                "ratio_median": statistics.median(ratios),
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+            }
+    return results
+
+
+def report(results: dict[str, Any], command: str) -> str:
+    then, now = results["sides"]
+    rounds = len(next(iter(_dialects(results).values()))["rounds"])
+    lines = [
+        f"`{command}`",
+        "",
+        f"{results['jobs']:,} no-op jobs drained by {results['processes']} process(es) x "
+        f"{results['threads']} thread(s), default mode, {rounds} rounds in turns",
+        "",
+        f"| database | {then} jobs/s | {now} jobs/s | now / then (median) | min | max |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for dialect, row in _dialects(results).items():
+        lines.append(
+            f"| {dialect} | {row['then_median']:,.0f} | {row['now_median']:,.0f} | "
+            f"{row['ratio_median']:.2f} | {row['ratio_min']:.2f} | {row['ratio_max']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def _dialects(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {key: value for key, value in results.items() if key in ("postgresql", "mysql")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.versus", description=__doc__)
+    parser.add_argument("rev", help="the earlier commit (e.g. 48e59c3, where issue 14 was filed)")
+    parser.add_argument("--backends", default="postgresql,mysql", help="postgresql, mysql or both")
+    parser.add_argument("--pg-dsn", default=os.environ.get(PG_ENV) or DEFAULT_PG_DSN)
+    parser.add_argument("--mysql-dsn", default=os.environ.get(MYSQL_ENV) or DEFAULT_MYSQL_DSN)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--table-suffix", default="")
+    parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    unknown = set(args.backends.split(",")) - {"postgresql", "mysql"}
+    if unknown:
+        parser.error(f"--backends: unknown {', '.join(sorted(unknown))}; expected postgresql, mysql")
+    results = compare(args)
+    command = "python -m benchmarks.versus " + " ".join(argv if argv is not None else sys.argv[1:])
+    results["command"] = command
+    if args.out is not None:
+        args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(report(results, command))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
