@@ -31,7 +31,7 @@ from benchmarks.common import (
 from benchmarks.profiling import OneJob
 
 BASE_JOBS = 50
-_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
 def run_jobs(spec: BackendSpec, mode: str, jobs: int, suffix: str = "") -> None:
@@ -65,7 +65,7 @@ def _count(spec: BackendSpec, mode: str, jobs: int, suffix: str = "") -> int:
         ),
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    match = _COLLECTED.search(done.stderr)
+    match = COLLECTED.search(done.stderr)
     if done.returncode != 0 or match is None:
         raise RuntimeError(f"valgrind run of {spec.factory} {mode} failed:\n{done.stderr[-2000:]}")
     return int(match.group(1))

@@ -16,16 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from benchmarks.common import (
     BENCH_QUEUE,
@@ -38,6 +40,7 @@ from benchmarks.common import (
     open_harness,
     truncate,
 )
+from benchmarks.instructions import BASE_JOBS, COLLECTED
 from conformance.builtin import DEFAULT_MYSQL_DSN, DEFAULT_PG_DSN, MYSQL_ENV, PG_ENV
 from conformance.harness import Harness
 
@@ -114,52 +117,99 @@ def working_tree() -> Side:
     return Side(f"{head or 'working tree'} (now)", REPO)
 
 
-def drain(harness: Harness, dsn: str, side: Side, jobs: int, threads: int, processes: int) -> float:
-    """Load `jobs` due jobs and drain them with `processes` x `threads` of `side`: jobs a second."""
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """What one drain gave: jobs a second between 10% and 90% archived, and each process's stderr."""
+
+    rate: float
+    stderr: list[str]
+
+
+def drain(
+    harness: Harness,
+    dsn: str,
+    side: Side,
+    jobs: int,
+    threads: int,
+    processes: int,
+    wrap: Sequence[str] = (),
+) -> Drained:
+    """Load `jobs` due jobs and drain them with `processes` x `threads` of `side`, each process run under
+    the command `wrap` (e.g. valgrind) if given; every job must run and be archived exactly once."""
     truncate(harness)
     bulk_load(harness, 0, jobs, "due")
     analyze(harness, vacuum=True)
     env = {**os.environ, "PYTHONPATH": str(side.tree), "PYTHONHASHSEED": "0"}
-    command = [sys.executable, "-c", _CHILD, str(side.tree), dsn]
+    command = [*wrap, sys.executable, "-c", _CHILD, str(side.tree), dsn]
     command += [harness.job_table, harness.archived_job_table, BENCH_QUEUE, str(threads)]
     children = [
         # cwd: `python -c` puts the current folder first on sys.path, before PYTHONPATH.
         subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=side.tree
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=side.tree,
         )
         for _ in range(processes)
     ]
+    outputs: list[tuple[str, str]] = []
     try:
         for child in children:
             assert child.stdout is not None
             if child.stdout.readline().strip() != "ready":
-                raise BenchmarkFailure(f"{side.label}: a worker process did not start")
-        for child in children:
-            assert child.stdin is not None
-            child.stdin.write("go\n")
-            child.stdin.flush()
+                child.kill()
+                raise BenchmarkFailure(
+                    f"{side.label}: a worker process did not start: {child.communicate()[1][-2000:]}"
+                )
+        _tell(children, "go")
         marks = _window(harness, side, jobs)
+        _tell(children, "stop")
         for child in children:
-            assert child.stdin is not None
-            child.stdin.write("stop\n")
-            child.stdin.flush()
-        runs = 0
-        for child in children:
-            out, _ = child.communicate(timeout=60)
+            outputs.append(child.communicate(timeout=120))
             if child.returncode != 0:
-                raise BenchmarkFailure(f"{side.label}: a worker process exited with {child.returncode}")
-            runs += int(out.split()[-1])
+                raise BenchmarkFailure(
+                    f"{side.label}: a worker process exited with {child.returncode}: {outputs[-1][1][-2000:]}"
+                )
     finally:
         for child in children:
             if child.poll() is None:
                 child.kill()
+    runs = sum(int(out.split()[-1]) for out, _ in outputs)
     archived = count_rows(harness, archived=True)
     if runs != jobs or archived != jobs or count_rows(harness) != 0:
         raise BenchmarkFailure(
             f"{side.label}: {jobs} jobs loaded, handlers ran {runs} times, {archived} archived"
         )
     (t0, a0), (t1, a1) = marks
-    return (a1 - a0) / (t1 - t0)
+    return Drained((a1 - a0) / (t1 - t0), [err for _, err in outputs])
+
+
+def _tell(children: list[subprocess.Popen[str]], word: str) -> None:
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write(word + "\n")
+        child.stdin.flush()
+
+
+CALLGRIND: Final = ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null")
+
+
+def instructions_per_job(
+    harness: Harness, dsn: str, side: Side, jobs: int, wrap: Sequence[str] = CALLGRIND
+) -> float:
+    """Client instructions a job costs `side`'s worker (one thread), counted by callgrind: two drains, of
+    BASE_JOBS and of BASE_JOBS + `jobs`, so that start-up and shutdown cancel out of the difference."""
+    counts = []
+    for total in (BASE_JOBS, BASE_JOBS + jobs):
+        (stderr,) = drain(harness, dsn, side, total, 1, 1, wrap).stderr
+        match = COLLECTED.search(stderr)
+        if match is None:
+            raise BenchmarkFailure(f"{side.label}: valgrind printed no count: {stderr[-2000:]}")
+        counts.append(int(match.group(1)))
+    return (counts[1] - counts[0]) / jobs
 
 
 def _window(harness: Harness, side: Side, jobs: int) -> tuple[tuple[float, int], tuple[float, int]]:
@@ -195,35 +245,48 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             dsn = args.pg_dsn if dialect == "postgresql" else args.mysql_dsn
             spec = BackendSpec(f"conformance.builtin:{dialect}", {"dsn": dsn})
             with closing_harness(open_harness(spec, "versus", args.table_suffix)) as harness:
-                rounds: list[dict[str, float]] = []
-                for n in range(args.rounds):
-                    row = {}
-                    for side in (then, now):
-                        rate = drain(harness, dsn, side, args.jobs, args.threads, args.processes)
-                        row[side.label] = rate
-                    rounds.append(row)
-                    print(
-                        f"{dialect} round {n + 1}: {then.label} {row[then.label]:,.0f} jobs/s, "
-                        f"{now.label} {row[now.label]:,.0f} jobs/s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                results[dialect] = _rates(harness, dsn, dialect, (then, now), args)
+                if args.instructions:
+                    results[dialect]["instructions"] = {
+                        side.label: instructions_per_job(harness, dsn, side, args.instructions)
+                        for side in (then, now)
+                    }
                 truncate(harness)
-            ratios = [r[now.label] / r[then.label] for r in rounds]
-            results[dialect] = {
-                "rounds": rounds,
-                "then_median": statistics.median(r[then.label] for r in rounds),
-                "now_median": statistics.median(r[now.label] for r in rounds),
-                "ratio_median": statistics.median(ratios),
-                "ratio_min": min(ratios),
-                "ratio_max": max(ratios),
-            }
     return results
+
+
+def _rates(
+    harness: Harness, dsn: str, dialect: str, sides: tuple[Side, Side], args: argparse.Namespace
+) -> dict[str, Any]:
+    then, now = sides
+    rounds: list[dict[str, float]] = []
+    for n in range(args.rounds):
+        row = {
+            side.label: drain(harness, dsn, side, args.jobs, args.threads, args.processes).rate
+            for side in sides
+        }
+        rounds.append(row)
+        print(
+            f"{dialect} round {n + 1}: {then.label} {row[then.label]:,.0f} jobs/s, "
+            f"{now.label} {row[now.label]:,.0f} jobs/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    ratios = [r[now.label] / r[then.label] for r in rounds]
+    return {
+        "rounds": rounds,
+        "then_median": statistics.median(r[then.label] for r in rounds),
+        "now_median": statistics.median(r[now.label] for r in rounds),
+        "ratio_median": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+    }
 
 
 def report(results: dict[str, Any], command: str) -> str:
     then, now = results["sides"]
-    rounds = len(next(iter(_dialects(results).values()))["rounds"])
+    dialects = {key: value for key, value in results.items() if key in ("postgresql", "mysql")}
+    rounds = len(next(iter(dialects.values()))["rounds"])
     lines = [
         f"`{command}`",
         "",
@@ -233,16 +296,25 @@ def report(results: dict[str, Any], command: str) -> str:
         f"| database | {then} jobs/s | {now} jobs/s | now / then (median) | min | max |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for dialect, row in _dialects(results).items():
+    for dialect, row in dialects.items():
         lines.append(
             f"| {dialect} | {row['then_median']:,.0f} | {row['now_median']:,.0f} | "
             f"{row['ratio_median']:.2f} | {row['ratio_min']:.2f} | {row['ratio_max']:.2f} |"
         )
+    counted = {dialect: row["instructions"] for dialect, row in dialects.items() if "instructions" in row}
+    if counted:
+        lines += [
+            "",
+            "Client instructions per job (callgrind, one worker thread):",
+            "",
+            f"| database | {then} | {now} | then / now |",
+            "|---|---:|---:|---:|",
+        ]
+        for dialect, count in counted.items():
+            lines.append(
+                f"| {dialect} | {count[then]:,.0f} | {count[now]:,.0f} | {count[then] / count[now]:.2f} |"
+            )
     return "\n".join(lines)
-
-
-def _dialects(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {key: value for key, value in results.items() if key in ("postgresql", "mysql")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,11 +328,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--table-suffix", default="")
+    parser.add_argument(
+        "--instructions",
+        type=int,
+        default=0,
+        metavar="JOBS",
+        help="also count each side's client instructions per job over JOBS jobs under valgrind",
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     unknown = set(args.backends.split(",")) - {"postgresql", "mysql"}
     if unknown:
         parser.error(f"--backends: unknown {', '.join(sorted(unknown))}; expected postgresql, mysql")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind (Debian: apt-get install valgrind)")
     results = compare(args)
     command = "python -m benchmarks.versus " + " ".join(argv if argv is not None else sys.argv[1:])
     results["command"] = command

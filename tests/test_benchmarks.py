@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -524,3 +525,31 @@ def test_versus_refuses_a_tree_whose_package_is_not_the_one_imported(pg_dsn: str
     harness = open_harness(spec, "versus", f"_empty_{table_suffix()}")
     with closing_harness(harness), pytest.raises(BenchmarkFailure, match="did not start"):
         versus.drain(harness, pg_dsn, versus.Side("empty", tmp_path), 10, 1, 1)
+
+
+# Stands in for valgrind: runs the worker process, passes its output on, and reports 1,000 instructions
+# for each job the process ran (the last line it printed) plus a fixed start-up cost.
+_FAKE_CALLGRIND = """
+import subprocess, sys
+child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, text=True)
+last = ""
+for line in child.stdout:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+    last = line
+child.wait()
+print(f"==1== Collected : {int(last) * 1000 + 4321}", file=sys.stderr)
+sys.exit(child.returncode)
+"""
+
+
+def test_versus_instruction_count_is_the_difference_of_two_drains_per_job(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    fake = tmp_path / "fake_callgrind.py"
+    fake.write_text(_FAKE_CALLGRIND)
+    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn})
+    harness = open_harness(spec, "versus", f"_count_{table_suffix()}")
+    with closing_harness(harness):
+        now = versus.working_tree()
+        assert versus.instructions_per_job(harness, pg_dsn, now, 30, [sys.executable, str(fake)]) == 1000.0
