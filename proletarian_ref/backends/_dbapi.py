@@ -649,12 +649,15 @@ class SqlBackend:
         finished_at: datetime,
     ) -> None:
         """Run the archiving statement `name` for one job and check that it changed exactly one row."""
-        params = {
+        params = self._archive_params(job_id, status, finished_at)
+        self._write_one(conn, self._render(name, job_table, archived_job_table), params, name)
+
+    def _archive_params(self, job_id: Any, status: str, finished_at: datetime) -> dict[str, Any]:
+        return {
             "job_id": job_id,
             "status": status,
             "finished_at": self._db_time(finished_at, what="finished_at"),
         }
-        self._write_one(conn, self._render(name, job_table, archived_job_table), params, name)
 
     def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
         params = {"job_id": job_id, "retry_at": self._db_time(retry_at, what="retry_at")}

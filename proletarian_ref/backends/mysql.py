@@ -303,11 +303,7 @@ class MySQLBackend(SqlBackend):
             f"{self._render('archive_job', job_table, archived_job_table)};\n"
             f"{self._render('delete_job', job_table)}"
         )
-        params = {
-            "job_id": job_id,
-            "status": status,
-            "finished_at": self._db_time(finished_at, what="finished_at"),
-        }
+        params = self._archive_params(job_id, status, finished_at)
         archived, deleted = self._execute(conn, statement, params, _both_counts)
         _check_one(archived, "archive_job", job_id)
         _check_one(deleted, "delete_job", job_id)
