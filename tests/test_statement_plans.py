@@ -216,11 +216,12 @@ def test_the_compact_plan_sends_a_finished_jobs_archive_and_delete_as_one_statem
 
 
 def test_mysql_refuses_the_compact_plan_on_a_connection_without_multi_statements_before_claiming(
-    mysql_db: SqlHarness,
+    mysql_db: SqlHarness, mysql_dsn: str
 ) -> None:
     job_id = enqueue_committed(mysql_db, "plans/job", {"n": 4})
     ran: list[str] = []
-    backend = MySQLBackend(mysql_db.data_source, compact=True)
+    # Connections of its own, without the flag (the harness's have it under PROLETARIAN_TEST_COMPACT=1).
+    backend = MySQLBackend(connection_factory(mysql_dsn), compact=True)
     with pytest.raises(ConfigurationError, match=r"CLIENT\.MULTI_STATEMENTS"):
         _run(mysql_db, backend, lambda job_type, payload: ran.append(job_type))
     assert ran == []
