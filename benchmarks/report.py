@@ -161,14 +161,16 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
         "a transaction) against the same raw loop of one job a transaction. *pgbench* (PostgreSQL) is the "
         "server's own ceiling for one job a transaction: pgbench running the same statements at the same "
         "connections, in C with prepared statements, interleaved with the rounds; *of pgbench* is the median "
-        "of the rounds' library / pgbench."
+        "of the rounds' library / pgbench. *compact* is the library on its compact statement plan "
+        "(`compact=True`: a job's archive and delete in one round trip), drained in each round between "
+        "the library and the raw loop; *compact / library* is the median of the rounds' compact / library."
     )
     out.append("")
     rows: list[list[Any]] = []
     for e in entries:
         for r in e.get("rows", []):
             if "skipped" in r:
-                rows.append([e["backend"], _config(r, " x "), "-", "-", "-", "-", "skipped", "-", "-"])
+                rows.append([e["backend"], _config(r, " x "), *"----", "skipped", *"----"])
                 continue
             rows.append(
                 [
@@ -181,6 +183,8 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
                     r.get("pass", "no ceiling"),
                     r.get("pgbench_jobs_per_s", "-"),
                     r.get("ratio_pgbench", "-"),
+                    r.get("compact_jobs_per_s", "-"),
+                    r.get("compact_ratio", "-"),
                 ]
             )
     out += _table(
@@ -194,6 +198,8 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
             "verdict",
             "pgbench jobs/s",
             "of pgbench",
+            "compact jobs/s",
+            "compact / library",
         ],
         rows,
     )
@@ -419,6 +425,10 @@ def summary(results: dict[str, Any]) -> list[str]:
             if "ratio_pgbench" in r:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "library / pgbench", r["ratio_pgbench"]]
+                )
+            if "compact_ratio" in r:
+                rows.append(
+                    [e["backend"], f"throughput {_config(r, 'x')}", "compact / library", r["compact_ratio"]]
                 )
     for e in _entries(results, "enqueue_rate"):
         for r in e.get("rows", []):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from typing import Any
 
@@ -46,10 +47,18 @@ class QueueFiller:
         analyze(self.harness, vacuum=True)
 
 
-def paired_ratios(row: dict[str, Any]) -> list[float]:
-    """Library over raw jobs per second, round by round (empty without raw rounds)."""
-    pairs = zip(row.get("library_rounds", []), row.get("raw_rounds", []), strict=False)
+def paired_ratios(row: dict[str, Any], mode: str = "library", over: str = "raw") -> list[float]:
+    """`mode` over `over` jobs per second, round by round (empty without rounds of both): by default
+    the library over the raw loop."""
+    pairs = zip(row.get(f"{mode}_rounds", []), row.get(f"{over}_rounds", []), strict=False)
     return [lib["jobs_per_s"] / raw["jobs_per_s"] for lib, raw in pairs if raw["jobs_per_s"] > 0]
+
+
+def compact_spec(spec: BackendSpec) -> BackendSpec | None:
+    """The built-in backend on its compact statement plan (conformance.builtin:<name>_compact), else None."""
+    if spec.factory in ("conformance.builtin:postgresql", "conformance.builtin:mysql"):
+        return BackendSpec(f"{spec.factory}_compact", spec.options)
+    return None
 
 
 def pgbench_ratios(row: dict[str, Any]) -> list[float]:
@@ -76,14 +85,16 @@ def drain_rate(
     threads: int,
     settings: Settings,
     batch_size: int = 1,
+    harness: Harness | None = None,
 ) -> dict[str, Any]:
     """Drain the (topped-up) queue with `processes` x `threads` and return the measured window.
 
     `batch_size` > 1 runs the library's worker in batch mode; the raw loop is one job a transaction always.
+    `harness` (with `spec` its factory) is another harness of the filler's tables to drain them with.
     """
     filler.top_up()
     run = DrainRun(
-        filler.harness,
+        harness or filler.harness,
         spec,
         mode,
         processes,
@@ -99,9 +110,30 @@ def drain_rate(
         run.stop()
 
 
+def summarize(row: dict[str, Any], modes: list[str]) -> None:
+    """Add a measured row's medians and paired ratios to it."""
+    for mode in modes:
+        row[f"{mode}_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row[f"{mode}_rounds"])
+    compact_ratios = paired_ratios(row, "compact", "library")
+    if compact_ratios:
+        # Compact over plain, each round's two drains back to back, as library over raw.
+        row["compact_round_ratios"] = [round(r, 3) for r in compact_ratios]
+        row["compact_ratio"] = statistics.median(compact_ratios)
+    ratios = paired_ratios(row)
+    if ratios:
+        # Each round's library drain ran next to its raw drain, so their ratio is free of the drift
+        # between rounds that a shared machine's load brings; the median of those is the figure.
+        row["round_ratios"] = [round(r, 3) for r in ratios]
+        row["ratio"] = statistics.median(ratios)
+        row["pass"] = row["ratio"] >= TARGET_RATIO
+    if row.get("pgbench_rounds"):
+        row["pgbench_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row["pgbench_rounds"])
+        row["ratio_pgbench"] = statistics.median(pgbench_ratios(row))
+
+
 def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
     harness = open_harness(spec, "tput", settings.table_suffix)
-    with closing_harness(harness):
+    with closing_harness(harness), contextlib.ExitStack() as stack:
         # (processes, threads, batch_size): Proletarian's one job a transaction, then batch mode's rows,
         # whose ratio compares batch mode with the raw loop's one job a transaction at that concurrency.
         configs = [(1, t, 1) for t in settings.thread_counts] + [
@@ -110,13 +142,26 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         configs += [(p, t, settings.batch_size) for p, t in settings.batch_configs]
         raw_reason = raw_skip_reason(harness)
         proc_reason = processes_skip_reason(harness)
-        modes: list[Mode] = ["library"] if raw_reason else ["library", "raw"]
+        modes: list[str] = ["library"] if raw_reason else ["library", "raw"]
+        # The library again on its compact statement plan (compact=True), at one job a transaction: the
+        # same tables under the built-in factory's _compact twin, so child processes can rebuild it.
+        compact = compact_spec(spec)
+        plans: dict[str, tuple[Mode, BackendSpec, Harness]] = {
+            "library": ("library", spec, harness),
+            "raw": ("raw", spec, harness),
+        }
+        if compact is not None:
+            compact_harness = compact.load(harness.job_table, harness.archived_job_table)
+            stack.callback(compact_harness.close)
+            plans["compact"] = ("library", compact, compact_harness)
         # The server's ceiling (PostgreSQL): pgbench at the same connections, one job a transaction only.
         pgbench_reason = pgbench_skip_reason(harness)
-        pgbench_configs = 0 if pgbench_reason else sum(1 for *_, batch in configs if batch == 1)
+        single = sum(1 for *_, batch in configs if batch == 1)
+        pgbench_configs = 0 if pgbench_reason else single
+        compact_configs = single if compact is not None else 0
         task = progress.task(
             f"{harness.name}: throughput",
-            (len(configs) * len(modes) + pgbench_configs) * settings.throughput_rounds,
+            (len(configs) * len(modes) + pgbench_configs + compact_configs) * settings.throughput_rounds,
         )
         filler = QueueFiller(harness, settings.throughput_preload)
         rows: list[dict[str, Any]] = []
@@ -128,20 +173,31 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             }
             if batch_size > 1:
                 row["batch_size"] = batch_size
+            row_modes = [*modes[:1], "compact", *modes[1:]] if compact and batch_size == 1 else modes
             if processes > 1 and proc_reason:
                 row["skipped"] = proc_reason
-                progress.advance(task, len(modes) * settings.throughput_rounds)
+                progress.advance(task, len(row_modes) * settings.throughput_rounds)
                 rows.append(row)
                 continue
             # Rounds alternate the order of library and raw so that drift in a shared machine's load (other
             # tests, the disk's fsync queue) falls on both alike; the median of the rounds is the figure.
             for round_ in range(settings.throughput_rounds):
-                for mode in modes if round_ % 2 == 0 else modes[::-1]:
+                for mode in row_modes if round_ % 2 == 0 else row_modes[::-1]:
                     progress.describe(
                         task, f"{harness.name}: throughput, {processes}x{threads} {mode} #{round_ + 1}"
                     )
+                    drain_mode, drain_spec, drain_harness = plans[mode]
                     row.setdefault(f"{mode}_rounds", []).append(
-                        drain_rate(filler, spec, mode, processes, threads, settings, batch_size)
+                        drain_rate(
+                            filler,
+                            drain_spec,
+                            drain_mode,
+                            processes,
+                            threads,
+                            settings,
+                            batch_size,
+                            drain_harness,
+                        )
                     )
                     progress.advance(task)
                 if batch_size == 1 and not pgbench_reason:
@@ -150,18 +206,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                         pgbench_drain(filler, processes * threads, settings)
                     )
                     progress.advance(task)
-            for mode in modes:
-                row[f"{mode}_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row[f"{mode}_rounds"])
-            ratios = paired_ratios(row)
-            if ratios:
-                # Each round's library drain ran next to its raw drain, so their ratio is free of the drift
-                # between rounds that a shared machine's load brings; the median of those is the figure.
-                row["round_ratios"] = [round(r, 3) for r in ratios]
-                row["ratio"] = statistics.median(ratios)
-                row["pass"] = row["ratio"] >= TARGET_RATIO
-            if row.get("pgbench_rounds"):
-                row["pgbench_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row["pgbench_rounds"])
-                row["ratio_pgbench"] = statistics.median(pgbench_ratios(row))
+            summarize(row, row_modes)
             rows.append(row)
         progress.done(task)
         result: dict[str, Any] = {

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from typing import Any, Final
 
 from conformance.harness import MemoryHarness, SqlHarness
+from proletarian_ref.backend import Backend
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 
 PG_ENV: Final = "PROLETARIAN_TEST_PG_DSN"
@@ -49,25 +51,72 @@ def postgresql_pipeline(
     return harness.with_backend(functools.partial(PostgresBackend, pipeline=True), "postgresql-pipeline")
 
 
+def postgresql_compact(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """The same PostgreSQL, its backend on the compact statement plan (PostgresBackend(compact=True))."""
+    from proletarian_ref.backends.postgres import PostgresBackend
+
+    harness = postgresql(dsn, job_table, archived_job_table)
+    return harness.with_backend(functools.partial(PostgresBackend, compact=True), "postgresql-compact")
+
+
 def mysql(
     dsn: str | None = None,
     job_table: str = DEFAULT_JOB_TABLE,
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> SqlHarness:
     """PyMySQL on MySQL/MariaDB at `dsn`, else $PROLETARIAN_TEST_MYSQL_DSN, else the local server."""
-    from proletarian_ref.backends.dsn import connection_factory
     from proletarian_ref.backends.mysql import MySQLBackend
 
+    return _mysql("mysql", dsn, job_table, archived_job_table, MySQLBackend)
+
+
+def mysql_compact(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """The same MySQL, its backend on the compact statement plan (MySQLBackend(compact=True)).
+
+    Its connections are opened with CLIENT.MULTI_STATEMENTS, which the plan needs on the backend's own.
+    """
+    from pymysql.constants import CLIENT
+
+    from proletarian_ref.backends.mysql import MySQLBackend
+
+    backend_class = functools.partial(MySQLBackend, compact=True)
+    return _mysql(
+        "mysql-compact",
+        dsn,
+        job_table,
+        archived_job_table,
+        backend_class,
+        client_flag=CLIENT.MULTI_STATEMENTS,
+    )
+
+
+def _mysql(
+    name: str,
+    dsn: str | None,
+    job_table: str,
+    archived_job_table: str,
+    backend_class: Callable[[Callable[[], Any]], Backend],
+    **connect_options: Any,
+) -> SqlHarness:
+    from proletarian_ref.backends.dsn import connection_factory
+
     target = dsn or os.environ.get(MYSQL_ENV) or DEFAULT_MYSQL_DSN
-    harness = SqlHarness(
-        "mysql",
+    return SqlHarness(
+        name,
         dialect="mysql",
-        connect=connection_factory(target),
-        backend_class=MySQLBackend,
+        connect=connection_factory(target, **connect_options),
+        backend_class=backend_class,
         job_table=job_table,
         archived_job_table=archived_job_table,
     )
-    return harness
 
 
 def memory(

@@ -59,6 +59,12 @@ class _KillingBackend:
         self._backend.archive_job(conn, *args)
         self._after("archive", conn)
 
+    def archive_and_delete_job(self, conn: Any, *args: Any) -> None:
+        self._backend.archive_and_delete_job(conn, *args)  # type: ignore[attr-defined]
+        # The compact plan (ArchiveAndDelete) has no step between the two: both points come after it.
+        self._after("archive", conn)
+        self._after("delete", conn)
+
     # Batch mode's verbs (BatchClaim), killed at the same points, for a harness with a batch_size.
 
     def get_next_jobs(self, conn: Any, *args: Any) -> list[JobRecord]:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Final, NamedTuple, Protocol, cast, runtime_checkable
 
 from proletarian_ref.tables import TableName
 
@@ -149,6 +149,54 @@ class BatchEnqueue(Protocol):
         cannot store raises before any SQL runs.
         """
         ...
+
+
+@runtime_checkable
+class ArchiveAndDelete(Protocol):
+    """What a backend with a compact statement plan adds: a finished job's archive and delete in one go.
+
+    Optional, and not Proletarian's plan: the core calls `archive_and_delete_job` instead of `archive_job`
+    then `delete_job` only when `compact_plan` is True (archive_and_delete below), so a backend written
+    before it, or one with the plan off, runs Proletarian's five statements.
+    """
+
+    @property
+    def compact_plan(self) -> bool: ...
+
+    def archive_and_delete_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """(A) and (D) in one round trip: the same archived row as archive_job writes, and the job deleted.
+
+        Raises, before the transaction can commit, unless exactly one row was archived and one deleted.
+        """
+        ...
+
+
+def archive_and_delete(
+    backend: Backend,
+    conn: Any,
+    job_table: TableName,
+    archived_job_table: TableName,
+    job_id: Any,
+    status: str,
+    finished_at: datetime,
+) -> None:
+    """Archive then delete a finished job: Proletarian's two statements, or the backend's compact plan."""
+    # getattr, not isinstance on the runtime-checkable protocol, which costs far more, on every job.
+    if getattr(backend, "compact_plan", False) is True:
+        cast(ArchiveAndDelete, backend).archive_and_delete_job(
+            conn, job_table, archived_job_table, job_id, status, finished_at
+        )
+        return
+    backend.archive_job(conn, job_table, archived_job_table, job_id, status, finished_at)
+    backend.delete_job(conn, job_table, job_id)
 
 
 @runtime_checkable

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from proletarian_ref.backend import STATUS_FAILURE, Backend
+from proletarian_ref.backend import STATUS_FAILURE, Backend, archive_and_delete
 from proletarian_ref.clock import Clock, now_from
 from proletarian_ref.errors import FailedJobFnError, InvalidRetryStrategyError
 from proletarian_ref.log import NOT_RETRYING, RETRIES_LEFT, RETRY_AT, RETRY_SPEC, RETRYING
@@ -138,8 +138,9 @@ def maybe_retry(
         backend.retry_at(conn, job_table, stored_job_id, data.retry_at)
         return
     log(NOT_RETRYING, {RETRY_SPEC: spec})
-    backend.archive_job(conn, job_table, archived_job_table, stored_job_id, STATUS_FAILURE, now_from(clock))
-    backend.delete_job(conn, job_table, stored_job_id)
+    archive_and_delete(
+        backend, conn, job_table, archived_job_table, stored_job_id, STATUS_FAILURE, now_from(clock)
+    )
     try:
         failed_job_fn(job, exception)
     except Exception as exc:

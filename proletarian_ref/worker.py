@@ -17,7 +17,15 @@ from types import FrameType, TracebackType
 from typing import Any, Final, Literal
 
 from proletarian_ref import log as ev
-from proletarian_ref.backend import STATUS_SUCCESS, Backend, BatchClaim, JobRecord, Listener, Notifications
+from proletarian_ref.backend import (
+    STATUS_SUCCESS,
+    Backend,
+    BatchClaim,
+    JobRecord,
+    Listener,
+    Notifications,
+    archive_and_delete,
+)
 from proletarian_ref.backends import backend_for_data_source
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import (
@@ -197,7 +205,8 @@ def run_next_job(
         failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
         if failure is None:
             finished_at = now_from(settings.clock)
-            backend.archive_job(
+            archive_and_delete(
+                backend,
                 conn,
                 settings.job_table,
                 settings.archived_job_table,
@@ -205,7 +214,6 @@ def run_next_job(
                 STATUS_SUCCESS,
                 finished_at,
             )
-            backend.delete_job(conn, settings.job_table, record.job_id)
         elif failure is GIVEN_BACK:
             return False
         else:

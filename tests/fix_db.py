@@ -51,8 +51,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 _BACKEND_FIXTURES = {
-    "postgresql": ("pg_db", "pg_harness", "pg_dsn", "pg_pipeline_db", "pg_pipeline_harness"),
-    "mysql": ("mysql_db", "mysql_harness", "mysql_dsn"),
+    "postgresql": (
+        *("pg_db", "pg_harness", "pg_dsn", "pg_pipeline_db", "pg_pipeline_harness"),
+        *("pg_compact_db", "pg_compact_harness"),
+    ),
+    "mysql": ("mysql_db", "mysql_harness", "mysql_dsn", "mysql_compact_db", "mysql_compact_harness"),
 }
 
 
@@ -184,11 +187,21 @@ def _load(factory: str, dsn: str) -> SqlHarness:
     return harness
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
 @pytest.fixture(scope="session")
 def pg_harness(pg_dsn: str) -> SqlHarness:
-    # PROLETARIAN_TEST_PG_PIPELINE=1 runs every PostgreSQL test on the pipelined statement plan.
-    pipelined = os.environ.get("PROLETARIAN_TEST_PG_PIPELINE", "") not in ("", "0")
-    factory = "conformance.builtin:postgresql_pipeline" if pipelined else "conformance.builtin:postgresql"
+    # PROLETARIAN_TEST_PG_PIPELINE=1 runs every PostgreSQL test on the pipelined statement plan, and
+    # PROLETARIAN_TEST_COMPACT=1 every SQL test on the compact one.
+    if _env_flag("PROLETARIAN_TEST_PG_PIPELINE") and _env_flag("PROLETARIAN_TEST_COMPACT"):
+        raise pytest.UsageError("PROLETARIAN_TEST_PG_PIPELINE and PROLETARIAN_TEST_COMPACT: choose one plan")
+    factory = "conformance.builtin:postgresql"
+    if _env_flag("PROLETARIAN_TEST_PG_PIPELINE"):
+        factory = "conformance.builtin:postgresql_pipeline"
+    elif _env_flag("PROLETARIAN_TEST_COMPACT"):
+        factory = "conformance.builtin:postgresql_compact"
     return _installed(_load(factory, pg_dsn))
 
 
@@ -199,9 +212,23 @@ def pg_pipeline_harness(pg_harness: SqlHarness, pg_dsn: str) -> SqlHarness:
 
 
 @pytest.fixture(scope="session")
+def pg_compact_harness(pg_harness: SqlHarness, pg_dsn: str) -> SqlHarness:
+    # The tables pg_harness installed, under the backend on the compact plan.
+    return _load("conformance.builtin:postgresql_compact", pg_dsn)
+
+
+@pytest.fixture(scope="session")
 def mysql_harness(mysql_time_zones: str) -> SqlHarness:
     # On a server with its time zone tables: the zone clause (Z1) sets named zones.
-    return _installed(_load("conformance.builtin:mysql", mysql_time_zones))
+    compact = _env_flag("PROLETARIAN_TEST_COMPACT")
+    factory = "conformance.builtin:mysql_compact" if compact else "conformance.builtin:mysql"
+    return _installed(_load(factory, mysql_time_zones))
+
+
+@pytest.fixture(scope="session")
+def mysql_compact_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> SqlHarness:
+    # The tables mysql_harness installed, under the backend on the compact plan.
+    return _load("conformance.builtin:mysql_compact", mysql_time_zones)
 
 
 @pytest.fixture
@@ -235,10 +262,24 @@ def pg_pipeline_db(pg_pipeline_harness: SqlHarness) -> Iterator[SqlHarness]:
 
 
 @pytest.fixture
+def pg_compact_db(pg_compact_harness: SqlHarness) -> Iterator[SqlHarness]:
+    pg_compact_harness.clear()
+    yield pg_compact_harness
+    pg_compact_harness.close()
+
+
+@pytest.fixture
 def mysql_db(mysql_harness: SqlHarness) -> Iterator[SqlHarness]:
     mysql_harness.clear()
     yield mysql_harness
     mysql_harness.close()
+
+
+@pytest.fixture
+def mysql_compact_db(mysql_compact_harness: SqlHarness) -> Iterator[SqlHarness]:
+    mysql_compact_harness.clear()
+    yield mysql_compact_harness
+    mysql_compact_harness.close()
 
 
 @pytest.fixture(scope="session")

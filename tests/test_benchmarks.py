@@ -97,6 +97,12 @@ def _check_poll_and_throughput(results: dict[str, Any], out: Path, backend: str,
         assert row["library_jobs_per_s"] > 0
         if sql:
             assert row["raw_jobs_per_s"] > 0 and row["ratio"] > 0
+        if sql and row.get("batch_size", 1) == 1:
+            # The library again on its compact statement plan, beside the plain plan and the raw loop.
+            assert row["compact_jobs_per_s"] > 0 and row["compact_ratio"] > 0
+            assert len(row["compact_rounds"]) == TINY.throughput_rounds
+        else:
+            assert "compact_rounds" not in row
     if sql:
         profile = throughput["profile"]
         assert profile["library"]["us_per_job"] > 0 and profile["raw"]["us_per_job"] > 0
@@ -134,6 +140,7 @@ def _check_files(out: Path, backend: str) -> None:
     markdown = (out / "results.md").read_text(encoding="utf-8")
     for heading in ("### Poll latency", "### Throughput", "### Enqueue rate", "### Worker memory"):
         assert heading in markdown
+    assert "| compact jobs/s | compact / library |" in markdown
     assert f"| {backend} |" in markdown
     for chart in ("poll_latency.png", "throughput.png"):
         data = (out / chart).read_bytes()

@@ -35,6 +35,14 @@ class TestMySQLBatch(WorkerSuite):
             batched.close()
 
 
+class TestMySQLCompact(BackendSuite):
+    """The same suite with the backend on its compact statement plan (MySQLBackend(compact=True))."""
+
+    @pytest.fixture
+    def harness(self, mysql_compact_db: SqlHarness) -> SqlHarness:
+        return mysql_compact_db
+
+
 def test_innodb_claims_keep_the_lock_on_the_record_that_ends_their_scan(mysql_db: SqlHarness) -> None:
     """Why MySQLBackend declares claim_locks_only_the_claimed_row False, so S7 and P-order skip.
 

@@ -45,3 +45,11 @@ class TestPostgreSQLPipeline(BackendSuite):
     @pytest.fixture
     def harness(self, pg_pipeline_db: SqlHarness) -> SqlHarness:
         return pg_pipeline_db
+
+
+class TestPostgreSQLCompact(BackendSuite):
+    """The same suite with the backend on its compact statement plan (PostgresBackend(compact=True))."""
+
+    @pytest.fixture
+    def harness(self, pg_compact_db: SqlHarness) -> SqlHarness:
+        return pg_compact_db

@@ -1,24 +1,135 @@
-"""PostgreSQL's pipelined statement plan (PostgresBackend(pipeline=True)): same rows, same transaction."""
+"""The statement plans beside Proletarian's (pipeline=True, compact=True): same rows, same transaction."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pymysql.constants import CLIENT
 from support import enqueue_committed
 
 from conformance.harness import SqlHarness
 from proletarian_ref import ConfigurationError, process_next_job
+from proletarian_ref.backends._dbapi import SqlBackend
+from proletarian_ref.backends.dsn import connection_factory
+from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.errors import DatabaseError
 from proletarian_ref.tables import TableName
+
+# Past every job the tests enqueue, with microseconds, within MySQL's TIMESTAMP range.
+LATER = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+# Each plan's backend options, by database; the first of each is Proletarian's five statements.
+PLANS = [
+    ("postgresql", {}),
+    ("postgresql", {"pipeline": True}),
+    ("postgresql", {"compact": True}),
+    ("postgresql", {"pipeline": True, "compact": True}),
+    ("mysql", {}),
+    ("mysql", {"compact": True}),
+]
+OTHER_PLANS = [plan for plan in PLANS if plan[1]]
+
+
+def _plan_id(plan: tuple[str, dict[str, bool]]) -> str:
+    dialect, options = plan
+    return "-".join([dialect, *sorted(options)]) if options else f"{dialect}-plain"
 
 
 def _noop(job_type: str, payload: Any) -> None:
     return None
 
 
-class _ArchivesNothing(PostgresBackend):
+def _fails(job_type: str, payload: Any) -> None:
+    raise RuntimeError("fails, and is archived as a failure (no retries)")
+
+
+def _harness(request: pytest.FixtureRequest, dialect: str) -> SqlHarness:
+    harness: SqlHarness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
+    return harness
+
+
+def _backend(
+    request: pytest.FixtureRequest,
+    dialect: str,
+    options: dict[str, bool],
+    cls: type[SqlBackend] | None = None,
+) -> SqlBackend:
+    """A backend of `cls` (else the dialect's own) with `options`, on the harness's database."""
+    harness = _harness(request, dialect)
+    if dialect == "postgresql":
+        return (cls or PostgresBackend)(harness.data_source, **options)
+    data_source = harness.data_source
+    if options.get("compact"):
+        # The compact plan's connections need the flag; the harness's own are opened without it.
+        dsn = request.getfixturevalue("mysql_dsn")
+        data_source = connection_factory(dsn, client_flag=CLIENT.MULTI_STATEMENTS)
+    return (cls or MySQLBackend)(data_source, **options)
+
+
+def _run(harness: SqlHarness, backend: SqlBackend, handler: Any = _noop) -> bool | None:
+    try:
+        return process_next_job(
+            harness.data_source, handler, backend=backend, clock=lambda: LATER, **harness.table_options
+        )
+    finally:
+        backend.close()
+
+
+def _archived_rows(harness: SqlHarness) -> list[tuple[Any, ...]]:
+    return harness.select(
+        "SELECT job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at "
+        f"FROM {harness.archived_job_table}"
+    )
+
+
+def _queued(harness: SqlHarness) -> list[tuple[Any, int]]:
+    """The queued jobs' ids, as enqueue returned them, and attempts."""
+    decode = harness.job_id_strategy().decode_id
+    return [(decode(job.job_id), job.attempts) for job in harness.jobs()]
+
+
+_JOB_COLUMNS = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
+
+
+@pytest.mark.parametrize("handler", [_noop, _fails], ids=["success", "failure"])
+@pytest.mark.parametrize("plan", OTHER_PLANS, ids=_plan_id)
+def test_every_plan_archives_a_job_into_the_very_row_of_the_plain_plan(
+    request: pytest.FixtureRequest, plan: tuple[str, dict[str, bool]], handler: Any
+) -> None:
+    dialect, options = plan
+    db = _harness(request, dialect)
+    enqueue_committed(db, "plans/job", {"text": "é'\"\\ %s \n ✓", "n": 1})
+    # Attempts other than 0, so that the archive's attempts + 1 is seen to come from the stored row.
+    db.execute(f"UPDATE {db.job_table} SET attempts = 2")
+    (job_row,) = db.select(f"SELECT {_JOB_COLUMNS} FROM {db.job_table}")
+    archived: dict[str, list[tuple[Any, ...]]] = {}
+    for name, plan_options in (("plain", {}), ("other", options)):
+        db.clear()
+        db.execute(f"INSERT INTO {db.job_table} ({_JOB_COLUMNS}) VALUES ({', '.join(['%s'] * 7)})", job_row)
+        assert _run(db, _backend(request, dialect, plan_options), handler) is True
+        assert db.jobs() == []
+        archived[name] = _archived_rows(db)
+    assert len(archived["plain"]) == 1
+    (row,) = archived["plain"]
+    assert row[4] == 3 and row[5] == (":success" if handler is _noop else ":failure")
+    # The driver's values of every column, the payload's text and the microseconds included.
+    assert archived["other"] == archived["plain"]
+
+
+class _PgMovesNothingIntoTheArchive(PostgresBackend):
+    """The compact statement deletes the job but archives no row: its count is 0, which must be refused."""
+
+    def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
+        text = super()._render(name, job_table, archived_job_table)
+        if name == "archive_and_delete_job":
+            assert text.endswith("FROM moved")
+            text += " WHERE false"
+        return text
+
+
+class _ArchivesNothing(SqlBackend):
     """The archive INSERT matches no row: its count is 0, which the backend must refuse before COMMIT."""
 
     def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
@@ -29,41 +140,99 @@ class _ArchivesNothing(PostgresBackend):
         return text
 
 
-@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipelined"])
-def test_both_plans_archive_a_job_into_the_same_row(pg_db: SqlHarness, pipeline: bool) -> None:
-    job_id = enqueue_committed(pg_db, "plans/job", {"n": 1})
-    backend = PostgresBackend(pg_db.data_source, pipeline=pipeline)
-    try:
-        assert process_next_job(pg_db.data_source, _noop, backend=backend, **pg_db.table_options) is True
-        assert process_next_job(pg_db.data_source, _noop, backend=backend, **pg_db.table_options) is None
-    finally:
-        backend.close()
-    assert pg_db.jobs() == []
-    (archived,) = pg_db.archived_jobs()
-    assert (archived.job_id, archived.job_type, archived.payload, archived.status) == (
-        job_id,
-        ":plans/job",
-        '["^ ","~:n",1]',
-        ":success",
-    )
+class _DeletesNothing(SqlBackend):
+    """The DELETE matches no row: its count is 0, which the backend must refuse before COMMIT."""
+
+    def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
+        text = super()._render(name, job_table, archived_job_table)
+        if name == "delete_job":
+            text = text.replace("WHERE", "WHERE false AND", 1)
+        return text
 
 
-@pytest.mark.parametrize("pipeline", [False, True], ids=["plain", "pipelined"])
+def _mutant(dialect: str, mixin: type[SqlBackend]) -> type[SqlBackend]:
+    base = PostgresBackend if dialect == "postgresql" else MySQLBackend
+    return type(f"{mixin.__name__}{base.__name__}", (mixin, base), {})
+
+
+def _mutants(plan: tuple[str, dict[str, bool]]) -> list[tuple[type[SqlBackend], str]]:
+    """The mutant backends whose one-row write changes no row on `plan`, and the error each must raise."""
+    dialect, options = plan
+    if dialect == "postgresql" and options.get("compact"):
+        return [(_PgMovesNothingIntoTheArchive, "archive_and_delete_job changed 0 rows")]
+    # Proletarian's two statements, apart or sent together (MySQL's compact plan), each count checked.
+    return [
+        (_mutant(dialect, _ArchivesNothing), "archive_job changed 0 rows"),
+        (_mutant(dialect, _DeletesNothing), "delete_job changed 0 rows"),
+    ]
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=_plan_id)
 def test_a_write_that_changes_no_row_rolls_back_before_commit_and_keeps_the_job(
-    pg_db: SqlHarness, pipeline: bool
+    request: pytest.FixtureRequest, plan: tuple[str, dict[str, bool]]
 ) -> None:
-    job_id = enqueue_committed(pg_db, "plans/job", {"n": 2})
-    backend = _ArchivesNothing(pg_db.data_source, pipeline=pipeline)
-    try:
-        with pytest.raises(DatabaseError, match="archive_job changed 0 rows"):
-            process_next_job(pg_db.data_source, _noop, backend=backend, **pg_db.table_options)
-    finally:
-        backend.close()
-    # The DELETE ran in the same transaction; without the check before COMMIT the job would be gone.
-    assert [job.job_id for job in pg_db.jobs()] == [job_id]
-    assert pg_db.archived_jobs() == []
+    dialect, options = plan
+    db = _harness(request, dialect)
+    for cls, message in _mutants(plan):
+        db.clear()
+        job_id = enqueue_committed(db, "plans/job", {"n": 2})
+        with pytest.raises(DatabaseError, match=message):
+            _run(db, _backend(request, dialect, options, cls))
+        # The other write ran in the same transaction; without the check before COMMIT the job would be
+        # lost (deleted, not archived) or archived and still queued.
+        assert _queued(db) == [(job_id, 0)], message
+        assert db.archived_jobs() == [], message
 
 
-def test_the_pipeline_option_must_be_a_bool() -> None:
-    with pytest.raises(ConfigurationError, match="pipeline must be True or False"):
-        PostgresBackend(lambda: None, pipeline=1)  # type: ignore[arg-type]
+class _Counting(SqlBackend):
+    """Counts the statements sent on their own (each a round trip when the connection does not pipeline)."""
+
+    statements: list[str]
+
+    def _execute(self, conn: Any, statement: str, params: Any, read: Any, *, copy: bool = False) -> Any:
+        self.statements.append(statement)
+        return super()._execute(conn, statement, params, read, copy=copy)
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+def test_the_compact_plan_sends_a_finished_jobs_archive_and_delete_as_one_statement(
+    request: pytest.FixtureRequest, dialect: str
+) -> None:
+    db = _harness(request, dialect)
+    sent: dict[bool, list[str]] = {}
+    for compact in (False, True):
+        enqueue_committed(db, "plans/job", {"n": 3})
+        backend = _backend(request, dialect, {"compact": compact}, _mutant(dialect, _Counting))
+        sent[compact] = backend.statements = []  # type: ignore[attr-defined]
+        assert _run(db, backend) is True
+    assert len(sent[False]) == 3  # the claim, the archive INSERT, the DELETE (BEGIN and COMMIT apart)
+    claim, write = sent[True]
+    assert claim == sent[False][0]
+    assert "INSERT INTO" in write and "DELETE FROM" in write
+    if dialect == "mysql":
+        # Proletarian's two statements, as they are, in one query.
+        assert write == f"{sent[False][1]};\n{sent[False][2]}"
+    assert len(db.archived_jobs()) == 2
+
+
+def test_mysql_refuses_the_compact_plan_on_a_connection_without_multi_statements_before_claiming(
+    mysql_db: SqlHarness, mysql_dsn: str
+) -> None:
+    job_id = enqueue_committed(mysql_db, "plans/job", {"n": 4})
+    ran: list[str] = []
+    # Connections of its own, without the flag (the harness's have it under PROLETARIAN_TEST_COMPACT=1).
+    backend = MySQLBackend(connection_factory(mysql_dsn), compact=True)
+    with pytest.raises(ConfigurationError, match=r"CLIENT\.MULTI_STATEMENTS"):
+        _run(mysql_db, backend, lambda job_type, payload: ran.append(job_type))
+    assert ran == []
+    assert _queued(mysql_db) == [(job_id, 0)]
+    assert mysql_db.archived_jobs() == []
+
+
+@pytest.mark.parametrize("option", ["pipeline", "compact"])
+def test_a_plan_option_must_be_a_bool(option: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"{option} must be True or False"):
+        PostgresBackend(lambda: None, **{option: 1})  # type: ignore[arg-type]
+    if option == "compact":
+        with pytest.raises(ConfigurationError, match="compact must be True or False"):
+            MySQLBackend(lambda: None, compact=1)  # type: ignore[arg-type]

@@ -80,7 +80,13 @@ class SqlBackend:
     _BATCH_ROWS: ClassVar[int] = 1000
     _BATCH_BYTES: ClassVar[int] = 1 << 20
 
-    def __init__(self, data_source: Any = None, *, first_connection: Any = None) -> None:
+    def __init__(
+        self, data_source: Any = None, *, first_connection: Any = None, compact: bool = False
+    ) -> None:
+        if not isinstance(compact, bool):
+            raise ConfigurationError(f"compact must be True or False, got {compact!r}")
+        # ArchiveAndDelete: a finished job's archive and delete in one round trip (archive_and_delete_job).
+        self.compact_plan = compact
         self._data_source = data_source
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -613,20 +619,45 @@ class SqlBackend:
         status: str,
         finished_at: datetime,
     ) -> None:
-        params = {
+        self._archive(conn, "archive_job", job_table, archived_job_table, job_id, status, finished_at)
+
+    def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None:
+        self._write_one(conn, self._render("delete_job", job_table), {"job_id": job_id}, "delete_job")
+
+    def archive_and_delete_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """The compact plan (ArchiveAndDelete): the dialect's archive_and_delete_job, one statement."""
+        self._archive(
+            conn, "archive_and_delete_job", job_table, archived_job_table, job_id, status, finished_at
+        )
+
+    def _archive(
+        self,
+        conn: Any,
+        name: str,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """Run the archiving statement `name` for one job and check that it changed exactly one row."""
+        params = self._archive_params(job_id, status, finished_at)
+        self._write_one(conn, self._render(name, job_table, archived_job_table), params, name)
+
+    def _archive_params(self, job_id: Any, status: str, finished_at: datetime) -> dict[str, Any]:
+        return {
             "job_id": job_id,
             "status": status,
             "finished_at": self._db_time(finished_at, what="finished_at"),
         }
-        self._write_one(
-            conn,
-            self._render("archive_job", job_table, archived_job_table),
-            params,
-            "archive_job",
-        )
-
-    def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None:
-        self._write_one(conn, self._render("delete_job", job_table), {"job_id": job_id}, "delete_job")
 
     def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
         params = {"job_id": job_id, "retry_at": self._db_time(retry_at, what="retry_at")}

@@ -11,10 +11,11 @@ from typing import Any, ClassVar, Final
 
 import pymysql
 import pymysql.cursors
+from pymysql.constants import CLIENT
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend
+from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend, _check_one
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.clock import EPOCH_NAIVE, EPOCH_UTC
 from proletarian_ref.errors import (
@@ -67,15 +68,25 @@ _ISOLATION_SQL: Final = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 
 class MySQLBackend(SqlBackend):
-    """Proletarian's statements on MySQL 8.0.1+ / MariaDB 10.6+ (SKIP LOCKED), ids as BINARY(16)."""
+    """Proletarian's statements on MySQL 8.0.1+ / MariaDB 10.6+ (SKIP LOCKED), ids as BINARY(16).
+
+    With `compact=True` a finished job's archive INSERT and DELETE, Proletarian's very statements, go to
+    the server as one multi-statement query, and each row count is checked before COMMIT: four round trips
+    a job instead of five, the same rows (docs/worker.md, "Statement plans"). It needs every connection
+    the backend runs transactions on to be opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag (e.g.
+    connection_factory(dsn, client_flag=CLIENT.MULTI_STATEMENTS)); on one without it the transaction
+    raises ConfigurationError before it claims a job.
+    """
 
     dialect: ClassVar[str] = "mysql"
     capabilities: ClassVar[Capabilities] = Capabilities(
         time_precision=timedelta(seconds=1), claim_locks_only_the_claimed_row=False
     )
 
-    def __init__(self, data_source: Any = None, *, first_connection: Any = None) -> None:
-        super().__init__(data_source, first_connection=first_connection)
+    def __init__(
+        self, data_source: Any = None, *, first_connection: Any = None, compact: bool = False
+    ) -> None:
+        super().__init__(data_source, first_connection=first_connection, compact=compact)
         # The worker's own connections already set up, with the server's id for the session: a driver that
         # reconnects (ping(reconnect=True)) gets a new session with the server's defaults.
         self._prepared: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -129,6 +140,15 @@ class MySQLBackend(SqlBackend):
         session = _server_session(conn)
         if self._prepared.get(conn, _UNPREPARED) == session:
             return
+        if self.compact_plan and not getattr(conn, "client_flag", 0) & CLIENT.MULTI_STATEMENTS:
+            # Refused rather than run as two statements: the option would silently do nothing. Raised
+            # before the claim, so no handler runs a job whose outcome could not be written.
+            raise ConfigurationError(
+                "MySQLBackend(compact=True) sends a job's archive and delete as one multi-statement "
+                "query, which this connection was not opened for: open the backend's connections with "
+                "client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS (connection_factory(dsn, "
+                "client_flag=CLIENT.MULTI_STATEMENTS)), or leave compact off"
+            )
         with conn.cursor() as cursor:
             cursor.execute(_TIME_ZONE_SQL, (_UTC,))
             cursor.execute(_ISOLATION_SQL)
@@ -266,6 +286,28 @@ class MySQLBackend(SqlBackend):
             rows = cursor.fetchall()
         return [PayloadColumn(*row) for row in rows]
 
+    def archive_and_delete_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """The compact plan: archive_job and delete_job in one multi-statement query, each count checked.
+
+        Both counts are read before either is checked, so the connection is left with no result unread.
+        """
+        statement = (
+            f"{self._render('archive_job', job_table, archived_job_table)};\n"
+            f"{self._render('delete_job', job_table)}"
+        )
+        params = self._archive_params(job_id, status, finished_at)
+        archived, deleted = self._execute(conn, statement, params, _both_counts)
+        _check_one(archived, "archive_job", job_id)
+        _check_one(deleted, "delete_job", job_id)
+
     def _cursor(self, conn: Any) -> Any:
         # A plain tuple cursor whatever cursorclass the caller's connection was made with.
         return conn.cursor(pymysql.cursors.Cursor)
@@ -309,6 +351,14 @@ def _server_session(conn: Any) -> Any:
 
 def _ignore(cursor: Any) -> None:
     return None
+
+
+def _both_counts(cursor: Any) -> tuple[int, int]:
+    """The row counts of a two-statement query; the second -1 if the server sent one result only."""
+    first = int(cursor.rowcount)
+    if not cursor.nextset():
+        return first, -1
+    return first, int(cursor.rowcount)
 
 
 # What PyMySQL escapes in a string (its converters' _escape_table), but '"', which needs no escape

@@ -213,13 +213,22 @@ class PostgresBackend(SqlBackend):
     INSERT and the DELETE go together and their row counts are checked, then COMMIT. The statements,
     their order, the transaction and the rows are the same (docs/worker.md, "Statement plans"). A pool's
     connections, and callers' connections, are never put in pipeline mode.
+
+    With `compact=True` a finished job's archive and delete are one statement (archive_and_delete_job:
+    a DELETE ... RETURNING inside the archive INSERT), so a job's transaction takes four statements
+    instead of five, on every connection, the same rows written (docs/worker.md, "Statement plans").
     """
 
     dialect: ClassVar[str] = "postgresql"
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init__(
-        self, data_source: Any = None, *, first_connection: Any = None, pipeline: bool = False
+        self,
+        data_source: Any = None,
+        *,
+        first_connection: Any = None,
+        pipeline: bool = False,
+        compact: bool = False,
     ) -> None:
         if not isinstance(pipeline, bool):
             raise ConfigurationError(f"pipeline must be True or False, got {pipeline!r}")
@@ -227,7 +236,7 @@ class PostgresBackend(SqlBackend):
             raise ConfigurationError(
                 "pipeline=True needs libpq 14 or later, which this psycopg does not have"
             )
-        super().__init__(data_source, first_connection=first_connection)
+        super().__init__(data_source, first_connection=first_connection, compact=compact)
         self._from_pool = type(data_source).__module__.split(".", 1)[0] == "psycopg_pool"
         self._pipeline = pipeline
 

@@ -32,6 +32,10 @@ WHERE job_id = %(job_id)s
 -- (D) Remove the job after archiving it.
 DELETE FROM {job_table} WHERE job_id = %(job_id)s
 
+-- The compact plan (MySQLBackend(compact=True); not Proletarian's plan) sends archive_job and delete_job,
+-- these very two statements, as one multi-statement query: one round trip, each row count checked apart.
+-- They stay two statements: MySQL has no DELETE ... RETURNING, and neither server takes a DELETE in a WITH.
+
 -- name: retry_at
 -- (R) Reschedule a failed job and count the failed attempt.
 UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s

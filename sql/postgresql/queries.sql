@@ -35,6 +35,19 @@ WHERE job_id = %(job_id)s
 -- (D) Remove the job after archiving it.
 DELETE FROM {job_table} WHERE job_id = %(job_id)s
 
+-- name: archive_and_delete_job
+-- The compact plan's (A) and (D) in one statement (PostgresBackend(compact=True); not Proletarian's plan,
+-- which sends archive_job and delete_job apart): the DELETE returns the job's row as stored, and the INSERT
+-- archives exactly what archive_job would copy from it, attempts + 1, status and finished_at. Its row count
+-- is the archived rows', which are the deleted rows'.
+WITH moved AS (
+    DELETE FROM {job_table} WHERE job_id = %(job_id)s
+    RETURNING job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+)
+INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at)
+SELECT job_id, queue, job_type, payload, attempts + 1, %(status)s, enqueued_at, process_at, %(finished_at)s
+FROM moved
+
 -- name: retry_at
 -- (R) Reschedule a failed job and count the failed attempt.
 UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s
