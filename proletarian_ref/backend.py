@@ -136,10 +136,11 @@ class PayloadLimits(Protocol):
 
 @runtime_checkable
 class BatchEnqueue(Protocol):
-    """What a backend that inserts many jobs at once adds; enqueue_many calls it with the whole batch.
+    """What a backend that inserts many jobs at once adds; enqueue_many calls it with the whole batch,
+    every job checked and encoded, unless the backend has StreamEnqueue too.
 
-    Optional: without it enqueue_many calls `enqueue` once per job, so a backend written before it keeps
-    working (then a database error part-way leaves the earlier jobs in the caller's transaction).
+    Optional: without either enqueue_many calls `enqueue` once per job, so a backend written before them
+    keeps working (then a database error part-way leaves the earlier jobs in the caller's transaction).
     """
 
     def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]:
