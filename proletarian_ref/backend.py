@@ -171,7 +171,8 @@ class StreamEnqueue(Protocol):
         Either way the error goes on unchanged, no row of the batch stays written, and the caller's
         connection is left as it was before the call: a transaction it had open still usable with its
         earlier writes, and nothing of the backend's own (a savepoint, say) left in it. The backend
-        reads `jobs` to the end before it returns. Either every `job_id` is None or none is.
+        reads `jobs` to the end before it returns. Either every `job_id` is None or none is. Reading
+        `jobs` calls the backend's own `check_payload` (PayloadLimits), if it has one, for each job.
         """
         ...
 

@@ -88,6 +88,20 @@ def test_a_bad_job_at_any_point_of_a_streamed_batch_writes_none_and_leaves_the_c
     assert pg_db.caller_markers() == ([7] if state == "in a transaction" else [])
 
 
+def test_a_bad_job_mid_stream_inside_a_psycopg_transaction_block_leaves_the_block_going_on(
+    pg_db: SqlHarness, caller: psycopg.Connection[Any]
+) -> None:
+    with caller.transaction():
+        pg_db.caller_write(caller, 1)
+        with caller.transaction():  # psycopg's own savepoint, around the library's
+            with pytest.raises(SerializationError, match=r"^jobs\[700\]: "):
+                enqueue_many(caller, batch_with(("a", object()), 700), job_table=pg_db.job_table)
+            pg_db.caller_write(caller, 2)
+        enqueue_many(caller, [("after", 1)], job_table=pg_db.job_table)
+    assert pg_db.caller_markers() == [1, 2]
+    assert [job.job_type for job in pg_db.jobs()] == [":after"]
+
+
 @pytest.mark.parametrize("bad", sorted(BAD_JOBS))
 def test_every_kind_of_bad_job_found_mid_stream_names_its_index(
     pg_db: SqlHarness, caller: psycopg.Connection[Any], bad: str
