@@ -3,7 +3,7 @@
 # The submodules the docs name as `pr.<module>.<name>` are attributes of the package after
 # `import proletarian_ref`. None of them imports a driver: backends import theirs when first used.
 from proletarian_ref import schema
-from proletarian_ref.backend import Backend, BatchEnqueue, Capabilities, JobRecord
+from proletarian_ref.backend import Backend, BatchEnqueue, Capabilities, JobRecord, StreamEnqueue
 from proletarian_ref.errors import (
     ConfigurationError,
     DatabaseError,
@@ -74,6 +74,7 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "ShutdownTimeoutError",
+    "StreamEnqueue",
     "TransientDatabaseError",
     "TransitSerializer",
     "check_interrupted",

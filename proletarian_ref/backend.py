@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -136,10 +136,11 @@ class PayloadLimits(Protocol):
 
 @runtime_checkable
 class BatchEnqueue(Protocol):
-    """What a backend that inserts many jobs at once adds; enqueue_many calls it with the whole batch.
+    """What a backend that inserts many jobs at once adds; enqueue_many calls it with the whole batch,
+    every job checked and encoded, unless the backend has StreamEnqueue too.
 
-    Optional: without it enqueue_many calls `enqueue` once per job, so a backend written before it keeps
-    working (then a database error part-way leaves the earlier jobs in the caller's transaction).
+    Optional: without either enqueue_many calls `enqueue` once per job, so a backend written before them
+    keeps working (then a database error part-way leaves the earlier jobs in the caller's transaction).
     """
 
     def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]:
@@ -175,6 +176,31 @@ class ArchiveAndDelete(Protocol):
         """(A) and (D) in one round trip: the same archived row as archive_job writes, and the job deleted.
 
         Raises, before the transaction can commit, unless exactly one row was archived and one deleted.
+        """
+        ...
+
+
+@runtime_checkable
+class StreamEnqueue(Protocol):
+    """What a backend that writes a batch while its jobs are still being made adds; enqueue_many calls it
+    instead of BatchEnqueue's `enqueue_many` when it is there.
+
+    Optional: BatchEnqueue alone gets the whole batch checked and encoded before any SQL runs. With this,
+    the backend may start writing before the last job is made, so the database takes the first rows in
+    while the client makes the next ones.
+    """
+
+    def enqueue_stream(self, conn: Any, job_table: TableName, jobs: Iterator[JobRecord]) -> list[Any]:
+        """(E) Insert the jobs `jobs` yields on the caller's connection, never committing; the stored ids,
+        in order. enqueue_many calls it with at least one job.
+
+        `jobs` makes each job as it is read, and reading it may raise the error of a bad job (the
+        library's own, its `index` set); a time or id the backend cannot store may also raise part-way.
+        Either way the error goes on unchanged, no row of the batch stays written, and the caller's
+        connection is left as it was before the call: a transaction it had open still usable with its
+        earlier writes, and nothing of the backend's own (a savepoint, say) left in it. The backend
+        reads `jobs` to the end before it returns. Either every `job_id` is None or none is. Reading
+        `jobs` calls the backend's own `check_payload` (PayloadLimits), if it has one, for each job.
         """
         ...
 

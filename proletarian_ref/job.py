@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple, cast
 
-from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications
+from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications, StreamEnqueue
 from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
@@ -137,24 +137,42 @@ def enqueue_many(
     """Insert `jobs` on `conn` within its current transaction, never committing; return their ids in order.
 
     Each row is the one enqueue would write for that job, with one `now` (the clock is read once) for the
-    whole batch. Every job is checked and encoded before any SQL runs: a bad one raises the error enqueue
-    would, with `index` set to its position and the message starting `jobs[index]:`, and nothing is
-    written. The backend inserts the batch in as few statements as its limits allow (see its
-    `enqueue_many`); a backend without one gets an `enqueue` per job. With `notify`, one announcement
+    whole batch. `jobs` is read whole before any SQL runs. A bad job raises the error enqueue would, with
+    `index` set to its position and the message starting `jobs[index]:`, and writes no job of the batch:
+    the backend gets the jobs checked and encoded one by one as it writes them (its `enqueue_stream`,
+    which undoes what it wrote and leaves `conn` as it was), or all of them before any SQL runs (its
+    `enqueue_many`). A backend with neither gets an `enqueue` per job. With `notify`, one announcement
     for the batch (per queue with a job due now) follows the INSERT, as for enqueue.
     """
     setup = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
     )
-    ids, records = _batch_records(conn, setup, jobs, queue)
-    if not records:
-        return []
     backend, table = setup.backend, setup.table
-    # BatchEnqueue is optional; a backend without it still enqueues, one statement per job.
-    if hasattr(backend, "enqueue_many"):
-        stored = cast(BatchEnqueue, backend).enqueue_many(conn, table, records)
+    ids: list[Any] = []
+    records: list[JobRecord] = []
+    # StreamEnqueue and BatchEnqueue are optional; a backend without either still enqueues, one
+    # statement per job. hasattr, as isinstance of a runtime Protocol costs more than a batch's set-up.
+    if hasattr(backend, "enqueue_stream"):
+        # The caller's iterable is read before any SQL: a generator of theirs may use the connection.
+        items = jobs if type(jobs) is list or type(jobs) is tuple else list(jobs)
+        if not items:
+            return []
+        stream = _record_stream(conn, setup, items, queue, ids, records)
+        stored = cast(StreamEnqueue, backend).enqueue_stream(conn, table, stream)
+        if len(records) != len(items):
+            raise ProletarianError(
+                f"{type(backend).__name__}.enqueue_stream returned after {len(records)} of "
+                f"{len(items)} jobs; the rest were not enqueued"
+            )
     else:
-        stored = [backend.enqueue(conn, table, record) for record in records]
+        for _ in _record_stream(conn, setup, jobs, queue, ids, records):
+            pass
+        if not records:
+            return []
+        if hasattr(backend, "enqueue_many"):
+            stored = cast(BatchEnqueue, backend).enqueue_many(conn, table, records)
+        else:
+            stored = [backend.enqueue(conn, table, record) for record in records]
     if notify:
         _announce(conn, setup, records)
     if ids[0] is not None:
@@ -243,12 +261,18 @@ def _enqueuing(
     )
 
 
-def _batch_records(
-    conn: Any, setup: _Enqueuing, jobs: Iterable[JobSpec | tuple[str, Any]], queue: str
-) -> tuple[list[Any], list[JobRecord]]:
-    """enqueue_many's ids and rows, each job made by _job_record; a bad one named by its index."""
-    ids: list[Any] = []
-    records: list[JobRecord] = []
+def _record_stream(
+    conn: Any,
+    setup: _Enqueuing,
+    jobs: Iterable[JobSpec | tuple[str, Any]],
+    queue: str,
+    ids: list[Any],
+    records: list[JobRecord],
+) -> Iterator[JobRecord]:
+    """enqueue_many's rows, each job made by _job_record as it is read; a bad one named by its index.
+
+    Each new id and row is also added to `ids` and `records`.
+    """
     job_queue: str | None
     process_at: datetime | None
     process_in: timedelta | None
@@ -271,7 +295,7 @@ def _batch_records(
             raise error from exc
         ids.append(job_id)
         records.append(record)
-    return ids, records
+        yield record
 
 
 _NO_ID: Final = object()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -386,7 +386,8 @@ class SqlBackend:
                 # reads busy before this store (it cancels, and the thread closes it) or after (it closes).
                 lease.busy = False
 
-    def _copy(self, cursor: Any, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    def _copy(self, cursor: Any, statement: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        """Stream `rows` through the COPY `statement`, reading them as it goes (they may be made as read)."""
         raise NotImplementedError(f"{type(self).__name__} has no COPY")
 
     def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
@@ -432,7 +433,19 @@ class SqlBackend:
         all on the caller's connection and in its transaction. Each statement writes all its rows or none.
         """
         generated = jobs[0].job_id is None
-        rows: list[tuple[Any, ...]] = []
+        rows = list(self._batch_rows(jobs, generated=generated))
+        with self._caller_session(conn) as prefix:
+            stored = self._insert_rows(conn, prefix, job_table, rows, generated=generated)
+        return stored if generated else [job.job_id for job in jobs]
+
+    def _batch_rows(
+        self, jobs: Iterable[JobRecord], *, generated: bool, ids: list[Any] | None = None
+    ) -> Iterator[tuple[Any, ...]]:
+        """The batch INSERT's (or COPY's) row of each job as it is read, its times as _db_time makes them.
+
+        Without the id column if `generated`; each job's id is added to `ids`, if given. A time that
+        cannot be stored raises ConfigurationError naming the job's index.
+        """
         times: dict[datetime, Any] = {}  # one `now` per batch: its parameter is made once
         # Nothing a job holds is this object, so the first job's times are converted.
         last_enqueued_at = last_process_at = enqueued_param = process_param = _NO_JOB
@@ -455,13 +468,12 @@ class SqlBackend:
                     exc.index = index
                     raise
                 last_enqueued_at, last_process_at = enqueued_at, process_at
+            if ids is not None:
+                ids.append(job_id)
             if generated:
-                rows.append((queue, job_type, payload, attempts, enqueued_param, process_param))
+                yield (queue, job_type, payload, attempts, enqueued_param, process_param)
             else:
-                rows.append((job_id, queue, job_type, payload, attempts, enqueued_param, process_param))
-        with self._caller_session(conn) as prefix:
-            stored = self._insert_rows(conn, prefix, job_table, rows, generated=generated)
-        return stored if generated else [job.job_id for job in jobs]
+                yield (job_id, queue, job_type, payload, attempts, enqueued_param, process_param)
 
     def _insert_rows(
         self, conn: Any, prefix: str, job_table: TableName, rows: list[tuple[Any, ...]], *, generated: bool

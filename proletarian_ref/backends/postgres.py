@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import os
 import re
 import selectors
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any, ClassVar, Final
 from uuid import UUID
@@ -19,7 +20,7 @@ import psycopg.errors
 from psycopg import postgres
 from psycopg.abc import AdaptContext, Buffer
 from psycopg.adapt import Loader, Transformer
-from psycopg.pq import Format
+from psycopg.pq import Format, TransactionStatus
 from psycopg.rows import tuple_row
 
 from proletarian_ref import sql
@@ -395,14 +396,84 @@ class PostgresBackend(SqlBackend):
         self._execute(conn, self._render("enqueue_copy", job_table), rows, _nothing, copy=True)
         return []
 
-    def _copy(self, cursor: Any, statement: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    def enqueue_stream(self, conn: Any, job_table: TableName, jobs: Iterator[JobRecord]) -> list[Any]:
+        """StreamEnqueue: one COPY that takes the rows chunk by chunk as the jobs are made.
+
+        The first chunk is made before any SQL runs, so a batch of one chunk is checked whole first, as
+        by enqueue_many. A longer batch's COPY starts with its first chunk and the server takes each
+        chunk in while the client makes the next: made first and then sent, the client waited for the
+        server and the server for the client. A bad job found after the COPY started raises out of it,
+        which fails it; _undone_on_error leaves the caller's connection as it was. Database-generated
+        ids (COPY returns none) and a subclass's own way of writing batches get enqueue_many.
+        """
+        first = next(jobs, None)
+        if first is None:
+            return []
+        cls = type(self)
+        if (
+            first.job_id is None
+            or cls.enqueue_many is not SqlBackend.enqueue_many
+            or cls._insert_rows is not PostgresBackend._insert_rows
+        ):
+            return self.enqueue_many(conn, job_table, [first, *jobs])
+        ids: list[Any] = []
+        rows = self._batch_rows(itertools.chain((first,), jobs), generated=False, ids=ids)
+        head = list(itertools.islice(rows, _COPY_ROWS_PER_WRITE))
+        after = next(rows, _NO_ROW)
+        statement = self._render("enqueue_copy", job_table)
+        if after is _NO_ROW:
+            # Every job is made: nothing of the client's can fail once the COPY has started.
+            with self._caller_session(conn) as prefix:
+                self._execute(conn, prefix + statement, head, _nothing, copy=True)
+            return ids
+        with self._undone_on_error(conn), self._caller_session(conn) as prefix:
+            streamed = itertools.chain(head, (after,), rows)
+            self._execute(conn, prefix + statement, streamed, _nothing, copy=True)
+        return ids
+
+    @contextlib.contextmanager
+    def _undone_on_error(self, conn: Any) -> Iterator[None]:
+        """Around a COPY that starts before its last row is made: if it fails, the caller's connection is
+        left as it was before it.
+
+        A failed statement leaves a transaction refusing all but a rollback. In the caller's open
+        transaction the COPY runs in a savepoint, rolled back to and released on error. Out of
+        autocommit with no transaction open, psycopg opens one for the COPY: the rollback ends it, and
+        the connection has no transaction open, as before. In autocommit the COPY is a transaction of
+        its own, and a failed one writes nothing.
+        """
+        status = conn.info.transaction_status
+        if status == TransactionStatus.INTRANS:
+            statements = sql.queries(self.dialect)
+            self._execute(conn, statements["enqueue_many_savepoint"], None, _nothing)
+            try:
+                yield
+            except BaseException:
+                # The COPY's error is the one to report; a session that cannot roll back is broken anyway.
+                with contextlib.suppress(Exception):
+                    self._execute(conn, statements["enqueue_many_rollback"], None, _nothing)
+                    self._execute(conn, statements["enqueue_many_release"], None, _nothing)
+                raise
+            self._execute(conn, statements["enqueue_many_release"], None, _nothing)
+        elif status == TransactionStatus.IDLE and not conn.autocommit:
+            try:
+                yield
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    conn.rollback()
+                raise
+        else:
+            yield
+
+    def _copy(self, cursor: Any, statement: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        rows = iter(rows)
         with cursor.copy(statement) as copy:
             # The COPY text psycopg's write_row sends for these rows, written here: write_row looks up and
             # calls a dumper per value, which cost as much as the rest of a job's work in enqueue_many.
             # On a UTF-8 connection only, where escaping the text is escaping its bytes as psycopg does.
             fast = cursor.connection.info.encoding == "utf-8"
-            for start in range(0, len(rows), _COPY_ROWS_PER_WRITE):
-                chunk = rows[start : start + _COPY_ROWS_PER_WRITE]
+            # A chunk at a time as the rows are read (enqueue_stream's are made as they are read).
+            while chunk := list(itertools.islice(rows, _COPY_ROWS_PER_WRITE)):
                 text = _copy_text(chunk) if fast else None
                 if text is not None:
                     copy.write(text)

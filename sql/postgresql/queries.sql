@@ -57,6 +57,18 @@ UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE 
 -- No bind-parameter limit applies, and a failed COPY writes no row of the batch.
 COPY {job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, process_at) FROM STDIN
 
+-- name: enqueue_many_savepoint
+-- Before a COPY that starts while the batch's later jobs are still being made, in the caller's
+-- transaction: a bad job found part-way fails the COPY, which would leave that transaction refusing all
+-- but a rollback; rolled back to and released, it leaves the transaction as it was.
+SAVEPOINT proletarian_enqueue_many
+
+-- name: enqueue_many_rollback
+ROLLBACK TO SAVEPOINT proletarian_enqueue_many
+
+-- name: enqueue_many_release
+RELEASE SAVEPOINT proletarian_enqueue_many
+
 -- name: enqueue_many_db_generated
 -- (E) for a batch with the database-generated id strategy: {rows} is enqueue_many_db_generated_row once
 -- per job. PostgreSQL returns the rows of INSERT ... VALUES in the order of the list (not a documented
