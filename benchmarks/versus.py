@@ -1,14 +1,16 @@
 """Default-mode throughput of the library at an earlier commit against the working tree, drained in turns.
 
     python -m benchmarks.versus REV [--backends postgresql,mysql] [--jobs 20000] [--rounds 5]
-                                    [--threads 4] [--processes 1] [--table-suffix _me] [--out FILE]
+                                    [--threads 4] [--processes 1] [--compact] [--instructions JOBS]
+                                    [--table-suffix _me] [--out FILE]
 
 Issue 14 asks default mode (one job a transaction) for 1.3x the rate it had when the issue was filed. A
 figure from another day or machine cannot say that, so this runs both versions here, in turns (REV, now,
 REV, now, ...), on the same tables and server: each round loads the same due jobs, starts the worker
 processes of one version (`create_queue_worker` with a no-op handler, as a user would), counts the
 archived rows between 10% and 90% of the drain, and checks that every job ran exactly once. REV's
-`proletarian_ref` and `sql/` come from `git archive`; only the package differs between the two sides.
+`proletarian_ref` and `sql/` come from `git archive`; only the package differs between the sides. With
+--compact the working tree runs a third side, its backend on the compact statement plan.
 """
 
 from __future__ import annotations
@@ -57,9 +59,20 @@ import proletarian_ref
 from proletarian_ref import create_queue_worker
 from proletarian_ref.backends.dsn import connection_factory
 
-tree, dsn, job_table, archived_job_table, queue, threads = sys.argv[1:7]
+tree, dsn, job_table, archived_job_table, queue, threads, compact = sys.argv[1:8]
 if not proletarian_ref.__file__.startswith(tree):
     sys.exit(f"imported {proletarian_ref.__file__}, not the package in {tree}")
+options = {}
+if compact == "compact":
+    if dsn.startswith("mysql"):
+        from pymysql.constants import CLIENT
+        from proletarian_ref.backends.mysql import MySQLBackend
+        options["backend"] = MySQLBackend(
+            connection_factory(dsn, client_flag=CLIENT.MULTI_STATEMENTS), compact=True
+        )
+    else:
+        from proletarian_ref.backends.postgres import PostgresBackend
+        options["backend"] = PostgresBackend(connection_factory(dsn), compact=True)
 lock = threading.Lock()
 runs = 0
 
@@ -70,7 +83,7 @@ def handler(job_type, payload):
 
 worker = create_queue_worker(
     connection_factory(dsn), handler, queue=queue, job_table=job_table,
-    archived_job_table=archived_job_table, worker_threads=int(threads), polling_interval_ms=100,
+    archived_job_table=archived_job_table, worker_threads=int(threads), polling_interval_ms=100, **options
 )
 print("ready", flush=True)
 sys.stdin.readline()
@@ -83,10 +96,12 @@ print(runs, flush=True)
 
 @dataclass(frozen=True, slots=True)
 class Side:
-    """One version under test: a label and the folder whose `proletarian_ref` the workers import."""
+    """One version under test: a label, the folder whose `proletarian_ref` the workers import, and whether
+    its workers run the compact statement plan (docs/worker.md) instead of Proletarian's five statements."""
 
     label: str
     tree: Path
+    compact: bool = False
 
 
 def export_rev(rev: str, into: Path) -> Side:
@@ -142,6 +157,7 @@ def drain(
     env = {**os.environ, "PYTHONPATH": str(side.tree), "PYTHONHASHSEED": "0"}
     command = [*wrap, sys.executable, "-c", _CHILD, str(side.tree), dsn]
     command += [harness.job_table, harness.archived_job_table, BENCH_QUEUE, str(threads)]
+    command.append("compact" if side.compact else "plain")
     children = [
         # cwd: `python -c` puts the current folder first on sys.path, before PYTHONPATH.
         subprocess.Popen(
@@ -239,26 +255,30 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"rev": args.rev, "jobs": args.jobs, "threads": args.threads}
     results["processes"] = args.processes
     with tempfile.TemporaryDirectory(prefix="versus-") as tmp:
-        then, now = export_rev(args.rev, Path(tmp)), working_tree()
-        results["sides"] = [then.label, now.label]
+        now = working_tree()
+        sides = [export_rev(args.rev, Path(tmp)), now]
+        if args.compact:
+            sides.append(Side(f"{now.label}, compact plan", now.tree, compact=True))
+        results["sides"] = [side.label for side in sides]
         for dialect in args.backends.split(","):
             dsn = args.pg_dsn if dialect == "postgresql" else args.mysql_dsn
             spec = BackendSpec(f"conformance.builtin:{dialect}", {"dsn": dsn})
             with closing_harness(open_harness(spec, "versus", args.table_suffix)) as harness:
-                results[dialect] = _rates(harness, dsn, dialect, (then, now), args)
+                results[dialect] = _rates(harness, dsn, dialect, sides, args)
                 if args.instructions:
                     results[dialect]["instructions"] = {
                         side.label: instructions_per_job(harness, dsn, side, args.instructions)
-                        for side in (then, now)
+                        for side in sides
                     }
                 truncate(harness)
     return results
 
 
 def _rates(
-    harness: Harness, dsn: str, dialect: str, sides: tuple[Side, Side], args: argparse.Namespace
+    harness: Harness, dsn: str, dialect: str, sides: list[Side], args: argparse.Namespace
 ) -> dict[str, Any]:
-    then, now = sides
+    """Each side's rate, round by round in turns, and each later side's paired ratio to the first."""
+    then = sides[0].label
     rounds: list[dict[str, float]] = []
     for n in range(args.rounds):
         row = {
@@ -266,54 +286,54 @@ def _rates(
             for side in sides
         }
         rounds.append(row)
-        print(
-            f"{dialect} round {n + 1}: {then.label} {row[then.label]:,.0f} jobs/s, "
-            f"{now.label} {row[now.label]:,.0f} jobs/s",
-            file=sys.stderr,
-            flush=True,
-        )
-    ratios = [r[now.label] / r[then.label] for r in rounds]
-    return {
-        "rounds": rounds,
-        "then_median": statistics.median(r[then.label] for r in rounds),
-        "now_median": statistics.median(r[now.label] for r in rounds),
-        "ratio_median": statistics.median(ratios),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
-    }
+        rates = ", ".join(f"{label} {rate:,.0f} jobs/s" for label, rate in row.items())
+        print(f"{dialect} round {n + 1}: {rates}", file=sys.stderr, flush=True)
+    summary: dict[str, Any] = {"rounds": rounds}
+    for side in sides:
+        summary[side.label] = {"median": statistics.median(r[side.label] for r in rounds)}
+        if side.label != then:
+            ratios = [r[side.label] / r[then] for r in rounds]
+            summary[side.label].update(
+                ratio_median=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios)
+            )
+    return summary
 
 
 def report(results: dict[str, Any], command: str) -> str:
-    then, now = results["sides"]
+    then, *later = results["sides"]
     dialects = {key: value for key, value in results.items() if key in ("postgresql", "mysql")}
     rounds = len(next(iter(dialects.values()))["rounds"])
     lines = [
         f"`{command}`",
         "",
         f"{results['jobs']:,} no-op jobs drained by {results['processes']} process(es) x "
-        f"{results['threads']} thread(s), default mode, {rounds} rounds in turns",
+        f"{results['threads']} thread(s), one job a transaction, {rounds} rounds in turns",
         "",
-        f"| database | {then} jobs/s | {now} jobs/s | now / then (median) | min | max |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| database | version | jobs/s (median) | / {then} (median) | min | max |",
+        "|---|---|---:|---:|---:|---:|",
     ]
     for dialect, row in dialects.items():
-        lines.append(
-            f"| {dialect} | {row['then_median']:,.0f} | {row['now_median']:,.0f} | "
-            f"{row['ratio_median']:.2f} | {row['ratio_min']:.2f} | {row['ratio_max']:.2f} |"
-        )
+        lines.append(f"| {dialect} | {then} | {row[then]['median']:,.0f} | | | |")
+        for label in later:
+            side = row[label]
+            lines.append(
+                f"| {dialect} | {label} | {side['median']:,.0f} | {side['ratio_median']:.2f} | "
+                f"{side['ratio_min']:.2f} | {side['ratio_max']:.2f} |"
+            )
     counted = {dialect: row["instructions"] for dialect, row in dialects.items() if "instructions" in row}
     if counted:
         lines += [
             "",
             "Client instructions per job (callgrind, one worker thread):",
             "",
-            f"| database | {then} | {now} | then / now |",
-            "|---|---:|---:|---:|",
+            f"| database | version | instructions/job | {then} / version |",
+            "|---|---|---:|---:|",
         ]
         for dialect, count in counted.items():
-            lines.append(
-                f"| {dialect} | {count[then]:,.0f} | {count[now]:,.0f} | {count[then] / count[now]:.2f} |"
-            )
+            for label in (then, *later):
+                lines.append(
+                    f"| {dialect} | {label} | {count[label]:,.0f} | {count[then] / count[label]:.2f} |"
+                )
     return "\n".join(lines)
 
 
@@ -328,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--table-suffix", default="")
+    parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="also drain with the working tree's compact statement plan (compact=True), a third side",
+    )
     parser.add_argument(
         "--instructions",
         type=int,

@@ -474,13 +474,22 @@ def test_versus_drains_both_versions_in_turns_each_job_once(
     out = tmp_path / "versus.json"
     dsn_option = "--pg-dsn" if dialect == "postgresql" else "--mysql-dsn"
     arguments = ["HEAD", "--backends", dialect, dsn_option, dsn, "--jobs", "400", "--rounds", "2"]
-    arguments += ["--threads", "2", "--table-suffix", f"_smoke_{table_suffix()}", "--out", str(out)]
+    arguments += [
+        "--threads",
+        "2",
+        "--compact",
+        "--table-suffix",
+        f"_smoke_{table_suffix()}",
+        "--out",
+        str(out),
+    ]
     assert versus.main(arguments) == 0
     results = json.loads(out.read_text())
-    then, now = results["sides"]
-    assert then != now and now.endswith("(now)")
-    assert [sorted(r) for r in results[dialect]["rounds"]] == [sorted([then, now])] * 2
+    then, now, compact = results["sides"]
+    assert then != now and now.endswith("(now)") and compact.endswith("compact plan")
+    assert [sorted(r) for r in results[dialect]["rounds"]] == [sorted([then, now, compact])] * 2
     assert all(rate > 0 for r in results[dialect]["rounds"] for rate in r.values())
+    assert results[dialect][compact]["ratio_min"] > 0
 
 
 # A version whose worker runs the first job's handler twice and archives every job with plain SQL.
