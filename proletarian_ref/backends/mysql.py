@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -76,9 +75,6 @@ class MySQLBackend(SqlBackend):
 
     def __init__(self, data_source: Any = None, *, first_connection: Any = None) -> None:
         super().__init__(data_source, first_connection=first_connection)
-        # The worker's own connections already set up, with the server's id for the session: a driver that
-        # reconnects (ping(reconnect=True)) gets a new session with the server's defaults.
-        self._prepared: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # The payload columns of (server, job table, archive table); read once, re-read before refusing.
         self._payload_columns: dict[tuple[Any, ...], list[PayloadColumn]] = {}
 
@@ -126,13 +122,15 @@ class MySQLBackend(SqlBackend):
         # commits, so once per server session will do.
         if not worker:
             return
-        session = _server_session(conn)
-        if self._prepared.get(conn, _UNPREPARED) == session:
+        # Noted per thread, which keeps its connection, with the server's id for the session: a driver that
+        # reconnects (ping(reconnect=True)) gets a new session with the server's defaults.
+        prepared = (conn, _server_session(conn))
+        if self._local.prepared == prepared:
             return
         with conn.cursor() as cursor:
             cursor.execute(_TIME_ZONE_SQL, (_UTC,))
             cursor.execute(_ISOLATION_SQL)
-        self._prepared[conn] = session
+        self._local.prepared = prepared
 
     def _caller_session(self, conn: Any) -> AbstractContextManager[str]:
         # The caller's session keeps its time zone: MariaDB changes it for the INSERT alone; elsewhere
