@@ -579,22 +579,19 @@ class QueueWorker:
         if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
             return
         failures = 0
-        while not self._stop_event.is_set():
+        # Read once, not once a job: none of them changes while the worker runs.
+        backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
+        stop_event = self._stop_event
+        while not stop_event.is_set():
             delay = self._interval
             generation = self._wake_generation
             runs = 0
             try:
-                self._log_fn(ev.POLLING_FOR_JOBS, context)
-                while not self._stop_event.is_set():
-                    ran = run_next(
-                        self.backend,
-                        self.settings,
-                        self.handler_fn,
-                        self._log_fn,
-                        context,
-                        self._stop_event,
-                        may_handle,
-                    )
+                log_fn(ev.POLLING_FOR_JOBS, context)
+                # No stop check of its own before each run: run_next checks before it claims, and has just
+                # checked to return True.
+                while True:
+                    ran = run_next(backend, settings, handler_fn, log_fn, context, stop_event, may_handle)
                     lock.acquire()  # as in may_handle
                     try:
                         current.pop(n, None)  # its transaction is over: nothing left to release
