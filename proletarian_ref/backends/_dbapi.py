@@ -415,6 +415,8 @@ class SqlBackend:
         raise NotImplementedError(f"{type(self).__name__} has no COPY")
 
     def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
+        """The statement `name` for these tables; the per-job statements keep what it gives (_statements),
+        so an override must give the same text for the same arguments."""
         return sql.render(self.dialect, name, job_table, archived_job_table)
 
     def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:

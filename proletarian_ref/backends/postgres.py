@@ -98,8 +98,8 @@ _THREE_DIGITS: Final = tuple(f"{n:03d}" for n in range(1000))
 
 
 # The last whole second utc_text wrote: (days, seconds) since the epoch and its text up to the seconds.
-# Both of a job's times, and the next jobs', nearly always fall in one second. One tuple, replaced whole,
-# so threads sharing it each read a consistent entry.
+# Both of a job's times, and the next jobs', nearly always fall in one second. Its one entry is a tuple
+# replaced whole, so threads sharing it each read a consistent one.
 _last_second: list[tuple[int, int, str]] = [(0, -1, "")]
 
 
