@@ -8,7 +8,6 @@ from typing import Any, cast
 
 from proletarian_ref import log as ev
 from proletarian_ref.backend import STATUS_SUCCESS, Backend, BatchClaim
-from proletarian_ref.clock import now_from
 from proletarian_ref.log import LogFn
 from proletarian_ref.worker import (
     GIVEN_BACK,
@@ -47,7 +46,7 @@ def run_next_batch(
         if stop_event.is_set():
             return None
         records = claim.get_next_jobs(
-            conn, settings.job_table, settings.queue, now_from(settings.clock), settings.batch_size
+            conn, settings.job_table, settings.queue, settings.now(), settings.batch_size
         )
         if not records:
             return None
@@ -84,7 +83,7 @@ def run_next_batch(
                     # batch ends here, as run_next_job's transaction would; the jobs before it are written.
                     break
         if finished:
-            finished_at = now_from(settings.clock)
+            finished_at = settings.now()
             claim.archive_jobs(
                 conn, settings.job_table, settings.archived_job_table, finished, STATUS_SUCCESS, finished_at
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Final
 
 from proletarian_ref.errors import ConfigurationError
@@ -30,3 +31,11 @@ def now_from(clock: Clock) -> datetime:
     if not isinstance(now, datetime) or now.tzinfo is None or now.utcoffset() is None:
         raise ConfigurationError(f"clock must return an aware datetime, got {now!r}")
     return now.astimezone(UTC)
+
+
+def reader(clock: Clock) -> Callable[[], datetime]:
+    """now_from(clock) as a function of no arguments; for the default clock, one with no Python frame of
+    its own (a worker reads the clock twice a job)."""
+    if clock is system_utc:
+        return partial(datetime.now, UTC)
+    return partial(now_from, clock)

@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from types import FrameType, TracebackType
 from typing import Any, Final, Literal
 
@@ -27,7 +28,7 @@ from proletarian_ref.backend import (
     archive_and_delete,
 )
 from proletarian_ref.backends import backend_for_data_source
-from proletarian_ref.clock import Clock, now_from, system_utc
+from proletarian_ref.clock import Clock, reader, system_utc
 from proletarian_ref.errors import (
     ConfigurationError,
     JobInterrupted,
@@ -44,6 +45,7 @@ from proletarian_ref.retry import FailedJobFn, RetryStrategyFn, maybe_retry, no_
 from proletarian_ref.serializers import Serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
+_new_tuple: Final = tuple.__new__
 HandlerFnMode = Literal["default", "advanced"]
 HandlerFn = Callable[..., object]
 HANDLER_FN_MODES: Final = ("default", "advanced")
@@ -87,6 +89,11 @@ class JobSettings:
     # Jobs claimed and run per transaction: 1 is Proletarian's one job a transaction (run_next_job),
     # more is batch mode (proletarian_ref.batch.run_next_batch).
     batch_size: int = 1
+    # now_from(clock), as clock.reader makes it: what the worker reads the time with.
+    now: Callable[[], datetime] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "now", reader(self.clock))
 
 
 def job_settings(
@@ -162,8 +169,10 @@ def _to_job(record: JobRecord, settings: JobSettings) -> tuple[Job, PayloadDecod
         if error is not exc:
             error.__cause__ = exc
         payload = record.payload
-    # _make, in Job's field order: the generated __new__ with keywords costs six times as much.
-    job = Job._make(
+    # tuple.__new__, in Job's field order: the generated __new__ with keywords costs six times as much, and
+    # _make a Python call more.
+    job = _new_tuple(
+        Job,
         (
             settings.job_id_strategy.decode_id(record.job_id),
             from_keyword_text(record.queue),
@@ -172,7 +181,7 @@ def _to_job(record: JobRecord, settings: JobSettings) -> tuple[Job, PayloadDecod
             record.attempts + 1,
             record.enqueued_at,
             record.process_at,
-        )
+        ),
     )
     return job, error
 
@@ -195,7 +204,7 @@ def run_next_job(
     with backend.transaction() as conn:
         if stop_event.is_set():
             return None
-        record = backend.get_next_job(conn, settings.job_table, settings.queue, now_from(settings.clock))
+        record = backend.get_next_job(conn, settings.job_table, settings.queue, settings.now())
         if record is None:
             return None
         job, decode_error = _to_job(record, settings)
@@ -204,7 +213,7 @@ def run_next_job(
             return False
         failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
         if failure is None:
-            finished_at = now_from(settings.clock)
+            finished_at = settings.now()
             archive_and_delete(
                 backend,
                 conn,
@@ -578,22 +587,19 @@ class QueueWorker:
         if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
             return
         failures = 0
-        while not self._stop_event.is_set():
+        # Read once, not once a job: none of them changes while the worker runs.
+        backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
+        stop_event = self._stop_event
+        while not stop_event.is_set():
             delay = self._interval
             generation = self._wake_generation
             runs = 0
             try:
-                self._log_fn(ev.POLLING_FOR_JOBS, context)
-                while not self._stop_event.is_set():
-                    ran = run_next(
-                        self.backend,
-                        self.settings,
-                        self.handler_fn,
-                        self._log_fn,
-                        context,
-                        self._stop_event,
-                        may_handle,
-                    )
+                log_fn(ev.POLLING_FOR_JOBS, context)
+                # No stop check of its own before each run: run_next checks before it claims, and has just
+                # checked to return True.
+                while True:
+                    ran = run_next(backend, settings, handler_fn, log_fn, context, stop_event, may_handle)
                     lock.acquire()  # as in may_handle
                     try:
                         current.pop(n, None)  # its transaction is over: nothing left to release

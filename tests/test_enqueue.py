@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import pickle
 import threading
 import uuid
 import weakref
@@ -64,6 +65,26 @@ def test_mysql_uuid_strategy_round_trips_proletarians_example() -> None:
     assert encoded == bytes.fromhex("550e8400e29b41d4a716446655440000")
     assert strategy.decode_id(encoded) == job_id
     assert strategy.encode_id(None) is None and strategy.decode_id(None) is None
+
+
+@pytest.mark.parametrize("stored", [bytes(range(16)), bytearray(b"\xff" * 16), memoryview(bytes(16))])
+def test_a_mysql_id_decodes_to_the_uuid_uuid_itself_makes_of_its_bytes(stored: Any) -> None:
+    """decode_id builds the UUID without uuid.UUID.__init__; it is the same UUID in every respect."""
+    made = mysql_uuid_strategy().decode_id(stored)
+    expected = uuid.UUID(bytes=bytes(stored))
+    assert type(made) is uuid.UUID
+    assert (made, hash(made), str(made), made.is_safe) == (
+        expected,
+        hash(expected),
+        str(expected),
+        expected.is_safe,
+    )
+    assert pickle.loads(pickle.dumps(made)) == expected
+
+
+def test_a_mysql_id_of_the_wrong_length_fails_as_uuid_fails() -> None:
+    with pytest.raises(ValueError, match="16-char"):
+        mysql_uuid_strategy().decode_id(b"short")
 
 
 def test_rolling_back_the_callers_transaction_leaves_no_job(db: Harness) -> None:

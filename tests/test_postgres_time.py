@@ -52,3 +52,16 @@ def test_a_stored_time_reads_as_the_utc_instant_whatever_the_session_zone(
     expected = value.replace(tzinfo=UTC) if zone is None else value.astimezone(UTC)
     assert (read, read.tzinfo, read.fold) == (expected, expected.tzinfo, expected.fold)
     assert read.isoformat() == expected.isoformat()
+
+
+def test_a_time_a_whole_number_of_days_after_the_last_one_written_gets_its_own_date() -> None:
+    """utc_text keeps the text of the last second it wrote; the same time of day on another day is not it."""
+    first = datetime(2026, 12, 3, 12, 0, 5, 250, tzinfo=UTC)
+    for value in (
+        first,
+        first + timedelta(days=1),
+        first - timedelta(days=365),
+        first,
+        first + timedelta(0, 1),
+    ):
+        assert utc_text(value) == value.isoformat()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -18,6 +19,9 @@ from proletarian_ref.tables import TableName
 
 _T = TypeVar("_T")
 _NO_JOB: Any = object()
+_new_tuple: Final = tuple.__new__
+# A write's row count, read without a Python call of its own (five statements a job pass here).
+_ROWCOUNT: Final = operator.attrgetter("rowcount")
 # The key of the cursor a thread's own connection runs its statements on (queued writes have their own).
 _STATEMENTS: Final = 0
 # The enqueue INSERT's placeholders, in the order SqlBackend.enqueue binds them.
@@ -65,6 +69,32 @@ class _Lease:
     pending: list[tuple[Any, str, Any]] | None = None
 
 
+class _ThreadState(threading.local):
+    """What a backend keeps per thread; an attribute the thread has not set reads as the class's None."""
+
+    # The connection the thread keeps and its cursors (_Lease.cursors), while it has one.
+    conn: Any = None
+    cursors: dict[int, Any] | None = None
+    # The thread's open transaction, as in SqlBackend._leases: found here without asking for the ident.
+    lease: _Lease | None = None
+    # What _prepare_session last set up on the thread's connection, where a backend keeps a note of it.
+    prepared: Any = None
+
+
+class _Rendered(dict[tuple[str, TableName, TableName | None], str]):
+    """A backend's statements by (name, job table, archive table), each made once by its _render."""
+
+    __slots__ = ("_render",)
+
+    def __init__(self, render: Callable[[str, TableName, TableName | None], str]) -> None:
+        super().__init__()
+        self._render = render
+
+    def __missing__(self, key: tuple[str, TableName, TableName | None]) -> str:
+        statement = self[key] = self._render(*key)
+        return statement
+
+
 class SqlBackend:
     """A Backend over a DB-API driver whose statements live in sql/<dialect>/queries.sql.
 
@@ -88,7 +118,7 @@ class SqlBackend:
         # ArchiveAndDelete: a finished job's archive and delete in one round trip (archive_and_delete_job).
         self.compact_plan = compact
         self._data_source = data_source
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._lock = threading.Lock()
         self._owned: list[Any] = []
         self._spare: list[Any] = [first_connection] if first_connection is not None else []
@@ -96,6 +126,8 @@ class SqlBackend:
             self._owned.append(first_connection)
         # Open transactions by thread ident, so stop() can release a stuck thread's job.
         self._leases: dict[int, _Lease] = {}
+        # The hot statements, subscripted rather than rendered on every call: one dict lookup, no call.
+        self._statements = _Rendered(self._render)
 
     # -- driver specifics, overridden per dialect ------------------------------------------------------
 
@@ -171,9 +203,9 @@ class SqlBackend:
     def _checkin_pooled(self, conn: Any) -> None:
         raise NotImplementedError
 
-    @property
-    def _pooled(self) -> bool:
-        return False
+    # Whether transactions take their connections from a pool (_checkout_pooled) rather than keep one per
+    # thread; an attribute, not a property: every transaction reads it.
+    _pooled: bool = False
 
     # -- errors ----------------------------------------------------------------------------------------
 
@@ -199,10 +231,8 @@ class SqlBackend:
 
     # -- connections and transactions ------------------------------------------------------------------
 
-    def _thread_connection(self) -> Any:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
+    def _new_thread_connection(self) -> Any:
+        """A connection for a thread that keeps none yet: a spare one, else one from the factory."""
         with self._lock:
             conn = self._spare.pop() if self._spare else None
         if conn is None:
@@ -267,6 +297,7 @@ class SqlBackend:
             self._leases.pop(threading.get_ident(), None)
         finally:
             lock.release()
+        self._local.lease = None
         if lease.released:
             # Released mid-statement (so not closed then) or closed already: either way the server must
             # see the connection go, which rolls the transaction back.
@@ -309,7 +340,7 @@ class SqlBackend:
         So a worker on a backend it was lent gives back what its own threads opened, and nothing of
         another worker's. A pool's connections go back to the pool after every transaction already.
         """
-        conn = getattr(self._local, "conn", None)
+        conn = self._local.conn
         if conn is not None:
             self._discard_thread_connection(conn)
 
@@ -346,7 +377,7 @@ class SqlBackend:
         statement sees them done and counted.
         Five statements run per job, so this is written for speed: no context managers, no lookups twice.
         """
-        lease = self._leases.get(threading.get_ident())
+        lease = self._local.lease
         if lease is not None and lease.conn is conn:
             # transaction() has prepared this connection's session already.
             self._start_round_trip(lease)
@@ -391,6 +422,8 @@ class SqlBackend:
         raise NotImplementedError(f"{type(self).__name__} has no COPY")
 
     def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
+        """The statement `name` for these tables; the per-job statements keep what it gives (_statements),
+        so an override must give the same text for the same arguments."""
         return sql.render(self.dialect, name, job_table, archived_job_table)
 
     def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
@@ -502,7 +535,7 @@ class SqlBackend:
     def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
         row = self._execute(
             conn,
-            self._render("get_next_job", job_table),
+            self._statements["get_next_job", job_table, None],
             {"queue": queue, "now": self._db_time(now, what="now")},
             self._fetch_claimed,
         )
@@ -510,8 +543,10 @@ class SqlBackend:
 
     def _job_record(self, row: Sequence[Any]) -> JobRecord:
         job_id, queue_text, job_type, payload, attempts, enqueued_at, process_at = row
-        # _make, in JobRecord's field order: the generated __new__ with keywords costs six times as much.
-        return JobRecord._make(
+        # tuple.__new__, in JobRecord's field order: the generated __new__ with keywords costs six times as
+        # much, and _make a Python call more (the unpacking above has checked the length).
+        return _new_tuple(
+            JobRecord,
             (
                 job_id,
                 queue_text,
@@ -520,7 +555,7 @@ class SqlBackend:
                 int(attempts),
                 self._from_db_time(enqueued_at),
                 self._from_db_time(process_at),
-            )
+            ),
         )
 
     # -- batch mode (BatchClaim) -----------------------------------------------------------------------
@@ -583,12 +618,13 @@ class SqlBackend:
         self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
 
     def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
-        lease = self._leases.get(threading.get_ident())
+        lease = self._local.lease
         if lease is not None and lease.pending is not None and lease.conn is conn:
             self._queue_write(lease, statement, params, what)
             return
-        count = self._execute(conn, statement, params, _rowcount)
-        _check_one(count, what, params["job_id"])
+        count = self._execute(conn, statement, params, _ROWCOUNT)
+        if count != 1:
+            raise _wrong_count(count, what, params["job_id"])
 
     def _queue_write(self, lease: _Lease, statement: str, params: dict[str, Any], what: str) -> None:
         """Send a single-row write on a pipelined transaction; _settle counts it before anything else runs.
@@ -620,7 +656,8 @@ class SqlBackend:
         writes = pending[:]
         pending.clear()
         for cursor, what, job_id in writes:
-            _check_one(cursor.rowcount, what, job_id)
+            if cursor.rowcount != 1:
+                raise _wrong_count(cursor.rowcount, what, job_id)
 
     def archive_job(
         self,
@@ -634,7 +671,8 @@ class SqlBackend:
         self._archive(conn, "archive_job", job_table, archived_job_table, job_id, status, finished_at)
 
     def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None:
-        self._write_one(conn, self._render("delete_job", job_table), {"job_id": job_id}, "delete_job")
+        statement = self._statements["delete_job", job_table, None]
+        self._write_one(conn, statement, {"job_id": job_id}, "delete_job")
 
     def archive_and_delete_job(
         self,
@@ -662,7 +700,7 @@ class SqlBackend:
     ) -> None:
         """Run the archiving statement `name` for one job and check that it changed exactly one row."""
         params = self._archive_params(job_id, status, finished_at)
-        self._write_one(conn, self._render(name, job_table, archived_job_table), params, name)
+        self._write_one(conn, self._statements[name, job_table, archived_job_table], params, name)
 
     def _archive_params(self, job_id: Any, status: str, finished_at: datetime) -> dict[str, Any]:
         return {
@@ -673,7 +711,7 @@ class SqlBackend:
 
     def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
         params = {"job_id": job_id, "retry_at": self._db_time(retry_at, what="retry_at")}
-        self._write_one(conn, self._render("retry_at", job_table), params, "retry_at")
+        self._write_one(conn, self._statements["retry_at", job_table, None], params, "retry_at")
 
 
 class _Transaction:
@@ -690,18 +728,22 @@ class _Transaction:
 
     def __enter__(self) -> Any:
         backend = self._backend
+        local = backend._local
         pooled = self._pooled = backend._pooled
-        try:
-            conn = backend._checkout_pooled() if pooled else backend._thread_connection()
-        except Exception as exc:
-            backend._raise_library_error(exc)
-        lease = self._lease = _Lease(conn, None if pooled else backend._local.cursors)
+        conn = None if pooled else local.conn
+        if conn is None:
+            try:
+                conn = backend._checkout_pooled() if pooled else backend._new_thread_connection()
+            except Exception as exc:
+                backend._raise_library_error(exc)
+        lease = self._lease = _Lease(conn, None if pooled else local.cursors)
         lock = backend._lock
         lock.acquire()
         try:
             backend._leases[threading.get_ident()] = lease
         finally:
             lock.release()
+        local.lease = lease
         try:
             try:
                 backend._prepare_session(conn, worker=True)
@@ -783,11 +825,10 @@ def _fetchall(cursor: Any) -> list[Any]:
     return list(cursor.fetchall())
 
 
-def _check_one(count: int, what: str, job_id: Any) -> None:
+def _wrong_count(count: int, what: str, job_id: Any) -> DatabaseError:
     # The row is locked by this transaction, so anything but one row means the table is not what the
     # worker thinks it is; failing keeps the job rather than losing it.
-    if count != 1:
-        raise DatabaseError(f"{what} changed {count} rows of job {job_id!r}; expected exactly 1")
+    return DatabaseError(f"{what} changed {count} rows of job {job_id!r}; expected exactly 1")
 
 
 def _rowcount(cursor: Any) -> int:

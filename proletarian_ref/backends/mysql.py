@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
@@ -15,7 +14,7 @@ from pymysql.constants import CLIENT
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend, _check_one
+from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend, _wrong_count
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.clock import EPOCH_NAIVE, EPOCH_UTC
 from proletarian_ref.errors import (
@@ -87,9 +86,6 @@ class MySQLBackend(SqlBackend):
         self, data_source: Any = None, *, first_connection: Any = None, compact: bool = False
     ) -> None:
         super().__init__(data_source, first_connection=first_connection, compact=compact)
-        # The worker's own connections already set up, with the server's id for the session: a driver that
-        # reconnects (ping(reconnect=True)) gets a new session with the server's defaults.
-        self._prepared: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # The payload columns of (server, job table, archive table); read once, re-read before refusing.
         self._payload_columns: dict[tuple[Any, ...], list[PayloadColumn]] = {}
 
@@ -137,8 +133,10 @@ class MySQLBackend(SqlBackend):
         # commits, so once per server session will do.
         if not worker:
             return
-        session = _server_session(conn)
-        if self._prepared.get(conn, _UNPREPARED) == session:
+        # Noted per thread, which keeps its connection, with the server's id for the session: a driver that
+        # reconnects (ping(reconnect=True)) gets a new session with the server's defaults.
+        prepared = (conn, _server_session(conn))
+        if self._local.prepared == prepared:
             return
         if self.compact_plan and not getattr(conn, "client_flag", 0) & CLIENT.MULTI_STATEMENTS:
             # Refused rather than run as two statements: the option would silently do nothing. Raised
@@ -152,7 +150,7 @@ class MySQLBackend(SqlBackend):
         with conn.cursor() as cursor:
             cursor.execute(_TIME_ZONE_SQL, (_UTC,))
             cursor.execute(_ISOLATION_SQL)
-        self._prepared[conn] = session
+        self._local.prepared = prepared
 
     def _caller_session(self, conn: Any) -> AbstractContextManager[str]:
         # The caller's session keeps its time zone: MariaDB changes it for the INSERT alone; elsewhere
@@ -299,14 +297,17 @@ class MySQLBackend(SqlBackend):
 
         Both counts are read before either is checked, so the connection is left with no result unread.
         """
+        statements = self._statements
         statement = (
-            f"{self._render('archive_job', job_table, archived_job_table)};\n"
-            f"{self._render('delete_job', job_table)}"
+            f"{statements['archive_job', job_table, archived_job_table]};\n"
+            f"{statements['delete_job', job_table, None]}"
         )
         params = self._archive_params(job_id, status, finished_at)
         archived, deleted = self._execute(conn, statement, params, _both_counts)
-        _check_one(archived, "archive_job", job_id)
-        _check_one(deleted, "delete_job", job_id)
+        if archived != 1:
+            raise _wrong_count(archived, "archive_job", job_id)
+        if deleted != 1:
+            raise _wrong_count(deleted, "delete_job", job_id)
 
     def _cursor(self, conn: Any) -> Any:
         # A plain tuple cursor whatever cursorclass the caller's connection was made with.
