@@ -289,7 +289,7 @@ def _rates(
         rates = ", ".join(f"{label} {rate:,.0f} jobs/s" for label, rate in row.items())
         print(f"{dialect} round {n + 1}: {rates}", file=sys.stderr, flush=True)
     summary: dict[str, Any] = {"rounds": rounds}
-    for side in sides:
+    for side in sides if rounds else ():
         summary[side.label] = {"median": statistics.median(r[side.label] for r in rounds)}
         if side.label != then:
             ratios = [r[side.label] / r[then] for r in rounds]
@@ -303,16 +303,17 @@ def report(results: dict[str, Any], command: str) -> str:
     then, *later = results["sides"]
     dialects = {key: value for key, value in results.items() if key in ("postgresql", "mysql")}
     rounds = len(next(iter(dialects.values()))["rounds"])
-    lines = [
-        f"`{command}`",
-        "",
-        f"{results['jobs']:,} no-op jobs drained by {results['processes']} process(es) x "
-        f"{results['threads']} thread(s), one job a transaction, {rounds} rounds in turns",
-        "",
-        f"| database | version | jobs/s (median) | / {then} (median) | min | max |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    for dialect, row in dialects.items():
+    lines = [f"`{command}`"]
+    if rounds:
+        lines += [
+            "",
+            f"{results['jobs']:,} no-op jobs drained by {results['processes']} process(es) x "
+            f"{results['threads']} thread(s), one job a transaction, {rounds} rounds in turns",
+            "",
+            f"| database | version | jobs/s (median) | / {then} (median) | min | max |",
+            "|---|---|---:|---:|---:|---:|",
+        ]
+    for dialect, row in dialects.items() if rounds else ():
         lines.append(f"| {dialect} | {then} | {row[then]['median']:,.0f} | | | |")
         for label in later:
             side = row[label]
@@ -365,8 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.backends.split(",")) - {"postgresql", "mysql"}
     if unknown:
         parser.error(f"--backends: unknown {', '.join(sorted(unknown))}; expected postgresql, mysql")
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
+    if args.rounds < 0 or (args.rounds == 0 and not args.instructions):
+        parser.error("--rounds must be at least 1, or 0 with --instructions (counts only)")
     if args.instructions and shutil.which("valgrind") is None:
         parser.error("--instructions needs valgrind (Debian: apt-get install valgrind)")
     results = compare(args)
