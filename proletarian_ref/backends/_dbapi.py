@@ -22,8 +22,6 @@ _NO_JOB: Any = object()
 _new_tuple: Final = tuple.__new__
 # A write's row count, read without a Python call of its own (five statements a job pass here).
 _ROWCOUNT: Final = operator.attrgetter("rowcount")
-# The key of the cursor a thread's own connection runs its statements on (queued writes have their own).
-_STATEMENTS: Final = 0
 # The enqueue INSERT's placeholders, in the order SqlBackend.enqueue binds them.
 _ENQUEUE_COLUMNS: Final = ("job_id", "queue", "job_type", "payload", "attempts", "enqueued_at", "process_at")
 
@@ -58,9 +56,9 @@ class _Lease:
     """A connection in use by one thread's transaction, as release_connection needs to see it."""
 
     conn: Any
-    # The cursors the thread keeps on its own connection, its statements' (_STATEMENTS) and its queued
-    # writes' (-1, -2, ...); None for a pool's connection.
-    cursors: dict[int, Any] | None
+    # The cursors the thread keeps on its own connection: one per way a statement's result is read
+    # (_execute's `read`), and one per queued write (-1, -2, ...); None for a pool's connection.
+    cursors: dict[Any, Any] | None
     # True while the owning thread is talking to the server; a connection is never closed under it.
     busy: bool = True
     released: bool = False
@@ -74,7 +72,7 @@ class _ThreadState(threading.local):
 
     # The connection the thread keeps and its cursors (_Lease.cursors), while it has one.
     conn: Any = None
-    cursors: dict[int, Any] | None = None
+    cursors: dict[Any, Any] | None = None
     # The thread's open transaction, as in SqlBackend._leases: found here without asking for the ident.
     lease: _Lease | None = None
     # What _prepare_session last set up on the thread's connection, where a backend keeps a note of it.
@@ -390,11 +388,13 @@ class SqlBackend:
             elif lease.pending:
                 self._settle(conn, lease.pending)
             if cursors is not None:
-                # The thread's own connection keeps its cursor: making one costs more than a statement's own
-                # Python work.
-                cursor = cursors.get(_STATEMENTS)
+                # The thread's own connection keeps its cursors: making one costs more than a statement's
+                # own Python work. One per kind of result (`read`): a psycopg cursor that switches between
+                # the claim's rows and the writes' counts sets up its result handling anew each time, 21k
+                # instructions a job more than a cursor that keeps to one shape.
+                cursor = cursors.get(read)
                 if cursor is None:
-                    cursor = cursors[_STATEMENTS] = self._cursor(conn)
+                    cursor = cursors[read] = self._cursor(conn)
                 kept = True
             else:
                 # A caller's or a pool's connection: the backend cannot tell when it goes away.
@@ -635,7 +635,7 @@ class SqlBackend:
         pending = lease.pending
         self._start_round_trip(lease)
         try:
-            key = -1 - len(pending)  # apart from the keys False and True of _execute's cursors
+            key = -1 - len(pending)  # apart from the keys of _execute's cursors, its readers
             cursor = lease.cursors.get(key)
             if cursor is None:
                 cursor = lease.cursors[key] = self._cursor(lease.conn)
