@@ -237,3 +237,91 @@ def test_the_second_throughput_run_quoted_is_its_table() -> None:
         f"had {passed} of {len(rows)} at the target, ratios from {min(ratios):.2f} to {max(ratios):.2f}"
         in text
     )
+
+
+FOURTH_ROUND: Final = ROOT / "benchmarks" / "results" / "issue14-2026-12-03"
+
+
+def _fourth_round(name: str) -> dict[str, Any]:
+    """A file of the fourth round: the throughput and enqueue run, or benchmarks.versus's."""
+    loaded: dict[str, Any] = json.loads((FOURTH_ROUND / name).read_text(encoding="utf-8"))
+    return loaded
+
+
+def test_the_fourth_round_tables_are_its_runs() -> None:
+    pasted = BENCHMARKS_MD.read_text(encoding="utf-8")
+    tables = (FOURTH_ROUND / "results.md").read_text(encoding="utf-8")
+    sections = tables[tables.index("### Throughput") :]
+    versus = (FOURTH_ROUND / "versus.md").read_text(encoding="utf-8")
+    for table_line in (line for line in (sections + versus).splitlines() if line.startswith("|")):
+        assert table_line in pasted
+
+
+def test_the_fourth_round_figures_quoted_are_its_tables() -> None:
+    run, versus = _fourth_round("results.json"), _fourth_round("versus.json")
+    assert run["meta"]["git"]["commit"].startswith("06937f1") and not run["meta"]["git"]["dirty"]
+    rows = [
+        row
+        for entry in run["benchmarks"]["throughput"]
+        for row in entry["rows"]
+        if row.get("batch_size", 1) == 1
+    ]
+    docs, readme = prose(BENCHMARKS_MD), prose(README_MD)
+    passed = sum(1 for row in rows if row["pass"])
+    lowest = min(row["ratio"] for row in rows)
+    compact = {
+        entry["backend"]: [row["compact_ratio"] for row in entry["rows"] if row.get("batch_size", 1) == 1]
+        for entry in run["benchmarks"]["throughput"]
+    }
+    compact_text = (
+        f"{min(compact['postgresql']):.2f} to {max(compact['postgresql']):.2f} times the plain plan's rate "
+        f"on PostgreSQL and {min(compact['mysql']):.2f} to {max(compact['mysql']):.2f} on MariaDB"
+    )
+    many = {entry["backend"]: entry["many"] for entry in run["benchmarks"]["enqueue_rate"]}
+    then, now, on_compact = versus["sides"]
+    pg, my = versus["postgresql"], versus["mysql"]
+    for text in (docs, readme):
+        assert f"{passed} of {len(rows)}" in text
+        assert compact_text in text
+        assert f"{many['postgresql']['ratio']:.2f}x a raw `COPY`" in text
+        assert f"at most {1 / lowest:.2f}x the library's rate here (1 / {lowest:.2f}" in text
+        assert f"{pg[on_compact]['ratio_median']:.2f}x and {my[on_compact]['ratio_median']:.2f}x" in text
+    assert (
+        f"at {pg[now]['ratio_median']:.2f}x (PostgreSQL) and {my[now]['ratio_median']:.2f}x (MariaDB)"
+        in readme
+    )
+    assert (
+        f"at {pg[now]['ratio_median']:.2f}x its rate on PostgreSQL and {my[now]['ratio_median']:.2f}x on"
+        in docs
+    )
+    singles = [r[now] / r[then] for dialect in (pg, my) for r in dialect["rounds"]]
+    assert f"(single rounds {min(singles):.2f} to {max(singles):.2f})" in docs
+    assert f"({run['duration_s']:.0f} s" in docs or f"{run['duration_s']:.0f} s," in docs
+
+
+def test_the_fourth_round_instruction_counts_quoted_are_its_counts() -> None:
+    # benchmarks.instructions prints a table only: its saved output is the source, as the docs table is
+    # for the reference run; benchmarks.versus also wrote JSON.
+    counted = {
+        match.group(1): (int(match.group(2).replace(",", "")), int(match.group(3).replace(",", "")))
+        for match in re.finditer(
+            r"^\| conformance\.builtin:(\w+) \| ([\d,]+) \| ([\d,]+) \|",
+            (FOURTH_ROUND / "instructions.md").read_text(encoding="utf-8"),
+            re.MULTILINE,
+        )
+    }
+    ratio = {name: library / raw for name, (library, raw) in counted.items()}
+    docs, readme = prose(BENCHMARKS_MD), prose(README_MD)
+    assert (
+        f"The client now executes {ratio['postgresql']:.2f}x (PostgreSQL) and {ratio['mysql']:.2f}x" in readme
+    )
+    assert f"it does {ratio['postgresql_compact']:.2f}x the raw loop's work a job on PostgreSQL" in readme
+    library, raw = counted["postgresql_compact"]
+    assert f"({library:,} against {raw:,})" in readme
+    assert f"| PostgreSQL, compact plan | {library:,} | {raw:,} | {library / raw:.2f} |" in docs
+    versus = _fourth_round("versus-instructions.json")
+    then, now, compact = versus["sides"]
+    pg, my = versus["postgresql"]["instructions"], versus["mysql"]["instructions"]
+    assert f"needs {pg[then] / pg[now]:.2f}x fewer a job than the filing commit's on PostgreSQL" in docs
+    assert f"({pg[now]:,.0f} against {pg[then]:,.0f}) and {my[then] / my[now]:.2f}x fewer on MariaDB" in docs
+    assert f"the compact plan {pg[then] / pg[compact]:.2f}x and {my[then] / my[compact]:.2f}x fewer" in docs
