@@ -691,6 +691,11 @@ def throughput_chart(results: dict[str, Any], path: Path) -> None:
         ax.plot(xs, [r["library_jobs_per_s"] for r in rows], "-o", label=f"{e['backend']}, proletarian-ref")
         if rows and "raw_jobs_per_s" in rows[0]:
             ax.plot(xs, [r["raw_jobs_per_s"] for r in rows], "--s", label=f"{e['backend']}, raw driver loop")
+        compact = [
+            (x, r["compact_jobs_per_s"]) for x, r in zip(xs, rows, strict=True) if "compact_jobs_per_s" in r
+        ]
+        if compact:
+            ax.plot(*zip(*compact, strict=True), ":^", label=f"{e['backend']}, compact plan")
     ax.set_xticks(range(len(labels)), labels)
     ax.set_xlabel("worker processes x threads")
     ax.set_ylabel("jobs per second (no-op handler)")
