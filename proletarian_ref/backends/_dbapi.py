@@ -21,7 +21,7 @@ _T = TypeVar("_T")
 _NO_JOB: Any = object()
 _new_tuple: Final = tuple.__new__
 # A write's row count, read without a Python call of its own (five statements a job pass here).
-_ROWCOUNT: Final = operator.attrgetter("rowcount")
+_rowcount: Final = operator.attrgetter("rowcount")
 # The enqueue INSERT's placeholders, in the order SqlBackend.enqueue binds them.
 _ENQUEUE_COLUMNS: Final = ("job_id", "queue", "job_type", "payload", "attempts", "enqueued_at", "process_at")
 
@@ -525,6 +525,22 @@ class SqlBackend:
                     self._execute(conn, statement, params, _rowcount)
         return ids
 
+    @contextmanager
+    def _enqueue_many_savepoint(self, conn: Any) -> Iterator[None]:
+        """The block inside SAVEPOINT proletarian_enqueue_many of the caller's open transaction: rolled back
+        to and released if the block raises, released if not, so the transaction is left as it was."""
+        statements = sql.queries(self.dialect)
+        self._execute(conn, statements["enqueue_many_savepoint"], None, _ignore)
+        try:
+            yield
+        except BaseException:
+            # The batch's own error is the one to report; a session that cannot roll back is broken anyway.
+            with contextlib.suppress(Exception):
+                self._execute(conn, statements["enqueue_many_rollback"], None, _ignore)
+                self._execute(conn, statements["enqueue_many_release"], None, _ignore)
+            raise
+        self._execute(conn, statements["enqueue_many_release"], None, _ignore)
+
     def _all_or_none(self, conn: Any) -> AbstractContextManager[None]:
         """Around the statements of a batch that needed more than one: undoes them all if one fails.
 
@@ -622,7 +638,7 @@ class SqlBackend:
         if lease is not None and lease.pending is not None and lease.conn is conn:
             self._queue_write(lease, statement, params, what)
             return
-        count = self._execute(conn, statement, params, _ROWCOUNT)
+        count = self._execute(conn, statement, params, _rowcount)
         if count != 1:
             raise _wrong_count(count, what, params["job_id"])
 
@@ -829,10 +845,6 @@ def _wrong_count(count: int, what: str, job_id: Any) -> DatabaseError:
     # The row is locked by this transaction, so anything but one row means the table is not what the
     # worker thinks it is; failing keeps the job rather than losing it.
     return DatabaseError(f"{what} changed {count} rows of job {job_id!r}; expected exactly 1")
-
-
-def _rowcount(cursor: Any) -> int:
-    return int(cursor.rowcount)
 
 
 def _ignore(cursor: Any) -> None:

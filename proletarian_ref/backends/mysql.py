@@ -14,7 +14,7 @@ from pymysql.constants import CLIENT
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend, _wrong_count
+from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend, _ignore, _wrong_count
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.clock import EPOCH_NAIVE, EPOCH_UTC
 from proletarian_ref.errors import (
@@ -226,25 +226,13 @@ class MySQLBackend(SqlBackend):
                 self._execute(conn, head + ", ".join(chunk), None, _ignore)
         return []
 
-    @contextlib.contextmanager
-    def _all_or_none(self, conn: Any) -> Iterator[None]:
+    def _all_or_none(self, conn: Any) -> AbstractContextManager[None]:
         # A failed statement undoes only itself on MySQL: without the savepoint the batch's earlier
         # statements would stay in the caller's transaction. Released, it leaves the transaction as it was.
         # In autocommit mode each statement commits anyway and there is no transaction to hold a savepoint.
         if conn.get_autocommit():
-            yield
-            return
-        batch = sql.queries(self.dialect)
-        self._execute(conn, batch["enqueue_many_savepoint"], None, _ignore)
-        try:
-            yield
-        except BaseException:
-            # The INSERT's error is the one to report; a session that cannot roll back is broken anyway.
-            with contextlib.suppress(Exception):
-                self._execute(conn, batch["enqueue_many_rollback"], None, _ignore)
-                self._execute(conn, batch["enqueue_many_release"], None, _ignore)
-            raise
-        self._execute(conn, batch["enqueue_many_release"], None, _ignore)
+            return contextlib.nullcontext()
+        return self._enqueue_many_savepoint(conn)
 
     @staticmethod
     def _set_time_zone(conn: Any, zone: str) -> None:
@@ -348,10 +336,6 @@ def _server_session(conn: Any) -> Any:
     """The server's id for the connection's session (PyMySQL's thread_id()), new after a reconnect."""
     thread_id = getattr(conn, "thread_id", None)
     return thread_id() if callable(thread_id) else None
-
-
-def _ignore(cursor: Any) -> None:
-    return None
 
 
 def _both_counts(cursor: Any) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from psycopg.rows import tuple_row
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import SqlBackend, _close_quietly
+from proletarian_ref.backends._dbapi import SqlBackend, _close_quietly, _ignore
 from proletarian_ref.clock import EPOCH_NAIVE, EPOCH_UTC
 from proletarian_ref.errors import (
     ConfigurationError,
@@ -406,7 +406,7 @@ class PostgresBackend(SqlBackend):
             return super()._insert_rows(conn, prefix, job_table, rows, generated=generated)
         # One COPY for the whole batch, whatever its size: 2.5 times the jobs a second of a 1,000-row
         # INSERT ... VALUES on the benchmark machine, and no bind-parameter limit to cut it by.
-        self._execute(conn, self._render("enqueue_copy", job_table), rows, _nothing, copy=True)
+        self._execute(conn, self._render("enqueue_copy", job_table), rows, _ignore, copy=True)
         return []
 
     def enqueue_stream(self, conn: Any, job_table: TableName, jobs: Iterator[JobRecord]) -> list[Any]:
@@ -437,11 +437,11 @@ class PostgresBackend(SqlBackend):
         if after is _NO_ROW:
             # Every job is made: nothing of the client's can fail once the COPY has started.
             with self._caller_session(conn) as prefix:
-                self._execute(conn, prefix + statement, head, _nothing, copy=True)
+                self._execute(conn, prefix + statement, head, _ignore, copy=True)
             return ids
         with self._undone_on_error(conn), self._caller_session(conn) as prefix:
             streamed = itertools.chain(head, (after,), rows)
-            self._execute(conn, prefix + statement, streamed, _nothing, copy=True)
+            self._execute(conn, prefix + statement, streamed, _ignore, copy=True)
         return ids
 
     @contextlib.contextmanager
@@ -457,17 +457,8 @@ class PostgresBackend(SqlBackend):
         """
         status = conn.info.transaction_status
         if status == TransactionStatus.INTRANS:
-            statements = sql.queries(self.dialect)
-            self._execute(conn, statements["enqueue_many_savepoint"], None, _nothing)
-            try:
+            with self._enqueue_many_savepoint(conn):
                 yield
-            except BaseException:
-                # The COPY's error is the one to report; a session that cannot roll back is broken anyway.
-                with contextlib.suppress(Exception):
-                    self._execute(conn, statements["enqueue_many_rollback"], None, _nothing)
-                    self._execute(conn, statements["enqueue_many_release"], None, _nothing)
-                raise
-            self._execute(conn, statements["enqueue_many_release"], None, _nothing)
         elif status == TransactionStatus.IDLE and not conn.autocommit:
             try:
                 yield
@@ -508,7 +499,7 @@ class PostgresBackend(SqlBackend):
             "channel": notification_channel(job_table),
             "queues": [notification_payload(queue) for queue in queues],
         }
-        self._execute(conn, self._render("notify_enqueued", job_table), params, _nothing)
+        self._execute(conn, self._render("notify_enqueued", job_table), params, _ignore)
 
     def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> PostgresListener:
         source = data_source if data_source is not None else self._data_source
@@ -655,10 +646,6 @@ def _lenient_row(cursor: Any) -> Any:
         return transformer.load_row(0, tuple)
     finally:
         lenient.close()
-
-
-def _nothing(cursor: Any) -> None:
-    return None
 
 
 # COPY's text format: these characters in a value are written as backslash escapes (psycopg's _dump_re).
