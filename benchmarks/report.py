@@ -162,8 +162,9 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
         "server's own ceiling for one job a transaction: pgbench running the same statements at the same "
         "connections, in C with prepared statements, interleaved with the rounds; *of pgbench* is the median "
         "of the rounds' library / pgbench. *compact* is the library on its compact statement plan "
-        "(`compact=True`: a job's archive and delete in one round trip), drained in each round between "
-        "the library and the raw loop; *compact / library* is the median of the rounds' compact / library."
+        "(`compact=True`: a job's archive and delete in one round trip), drained in each round next to "
+        "the library, on the side away from the raw loop; *compact / library* is the median of the "
+        "rounds' compact / library."
     )
     out.append("")
     rows: list[list[Any]] = []

@@ -54,6 +54,14 @@ def paired_ratios(row: dict[str, Any], mode: str = "library", over: str = "raw")
     return [lib["jobs_per_s"] / raw["jobs_per_s"] for lib, raw in pairs if raw["jobs_per_s"] > 0]
 
 
+def drain_order(modes: list[str], round_: int) -> list[str]:
+    """The order of a round's drains: `modes` (library second when compact is first), reversed every other
+    round so that drift in a shared machine's load (other tests, the disk's fsync queue) falls on both sides
+    alike. With the library in the middle, each paired ratio (library / raw, compact / library) is of two
+    drains back to back, whichever way the round runs."""
+    return list(modes) if round_ % 2 == 0 else list(modes[::-1])
+
+
 def compact_spec(spec: BackendSpec) -> BackendSpec | None:
     """The built-in backend on its compact statement plan (conformance.builtin:<name>_compact), else None."""
     if spec.factory in ("conformance.builtin:postgresql", "conformance.builtin:mysql"):
@@ -173,16 +181,14 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             }
             if batch_size > 1:
                 row["batch_size"] = batch_size
-            row_modes = [*modes[:1], "compact", *modes[1:]] if compact and batch_size == 1 else modes
+            row_modes = ["compact", *modes] if compact and batch_size == 1 else modes
             if processes > 1 and proc_reason:
                 row["skipped"] = proc_reason
                 progress.advance(task, len(row_modes) * settings.throughput_rounds)
                 rows.append(row)
                 continue
-            # Rounds alternate the order of library and raw so that drift in a shared machine's load (other
-            # tests, the disk's fsync queue) falls on both alike; the median of the rounds is the figure.
             for round_ in range(settings.throughput_rounds):
-                for mode in row_modes if round_ % 2 == 0 else row_modes[::-1]:
+                for mode in drain_order(row_modes, round_):
                     progress.describe(
                         task, f"{harness.name}: throughput, {processes}x{threads} {mode} #{round_ + 1}"
                     )

@@ -230,6 +230,19 @@ def _archived(job: Any, job_id: Any = None) -> Any:
     )
 
 
+def test_each_paired_ratio_is_of_two_drains_back_to_back_in_every_round() -> None:
+    # The compact plan once drained between the library and the raw loop, so library / raw paired drains
+    # two places apart; every pair a ratio is taken of must be neighbours, both ways round.
+    from benchmarks.throughput import drain_order
+
+    for round_ in range(4):
+        order = drain_order(["compact", "library", "raw"], round_)
+        assert {order[0], order[2]} == {"compact", "raw"} and order[1] == "library"
+        assert drain_order(["library", "raw"], round_) == (
+            ["library", "raw"] if round_ % 2 == 0 else ["raw", "library"]
+        )
+
+
 def test_statistics_helpers() -> None:
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert percentile([5.0], 99) == 5.0
