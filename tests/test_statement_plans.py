@@ -68,10 +68,17 @@ def _backend(
     return (cls or MySQLBackend)(data_source, **options)
 
 
-def _run(harness: SqlHarness, backend: SqlBackend, handler: Any = _noop) -> bool | None:
+def _run(
+    harness: SqlHarness, backend: SqlBackend, handler: Any = _noop, *, batch_size: int = 1
+) -> bool | None:
     try:
         return process_next_job(
-            harness.data_source, handler, backend=backend, clock=lambda: LATER, **harness.table_options
+            harness.data_source,
+            handler,
+            backend=backend,
+            clock=lambda: LATER,
+            batch_size=batch_size,
+            **harness.table_options,
         )
     finally:
         backend.close()
@@ -236,3 +243,46 @@ def test_a_plan_option_must_be_a_bool(option: str) -> None:
     if option == "compact":
         with pytest.raises(ConfigurationError, match="compact must be True or False"):
             MySQLBackend(lambda: None, compact=1)  # type: ignore[arg-type]
+
+
+# -- batch mode (create_queue_worker's batch_size > 1) on each plan ------------------------------------------
+
+BATCH = 8
+
+
+def _fails_one(job_type: str, payload: Any) -> None:
+    if payload["n"] == 1:
+        raise RuntimeError("job 1 fails, and is archived as a failure on its own (no retries)")
+
+
+def _enqueue_batch(db: SqlHarness, count: int) -> list[Any]:
+    """`count` jobs with payloads that need escaping and attempts other than 0; their stored rows."""
+    for n in range(count):
+        enqueue_committed(db, "plans/batch", {"text": f"é'\"\\ %s \n ✓ {n}", "n": n})
+    db.execute(f"UPDATE {db.job_table} SET attempts = 2")
+    return db.select(f"SELECT {_JOB_COLUMNS} FROM {db.job_table}")
+
+
+def _restore(db: SqlHarness, rows: list[Any]) -> None:
+    db.clear()
+    for row in rows:
+        db.execute(f"INSERT INTO {db.job_table} ({_JOB_COLUMNS}) VALUES ({', '.join(['%s'] * 7)})", row)
+
+
+@pytest.mark.parametrize("plan", OTHER_PLANS, ids=_plan_id)
+def test_every_plan_archives_a_batch_into_the_very_rows_of_the_plain_plan(
+    request: pytest.FixtureRequest, plan: tuple[str, dict[str, bool]]
+) -> None:
+    dialect, options = plan
+    db = _harness(request, dialect)
+    job_rows = _enqueue_batch(db, 4)
+    archived: dict[str, list[tuple[Any, ...]]] = {}
+    for name, plan_options in (("plain", {}), ("other", options)):
+        _restore(db, job_rows)
+        assert _run(db, _backend(request, dialect, plan_options), _fails_one, batch_size=BATCH) is True
+        assert db.jobs() == []
+        archived[name] = sorted(_archived_rows(db))
+    assert [(row[4], row[5]) for row in archived["plain"]].count((3, ":success")) == 3
+    assert [(row[4], row[5]) for row in archived["plain"]].count((3, ":failure")) == 1
+    # Every column as the driver reads it, the payloads' text and finished_at's microseconds included.
+    assert archived["other"] == archived["plain"]
