@@ -65,3 +65,15 @@ class TestPostgreSQLPipelineBatch(WorkerSuite):
             yield batched
         finally:
             batched.close()
+
+
+class TestPostgreSQLCompactBatch(WorkerSuite):
+    """The worker clauses in batch mode on the compact plan: a batch's archive and delete in one statement."""
+
+    @pytest.fixture
+    def harness(self, pg_compact_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = pg_compact_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()

@@ -616,6 +616,25 @@ class SqlBackend:
     def delete_jobs(self, conn: Any, job_table: TableName, job_ids: Sequence[Any]) -> None:
         self._write_all(conn, "delete_jobs", job_table, None, [], job_ids)
 
+    def archive_and_delete_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """The compact plan in batch mode (BatchArchiveAndDelete): the dialect's archive_and_delete_jobs,
+        one statement, its ids before status and finished_at."""
+        statement = sql.render_ids(
+            self.dialect, "archive_and_delete_jobs", job_table, archived_job_table, len(job_ids)
+        )
+        params = [*job_ids, status, self._db_time(finished_at, what="finished_at")]
+        count = self._execute(conn, statement, params, self._batch_count)
+        if count != len(job_ids):
+            raise _wrong_batch_count(count, "archive_and_delete_jobs", len(job_ids))
+
     def _batch_count(self, cursor: Any) -> int:
         """The row count of a batch write (a reader for _execute, one cursor for every batch write).
 
