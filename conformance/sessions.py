@@ -82,6 +82,19 @@ class _KillingBackend:
         self._backend.delete_jobs(conn, *args)  # type: ignore[attr-defined]
         self._after("delete", conn)
 
+    def archive_and_delete_jobs(
+        self, conn: Any, job_table: Any, archived_job_table: Any, job_ids: Any, *rest: Any
+    ) -> None:
+        combined = getattr(self._backend, "archive_and_delete_jobs", None)
+        if combined is None:  # a compact plan for one job only: the batch's two statements, each killed after
+            self.archive_jobs(conn, job_table, archived_job_table, job_ids, *rest)
+            self.delete_jobs(conn, job_table, job_ids)
+            return
+        combined(conn, job_table, archived_job_table, job_ids, *rest)
+        # As archive_and_delete_job: no step between the two, so both points come after it.
+        self._after("archive", conn)
+        self._after("delete", conn)
+
     def delete_job(self, conn: Any, *args: Any) -> None:
         self._backend.delete_job(conn, *args)
         self._after("delete", conn)

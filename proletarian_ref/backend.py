@@ -158,7 +158,8 @@ class ArchiveAndDelete(Protocol):
 
     Optional, and not Proletarian's plan: the core calls `archive_and_delete_job` instead of `archive_job`
     then `delete_job` only when `compact_plan` is True (archive_and_delete below), so a backend written
-    before it, or one with the plan off, runs Proletarian's five statements.
+    before it, or one with the plan off, runs Proletarian's five statements. Batch mode's archive and delete
+    of a whole batch take the plan too where the backend also has BatchArchiveAndDelete.
     """
 
     @property
@@ -260,6 +261,53 @@ class BatchClaim(Protocol):
         """A savepoint around one job's writes: an error in the block undoes what the block wrote (and only
         that), leaving the transaction usable; the error goes on."""
         ...
+
+
+@runtime_checkable
+class BatchArchiveAndDelete(Protocol):
+    """What a backend whose compact plan serves batch mode too adds (BatchClaim and ArchiveAndDelete both).
+
+    Optional: the core calls `archive_and_delete_jobs` at the end of a batch instead of `archive_jobs` then
+    `delete_jobs` only when `compact_plan` is True and the backend has it (archive_and_delete_jobs below),
+    so a backend with batch mode but without it runs the two batch statements, compact plan or not.
+    """
+
+    def archive_and_delete_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """(A) and (D) for a batch in one round trip: the same archived rows as archive_jobs writes, and
+        the jobs deleted. Raises, before the transaction can commit, unless every job of `job_ids` was
+        archived and deleted."""
+        ...
+
+
+def archive_and_delete_jobs(
+    backend: Backend,
+    conn: Any,
+    job_table: TableName,
+    archived_job_table: TableName,
+    job_ids: Sequence[Any],
+    status: str,
+    finished_at: datetime,
+) -> None:
+    """Archive then delete a batch's finished jobs: the two batch statements, or the backend's compact plan.
+
+    `backend` has BatchClaim (create_queue_worker refuses batch mode without it).
+    """
+    if getattr(backend, "compact_plan", False) is True:
+        combined = getattr(backend, "archive_and_delete_jobs", None)
+        if combined is not None:
+            combined(conn, job_table, archived_job_table, job_ids, status, finished_at)
+            return
+    claim = cast(BatchClaim, backend)
+    claim.archive_jobs(conn, job_table, archived_job_table, job_ids, status, finished_at)
+    claim.delete_jobs(conn, job_table, job_ids)
 
 
 class Listener(Protocol):

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from proletarian_ref import log as ev
-from proletarian_ref.backend import STATUS_SUCCESS, Backend, BatchClaim
+from proletarian_ref.backend import STATUS_SUCCESS, Backend, BatchClaim, archive_and_delete_jobs
 from proletarian_ref.log import LogFn
 from proletarian_ref.worker import (
     GIVEN_BACK,
@@ -32,12 +32,12 @@ def run_next_batch(
 
     Claims up to settings.batch_size due jobs (SKIP LOCKED, oldest first) and runs their handlers one after
     another inside that transaction. A failed job's retry or failure archive is written at once inside a
-    savepoint; the finished jobs are archived and deleted together after the last handler, and the
-    transaction commits once. A job whose may_handle is false (the worker is stopping), that is given back
-    (JobInterrupted), or whose failure writes fail (rolled back to its savepoint) ends the batch: it and the
-    jobs after it are not written and go back to the queue when the commit releases their locks, while
-    the jobs before it are written. The failure writes' error is raised after the commit, as run_next_job
-    would raise it.
+    savepoint; the finished jobs are archived and deleted together after the last handler (in one round trip
+    on a backend's compact plan), and the transaction commits once. A job whose may_handle is false (the
+    worker is stopping), that is given back (JobInterrupted), or whose failure writes fail (rolled back to
+    its savepoint) ends the batch: it and the jobs after it are not written and go back to the queue when
+    the commit releases their locks, while the jobs before it are written. The failure writes' error is
+    raised after the commit, as run_next_job would raise it.
     """
     claim = cast(BatchClaim, backend)  # create_queue_worker refuses batch_size > 1 without BatchClaim
     go_on = True
@@ -84,10 +84,15 @@ def run_next_batch(
                     break
         if finished:
             finished_at = settings.now()
-            claim.archive_jobs(
-                conn, settings.job_table, settings.archived_job_table, finished, STATUS_SUCCESS, finished_at
+            archive_and_delete_jobs(
+                backend,
+                conn,
+                settings.job_table,
+                settings.archived_job_table,
+                finished,
+                STATUS_SUCCESS,
+                finished_at,
             )
-            claim.delete_jobs(conn, settings.job_table, finished)
     if write_error is not None:
         raise write_error
     return go_on and not stop_event.is_set()

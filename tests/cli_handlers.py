@@ -39,6 +39,13 @@ def fails_when_asked(job_type: str, payload: Mapping[str, Any]) -> None:
         raise PlannedFailure(f"job {payload.get('n')} fails, as asked")
 
 
+def records_runs(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Appends the job's n to the file payload["runs"] names, then fails if the payload asks it to."""
+    with Path(str(payload["runs"])).open("a", encoding="utf-8") as runs:
+        runs.write(f"{payload['n']}\n")
+    fails_when_asked(job_type, payload)
+
+
 def by_job(job: Job) -> None:
     """An advanced-mode handler: fails on its first attempt only."""
     if job.attempts == 1:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from proletarian_ref import sql
 from proletarian_ref.backend import JobRecord
 from proletarian_ref.backends._dbapi import _fetchone
 from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
@@ -285,6 +286,33 @@ class MemoryArchivesTheWholeBatch(MemoryBackend):
         with self.db.lock:
             still_queued = [job_id for job_id in claimed if conn._get(str(job_table), job_id) is not None]
         super().archive_jobs(conn, job_table, archived_job_table, still_queued, status, finished_at)
+
+
+class PgCompactBatchArchivesNothing(PostgresBackend):
+    """On the compact plan, a batch's combined write deletes its jobs but archives none and is not counted."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "compact": True})
+
+    def archive_and_delete_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        statement = sql.render_ids(
+            self.dialect, "archive_and_delete_jobs", job_table, archived_job_table, len(job_ids)
+        )
+        assert statement.endswith("FROM moved"), "the mutant no longer matches the statement"
+        params = [*job_ids, status, self._db_time(finished_at)]
+        self._execute(conn, statement + " WHERE false", params, _uncounted)
+
+
+def _uncounted(cursor: Any) -> None:
+    return None
 
 
 # -- sessions, isolation, zones and payloads: PostgreSQL ------------------------------------------------
@@ -661,6 +689,14 @@ class MemoryEnqueueCommitsEarlierWrites(MemoryBackend):
 
 
 POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "pg_compact_batch_archives_nothing",
+        "on the compact plan a batch's one archive-and-delete statement deletes its jobs, archives none "
+        "and is not counted",
+        PgCompactBatchArchivesNothing,
+        ("P1",),
+        batch_size=8,
+    ),
     Mutant(
         "batch_savepoint_keeps_writes",
         "batch mode's savepoint rolls nothing back, so a failed job's undone writes commit",

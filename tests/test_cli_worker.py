@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_support import (
@@ -27,7 +28,8 @@ from cli_support import (
     wait_for,
 )
 
-from proletarian_ref.backends.postgres import notification_channel
+from proletarian_ref.backends.mysql import MySQLBackend
+from proletarian_ref.backends.postgres import PostgresBackend, notification_channel
 from proletarian_ref.cli import ExitCode
 from proletarian_ref.tables import table_name
 
@@ -211,6 +213,82 @@ def test_advanced_handler_mode_passes_the_job(capsys: pytest.CaptureFixture[str]
     assert result.code == ExitCode.OK, result.err
     [archived] = database.archived_jobs()
     assert (archived.status, archived.attempts) == (":success", 2)
+
+
+_ARCHIVED_COLUMNS = "job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at"
+_JOB_COLUMNS = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
+
+
+@pytest.mark.usefixtures("sigterm_to_self")
+@pytest.mark.parametrize("switch", ["--compact", "PROLETARIAN_COMPACT=1"])
+@pytest.mark.parametrize("batch", [[], ["--batch-size", "4"]], ids=["one-job-a-transaction", "batch-mode"])
+def test_the_compact_plan_runs_every_job_once_and_archives_the_rows_of_the_plain_plan(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    database: Target,
+    batch: list[str],
+    switch: str,
+) -> None:
+    runs = tmp_path / "runs"
+    for n in range(6):
+        _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 3})
+    # The compact writes the worker sends, by name: none on the plain plan.
+    compact_writes: list[str] = []
+    backend_class = MySQLBackend if database.dialect == "mysql" else PostgresBackend
+    for name in ("archive_and_delete_job", "archive_and_delete_jobs"):
+        original = getattr(backend_class, name)
+
+        def spy(self: Any, *args: Any, _name: str = name, _original: Any = original) -> None:
+            compact_writes.append(_name)
+            _original(self, *args)
+
+        monkeypatch.setattr(backend_class, name, spy)
+    db = database.harness
+    job_rows = db.select(f"SELECT {_JOB_COLUMNS} FROM {db.job_table}")
+    archived: dict[str, list[tuple[object, ...]]] = {}
+    for plan in ("plain", "compact"):
+        db.clear()
+        for row in job_rows:
+            db.execute(f"INSERT INTO {db.job_table} ({_JOB_COLUMNS}) VALUES ({', '.join(['%s'] * 7)})", row)
+        runs.write_text("", encoding="utf-8")
+        compact_writes.clear()
+        extra: list[str] = []
+        if plan == "compact" and switch == "--compact":
+            extra = ["--compact"]
+        elif plan == "compact":
+            monkeypatch.setenv("PROLETARIAN_COMPACT", "1")
+        watcher = _stop_when(lambda: len(database.archived_jobs()) == 6, timeout=30)
+        result = run(
+            capsys,
+            "worker",
+            "--handler",
+            "cli_handlers:records_runs",
+            "--polling-interval-ms",
+            "20",
+            "--threads",
+            "2",
+            *batch,
+            *extra,
+            *database.args,
+        )
+        watcher.join(timeout=5)
+        monkeypatch.delenv("PROLETARIAN_COMPACT", raising=False)
+        assert result.code == ExitCode.OK, result.err
+        assert ("on the compact plan" in result.err) is (plan == "compact")
+        if plan == "plain":
+            assert compact_writes == []
+        else:
+            # Job 3's failure archive is one job's; the successes are a batch's in batch mode.
+            assert "archive_and_delete_job" in compact_writes
+            assert ("archive_and_delete_jobs" in compact_writes) is bool(batch)
+        # Every job ran exactly once (job 3 failed, without retries), across both threads.
+        assert sorted(int(n) for n in runs.read_text(encoding="utf-8").split()) == list(range(6))
+        assert database.jobs() == []
+        # finished_at apart (the worker's own clock), every column as the driver reads it.
+        archived[plan] = sorted(db.select(f"SELECT {_ARCHIVED_COLUMNS} FROM {db.archived_job_table}"))
+    assert [row[5] for row in archived["plain"]].count(":failure") == 1
+    assert archived["compact"] == archived["plain"]
 
 
 # -- signals and jobs in flight (a real process) ------------------------------------------------------

@@ -43,6 +43,18 @@ class TestMySQLCompact(BackendSuite):
         return mysql_compact_db
 
 
+class TestMySQLCompactBatch(WorkerSuite):
+    """The worker clauses in batch mode on the compact plan: a batch's two statements in one query."""
+
+    @pytest.fixture
+    def harness(self, mysql_compact_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = mysql_compact_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()
+
+
 def test_innodb_claims_keep_the_lock_on_the_record_that_ends_their_scan(mysql_db: SqlHarness) -> None:
     """Why MySQLBackend declares claim_locks_only_the_claimed_row False, so S7 and P-order skip.
 

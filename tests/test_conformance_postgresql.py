@@ -53,3 +53,27 @@ class TestPostgreSQLCompact(BackendSuite):
     @pytest.fixture
     def harness(self, pg_compact_db: SqlHarness) -> SqlHarness:
         return pg_compact_db
+
+
+class TestPostgreSQLPipelineBatch(WorkerSuite):
+    """The worker clauses in batch mode with the backend on its pipelined statement plan."""
+
+    @pytest.fixture
+    def harness(self, pg_pipeline_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = pg_pipeline_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()
+
+
+class TestPostgreSQLCompactBatch(WorkerSuite):
+    """The worker clauses in batch mode on the compact plan: a batch's archive and delete in one statement."""
+
+    @pytest.fixture
+    def harness(self, pg_compact_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = pg_compact_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()

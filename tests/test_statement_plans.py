@@ -68,10 +68,17 @@ def _backend(
     return (cls or MySQLBackend)(data_source, **options)
 
 
-def _run(harness: SqlHarness, backend: SqlBackend, handler: Any = _noop) -> bool | None:
+def _run(
+    harness: SqlHarness, backend: SqlBackend, handler: Any = _noop, *, batch_size: int = 1
+) -> bool | None:
     try:
         return process_next_job(
-            harness.data_source, handler, backend=backend, clock=lambda: LATER, **harness.table_options
+            harness.data_source,
+            handler,
+            backend=backend,
+            clock=lambda: LATER,
+            batch_size=batch_size,
+            **harness.table_options,
         )
     finally:
         backend.close()
@@ -236,3 +243,117 @@ def test_a_plan_option_must_be_a_bool(option: str) -> None:
     if option == "compact":
         with pytest.raises(ConfigurationError, match="compact must be True or False"):
             MySQLBackend(lambda: None, compact=1)  # type: ignore[arg-type]
+
+
+# -- batch mode (create_queue_worker's batch_size > 1) on each plan ------------------------------------------
+
+BATCH = 8
+
+
+def _fails_one(job_type: str, payload: Any) -> None:
+    if payload["n"] == 1:
+        raise RuntimeError("job 1 fails, and is archived as a failure on its own (no retries)")
+
+
+def _enqueue_batch(db: SqlHarness, count: int) -> list[Any]:
+    """`count` jobs with payloads that need escaping and attempts other than 0; their stored rows."""
+    for n in range(count):
+        enqueue_committed(db, "plans/batch", {"text": f"é'\"\\ %s \n ✓ {n}", "n": n})
+    db.execute(f"UPDATE {db.job_table} SET attempts = 2")
+    return db.select(f"SELECT {_JOB_COLUMNS} FROM {db.job_table}")
+
+
+def _restore(db: SqlHarness, rows: list[Any]) -> None:
+    db.clear()
+    for row in rows:
+        db.execute(f"INSERT INTO {db.job_table} ({_JOB_COLUMNS}) VALUES ({', '.join(['%s'] * 7)})", row)
+
+
+@pytest.mark.parametrize("plan", OTHER_PLANS, ids=_plan_id)
+def test_every_plan_archives_a_batch_into_the_very_rows_of_the_plain_plan(
+    request: pytest.FixtureRequest, plan: tuple[str, dict[str, bool]]
+) -> None:
+    dialect, options = plan
+    db = _harness(request, dialect)
+    job_rows = _enqueue_batch(db, 4)
+    archived: dict[str, list[tuple[Any, ...]]] = {}
+    for name, plan_options in (("plain", {}), ("other", options)):
+        _restore(db, job_rows)
+        assert _run(db, _backend(request, dialect, plan_options), _fails_one, batch_size=BATCH) is True
+        assert db.jobs() == []
+        archived[name] = sorted(_archived_rows(db))
+    assert [(row[4], row[5]) for row in archived["plain"]].count((3, ":success")) == 3
+    assert [(row[4], row[5]) for row in archived["plain"]].count((3, ":failure")) == 1
+    # Every column as the driver reads it, the payloads' text and finished_at's microseconds included.
+    assert archived["other"] == archived["plain"]
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+def test_the_compact_plan_sends_a_batchs_archive_and_delete_as_one_statement(
+    request: pytest.FixtureRequest, dialect: str
+) -> None:
+    db = _harness(request, dialect)
+    sent: dict[bool, list[str]] = {}
+    for compact in (False, True):
+        for n in range(3):
+            enqueue_committed(db, "plans/batch", {"n": n})
+        backend = _backend(request, dialect, {"compact": compact}, _mutant(dialect, _Counting))
+        sent[compact] = backend.statements = []  # type: ignore[attr-defined]
+        assert _run(db, backend, batch_size=BATCH) is True
+        assert db.jobs() == []
+    assert len(sent[False]) == 3  # the claim, archive_jobs, delete_jobs (BEGIN and COMMIT apart)
+    claim, write = sent[True]
+    assert claim == sent[False][0]
+    assert "INSERT INTO" in write and "DELETE FROM" in write and "IN (%s, %s, %s)" in write
+    if dialect == "mysql":
+        # The two batch statements, as they are, in one query.
+        assert write == f"{sent[False][1]};\n{sent[False][2]}"
+    assert len(db.archived_jobs()) == 6
+
+
+class _BatchWriteBreaks(SqlBackend):
+    """The compact batch write goes wrong in the way `breakage` names, after the claim and the handlers."""
+
+    breakage: str
+
+    def _execute(self, conn: Any, statement: str, params: Any, read: Any, *, copy: bool = False) -> Any:
+        if "IN (" in statement and "DELETE FROM" in statement and "INSERT INTO" in statement:
+            statement = _broken(statement, self.breakage)
+        return super()._execute(conn, statement, params, read, copy=copy)
+
+
+def _broken(statement: str, breakage: str) -> str:
+    if statement.startswith("WITH moved"):  # PostgreSQL: one statement
+        assert statement.endswith("FROM moved")
+        # The DELETE inside runs either way; the archive INSERT then takes no row, or fails part-way.
+        return statement + (" WHERE false" if breakage == "count" else " WHERE 1 / (attempts - attempts) = 1")
+    # MySQL: the archive INSERT runs and is counted first, then the DELETE matches no row or fails.
+    archive, delete = statement.split(";\n")
+    assert delete.startswith("DELETE FROM")
+    if breakage == "count":
+        return f"{archive};\n{delete.replace('WHERE', 'WHERE false AND', 1)}"
+    return f"{archive};\n{delete.replace('WHERE', 'WHERE no_such_column = 1 AND', 1)}"
+
+
+COMPACT_PLANS = [plan for plan in PLANS if plan[1].get("compact")]
+
+
+@pytest.mark.parametrize("breakage", ["count", "error"])
+@pytest.mark.parametrize("plan", COMPACT_PLANS, ids=_plan_id)
+def test_a_compact_batch_write_that_fails_leaves_every_job_of_the_batch_queued_and_none_archived(
+    request: pytest.FixtureRequest, plan: tuple[str, dict[str, bool]], breakage: str
+) -> None:
+    dialect, options = plan
+    db = _harness(request, dialect)
+    job_ids = sorted(enqueue_committed(db, "plans/batch", {"n": n}) for n in range(3))
+    backend = _backend(request, dialect, options, _mutant(dialect, _BatchWriteBreaks))
+    backend.breakage = breakage  # type: ignore[attr-defined]
+    ran: list[int] = []
+    # A wrong count raises the backend's own error; a failed statement the driver's, translated.
+    with pytest.raises(DatabaseError, match="changed 0 rows of 3 jobs" if breakage == "count" else None):
+        _run(db, backend, lambda job_type, payload: ran.append(payload["n"]), batch_size=BATCH)
+    assert sorted(ran) == [0, 1, 2]  # every handler ran (MySQL's seconds may tie their order)
+    # The half of the write that ran (the DELETE on PostgreSQL, the archive INSERT on MySQL) rolled back
+    # with the rest of the transaction: the whole batch runs again, attempts unchanged.
+    assert sorted(_queued(db)) == [(job_id, 0) for job_id in job_ids]
+    assert db.archived_jobs() == []

@@ -15,6 +15,7 @@ from proletarian_ref import (
     FailedJobFnError,
     JobInterrupted,
     create_queue_worker,
+    enqueue_many,
     process_next_job,
 )
 from proletarian_ref.backend import Backend, JobRecord
@@ -243,3 +244,63 @@ def test_batch_mode_on_a_backend_without_it_is_refused_naming_the_backend() -> N
         create_queue_worker(None, lambda t, p: None, backend=backend, batch_size=4)
     # batch_size 1 is Proletarian's own mode, which every backend runs.
     create_queue_worker(None, lambda t, p: None, backend=backend, batch_size=1)
+
+
+class _CompactForOneJobOnly(MemoryBackend):
+    """A backend of one's own whose compact plan (ArchiveAndDelete) predates BatchArchiveAndDelete."""
+
+    compact_plan = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def archive_and_delete_job(self, conn: Any, *args: Any) -> None:
+        self.calls.append("archive_and_delete_job")
+        job_table, archived_job_table, job_id, status, finished_at = args
+        self.archive_job(conn, job_table, archived_job_table, job_id, status, finished_at)
+        self.delete_job(conn, job_table, job_id)
+
+    def archive_jobs(self, conn: Any, *args: Any) -> None:
+        self.calls.append("archive_jobs")
+        super().archive_jobs(conn, *args)
+
+    def delete_jobs(self, conn: Any, *args: Any) -> None:
+        self.calls.append("delete_jobs")
+        super().delete_jobs(conn, *args)
+
+
+class _CompactForBatchesToo(_CompactForOneJobOnly):
+    def archive_and_delete_jobs(self, conn: Any, *args: Any) -> None:
+        self.calls.append("archive_and_delete_jobs")
+        job_table, archived_job_table, job_ids, status, finished_at = args
+        MemoryBackend.archive_jobs(self, conn, job_table, archived_job_table, job_ids, status, finished_at)
+        MemoryBackend.delete_jobs(self, conn, job_table, job_ids)
+
+
+@pytest.mark.parametrize(
+    ("backend_class", "calls"),
+    [
+        (_CompactForOneJobOnly, ["archive_jobs", "delete_jobs"]),
+        (_CompactForBatchesToo, ["archive_and_delete_jobs"]),
+    ],
+    ids=["without-archive_and_delete_jobs", "with-archive_and_delete_jobs"],
+)
+def test_a_compact_backend_ends_a_batch_with_archive_and_delete_jobs_only_if_it_has_it(
+    backend_class: type[_CompactForOneJobOnly], calls: list[str]
+) -> None:
+    backend = backend_class()
+    with backend.transaction() as conn:
+        enqueue_many(conn, [("batch/job", n) for n in range(3)], backend=backend)
+    seen: list[int] = []
+    assert process_next_job(None, lambda t, n: seen.append(n), backend=backend, batch_size=8) is True
+    assert seen == [0, 1, 2]
+    assert backend.calls == calls
+    assert backend.db.jobs() == []
+    assert sorted(row.payload for row in backend.db.archived_jobs()) == [payload(n) for n in range(3)]
+    backend.compact_plan = False
+    backend.calls.clear()
+    with backend.transaction() as conn:
+        enqueue_many(conn, [("batch/job", 3)], backend=backend)
+    assert process_next_job(None, lambda t, n: seen.append(n), backend=backend, batch_size=8) is True
+    assert backend.calls == ["archive_jobs", "delete_jobs"]  # the plan off: the two batch statements

@@ -597,13 +597,9 @@ class SqlBackend:
         job_ids: Sequence[Any],
     ) -> None:
         statement = sql.render_ids(self.dialect, name, job_table, archived_job_table, len(job_ids))
-        count = self._execute(conn, statement, [*values, *job_ids], _rowcount)
-        # As _write_one: every row is locked by this transaction, so any other count means the table is not
-        # what the worker thinks it is; the batch's transaction rolls back and keeps every job.
+        count = self._execute(conn, statement, [*values, *job_ids], self._batch_count)
         if count != len(job_ids):
-            raise DatabaseError(
-                f"{name} changed {count} rows of {len(job_ids)} jobs; expected {len(job_ids)}"
-            )
+            raise _wrong_batch_count(count, name, len(job_ids))
 
     def archive_jobs(
         self,
@@ -619,6 +615,36 @@ class SqlBackend:
 
     def delete_jobs(self, conn: Any, job_table: TableName, job_ids: Sequence[Any]) -> None:
         self._write_all(conn, "delete_jobs", job_table, None, [], job_ids)
+
+    def archive_and_delete_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """The compact plan in batch mode (BatchArchiveAndDelete): the dialect's archive_and_delete_jobs,
+        one statement, its ids before status and finished_at."""
+        statement = sql.render_ids(
+            self.dialect, "archive_and_delete_jobs", job_table, archived_job_table, len(job_ids)
+        )
+        params = [*job_ids, status, self._db_time(finished_at, what="finished_at")]
+        count = self._execute(conn, statement, params, self._batch_count)
+        if count != len(job_ids):
+            raise _wrong_batch_count(count, "archive_and_delete_jobs", len(job_ids))
+
+    def _batch_count(self, cursor: Any) -> int:
+        """The row count of a batch write (a reader for _execute, one cursor for every batch write).
+
+        On a pipelined transaction the count arrives only with the results, so it syncs first: read before,
+        it is -1, and a batch that wrote every row would be refused.
+        """
+        lease = self._local.lease
+        if lease is not None and lease.pending is not None:
+            self._sync(lease.conn)
+        return int(cursor.rowcount)
 
     @contextmanager
     def savepoint(self, conn: Any) -> Iterator[None]:
@@ -845,6 +871,12 @@ def _wrong_count(count: int, what: str, job_id: Any) -> DatabaseError:
     # The row is locked by this transaction, so anything but one row means the table is not what the
     # worker thinks it is; failing keeps the job rather than losing it.
     return DatabaseError(f"{what} changed {count} rows of job {job_id!r}; expected exactly 1")
+
+
+def _wrong_batch_count(count: int, what: str, jobs: int) -> DatabaseError:
+    # As _wrong_count: every row is locked by this transaction, so any other count means the table is not
+    # what the worker thinks it is; the batch's transaction rolls back and keeps every job.
+    return DatabaseError(f"{what} changed {count} rows of {jobs} jobs; expected {jobs}")
 
 
 def _ignore(cursor: Any) -> None:

@@ -14,7 +14,13 @@ from pymysql.constants import CLIENT
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import SessionPrefix, SqlBackend, _ignore, _wrong_count
+from proletarian_ref.backends._dbapi import (
+    SessionPrefix,
+    SqlBackend,
+    _ignore,
+    _wrong_batch_count,
+    _wrong_count,
+)
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.clock import EPOCH_NAIVE, EPOCH_UTC
 from proletarian_ref.errors import (
@@ -296,6 +302,29 @@ class MySQLBackend(SqlBackend):
             raise _wrong_count(archived, "archive_job", job_id)
         if deleted != 1:
             raise _wrong_count(deleted, "delete_job", job_id)
+
+    def archive_and_delete_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """The compact plan in batch mode: archive_jobs and delete_jobs in one multi-statement query, each
+        count checked as archive_and_delete_job checks its two."""
+        count = len(job_ids)
+        statement = (
+            f"{sql.render_ids(self.dialect, 'archive_jobs', job_table, archived_job_table, count)};\n"
+            f"{sql.render_ids(self.dialect, 'delete_jobs', job_table, None, count)}"
+        )
+        params = [status, self._db_time(finished_at, what="finished_at"), *job_ids, *job_ids]
+        archived, deleted = self._execute(conn, statement, params, _both_counts)
+        if archived != count:
+            raise _wrong_batch_count(archived, "archive_jobs", count)
+        if deleted != count:
+            raise _wrong_batch_count(deleted, "delete_jobs", count)
 
     def _cursor(self, conn: Any) -> Any:
         # A plain tuple cursor whatever cursorclass the caller's connection was made with.

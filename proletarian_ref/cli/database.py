@@ -12,6 +12,7 @@ from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from proletarian_ref import schema
+from proletarian_ref.backend import Backend
 from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact
 from proletarian_ref.cli.errors import CannotConnectError, CliError, SchemaMissingCliError, UsageError
 from proletarian_ref.cli.logs import notice
@@ -133,9 +134,9 @@ def is_driver_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool", "pymysql")
 
 
-def _factory(dsn: str, dialect: str) -> Callable[[], Any]:
+def _factory(dsn: str, dialect: str, **overrides: Any) -> Callable[[], Any]:
     try:
-        return connection_factory(dsn, connect_timeout=CONNECT_TIMEOUT_S)
+        return connection_factory(dsn, connect_timeout=CONNECT_TIMEOUT_S, **overrides)
     except ConfigurationError as exc:
         raise UsageError(str(exc)) from exc
     except ImportError as exc:
@@ -143,6 +144,23 @@ def _factory(dsn: str, dialect: str) -> Callable[[], Any]:
         raise CliError(
             f"a {dialect} DSN needs the {package} driver: pip install 'proletarian-ref[{extra}]' ({exc})"
         ) from exc
+
+
+def compact_backend(db: Database) -> Backend:
+    """A backend on the compact statement plan for the worker command's queue workers, closed by the caller.
+
+    On MySQL its connections are opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag, which the plan needs
+    (the archive and delete go as one multi-statement query); no other command's connections get it.
+    """
+    if db.dialect == "mysql":
+        from pymysql.constants import CLIENT
+
+        from proletarian_ref.backends.mysql import MySQLBackend
+
+        return MySQLBackend(_factory(db.dsn, db.dialect, client_flag=CLIENT.MULTI_STATEMENTS), compact=True)
+    from proletarian_ref.backends.postgres import PostgresBackend
+
+    return PostgresBackend(db.factory, compact=True)
 
 
 def _start_embedded(tables: Tables, *, keep_running: bool = False) -> Database:

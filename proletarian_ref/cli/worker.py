@@ -14,10 +14,12 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, Final
 
+from proletarian_ref.backend import Backend
 from proletarian_ref.cli.database import (
     Database,
     add_database_options,
     cannot_connect,
+    compact_backend,
     is_driver_error,
     open_database,
     tables_from,
@@ -92,6 +94,12 @@ def add_parser(subparsers: Any) -> None:
         default=1,
         help="jobs claimed, run and committed per transaction; above 1 is batch mode, not Proletarian's "
         "one job a transaction: a crash re-runs up to N jobs (docs/worker.md) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="the compact statement plan: a finished job's archive and delete (batch mode: a batch's) in one "
+        "round trip, not Proletarian's two statements; the same rows (docs/worker.md)",
     )
     parser.add_argument(
         "--polling-interval-ms",
@@ -316,6 +324,20 @@ def metrics_server(args: argparse.Namespace, db: Database) -> Iterator[Any]:
         collector.close()
 
 
+@contextmanager
+def _shared_backend(db: Database, *, compact: bool) -> Iterator[Backend | None]:
+    """With --compact, the backend every queue worker of the command shares, closed after they stopped;
+    else None, and each worker builds its own from the connection factory."""
+    if not compact:
+        yield None
+        return
+    backend = compact_backend(db)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
 def _finish_all(runs: list[tuple[WorkerRun, QueueWorker]], db: Database, timeout_ms: float) -> None:
     """Stop every queue worker at once (each drains in parallel); raise the first error any of them had."""
     errors: list[BaseException] = []
@@ -340,7 +362,11 @@ def run(args: argparse.Namespace) -> int:
     retry_fn = retry_strategy_fn(args.retries, args.delays)
     queues = _queues(args.queue)
     tables = tables_from(args)
-    with open_database(args, tables) as db, metrics_server(args, db) as metrics:
+    with (
+        open_database(args, tables) as db,
+        metrics_server(args, db) as metrics,
+        _shared_backend(db, compact=args.compact) as backend,
+    ):
         stop = threading.Event()
         runs: list[tuple[WorkerRun, QueueWorker]] = []
         for queue in queues:
@@ -358,6 +384,7 @@ def run(args: argparse.Namespace) -> int:
                 worker_threads=args.threads,
                 batch_size=args.batch_size,
                 await_termination_timeout_ms=args.shutdown_timeout_ms,
+                backend=backend,
             )
             runs.append((run_state, worker))
         with stop_on_signals(stop):
@@ -368,7 +395,8 @@ def run(args: argparse.Namespace) -> int:
             notice(
                 f"worker running on queue{'s' if len(queues) > 1 else ''} {names} of {tables.job} in "
                 f"{db.describe()} with {threads}{' each' if len(queues) > 1 else ''}, handler "
-                f"{args.handler}; stop it with Ctrl-C or SIGTERM"
+                f"{args.handler}{', on the compact plan' if args.compact else ''}; stop it with Ctrl-C or "
+                "SIGTERM"
             )
             runs[0][0].wait()
             _finish_all(runs, db, args.shutdown_timeout_ms)

@@ -82,6 +82,9 @@ WHERE job_id IN ({ids})
 -- (D) for batch mode: delete every finished job of the batch in one statement; {ids} as in archive_jobs.
 DELETE FROM {job_table} WHERE job_id IN ({ids})
 
+-- The compact plan in batch mode sends archive_jobs and delete_jobs, these very two statements, as one
+-- multi-statement query, as it does archive_job and delete_job for one job: each row count checked apart.
+
 -- name: job_savepoint
 -- Batch mode: around a failed job's retry or failure archive, so that if they fail only they are undone.
 SAVEPOINT proletarian_job

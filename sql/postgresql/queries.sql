@@ -111,6 +111,20 @@ WHERE job_id IN ({ids})
 -- (D) for batch mode: delete every finished job of the batch in one statement; {ids} as in archive_jobs.
 DELETE FROM {job_table} WHERE job_id IN ({ids})
 
+-- name: archive_and_delete_jobs
+-- The compact plan's (A) and (D) for batch mode in one statement (PostgresBackend(compact=True)):
+-- archive_and_delete_job for every finished job of the batch. {ids} is one placeholder per job id, as in
+-- archive_jobs and delete_jobs, and comes first here; the last two placeholders are status and finished_at.
+-- The archived rows are those archive_jobs would copy; the row count is the archived rows', which are the
+-- deleted rows'.
+WITH moved AS (
+    DELETE FROM {job_table} WHERE job_id IN ({ids})
+    RETURNING job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+)
+INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at)
+SELECT job_id, queue, job_type, payload, attempts + 1, %s, enqueued_at, process_at, %s
+FROM moved
+
 -- name: job_savepoint
 -- Batch mode: around a failed job's retry or failure archive, so that if they fail only they are undone.
 SAVEPOINT proletarian_job
