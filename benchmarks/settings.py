@@ -104,9 +104,7 @@ FULL: Final = Settings(
     thread_counts=(1, 2, 4, 8),
     process_configs=((2, 4),),
     throughput_warmup_s=0.3,
-    # A window of MariaDB's ~700 commits a second on this kind of disk holds a few fsync stalls at most;
-    # at 0.8 s one stall moved a round's ratio by up to 0.4, so the full run looks twice as long.
-    throughput_window_s=1.6,
+    throughput_window_s=0.8,
     throughput_preload=40_000,
     throughput_rounds=8,
     enqueue_window_s=4.0,
