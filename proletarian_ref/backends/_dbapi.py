@@ -593,11 +593,13 @@ class SqlBackend:
         name: str,
         job_table: TableName,
         archived_job_table: TableName | None,
-        values: list[Any],
         job_ids: Sequence[Any],
+        params: list[Any],
     ) -> None:
+        """Run the batch statement `name` over `job_ids` (`params` holds them where the statement binds them)
+        and refuse any row count but one per job."""
         statement = sql.render_ids(self.dialect, name, job_table, archived_job_table, len(job_ids))
-        count = self._execute(conn, statement, [*values, *job_ids], self._batch_count)
+        count = self._execute(conn, statement, params, self._batch_count)
         if count != len(job_ids):
             raise _wrong_batch_count(count, name, len(job_ids))
 
@@ -610,11 +612,11 @@ class SqlBackend:
         status: str,
         finished_at: datetime,
     ) -> None:
-        values = [status, self._db_time(finished_at, what="finished_at")]
-        self._write_all(conn, "archive_jobs", job_table, archived_job_table, values, job_ids)
+        params = [status, self._db_time(finished_at, what="finished_at"), *job_ids]
+        self._write_all(conn, "archive_jobs", job_table, archived_job_table, job_ids, params)
 
     def delete_jobs(self, conn: Any, job_table: TableName, job_ids: Sequence[Any]) -> None:
-        self._write_all(conn, "delete_jobs", job_table, None, [], job_ids)
+        self._write_all(conn, "delete_jobs", job_table, None, job_ids, list(job_ids))
 
     def archive_and_delete_jobs(
         self,
@@ -627,13 +629,8 @@ class SqlBackend:
     ) -> None:
         """The compact plan in batch mode (BatchArchiveAndDelete): the dialect's archive_and_delete_jobs,
         one statement, its ids before status and finished_at."""
-        statement = sql.render_ids(
-            self.dialect, "archive_and_delete_jobs", job_table, archived_job_table, len(job_ids)
-        )
         params = [*job_ids, status, self._db_time(finished_at, what="finished_at")]
-        count = self._execute(conn, statement, params, self._batch_count)
-        if count != len(job_ids):
-            raise _wrong_batch_count(count, "archive_and_delete_jobs", len(job_ids))
+        self._write_all(conn, "archive_and_delete_jobs", job_table, archived_job_table, job_ids, params)
 
     def _batch_count(self, cursor: Any) -> int:
         """The row count of a batch write (a reader for _execute, one cursor for every batch write).
