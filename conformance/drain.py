@@ -32,6 +32,11 @@ PRELOAD_ENV: Final = "PROLETARIAN_CONFORMANCE_PRELOAD"
 # Beyond the time the plan itself needs (future jobs, retry delays), this much real time for the work: a
 # correct backend needs a fraction of it, a broken one that loses or blocks jobs fails within it.
 DRAIN_SLACK_S: Final = 20.0
+# After the last planned handler call its job's outcome (archive, retry, failure archive) is still being
+# written. Stopping the workers then would give a failing last job back untouched, as stop() must, and another
+# worker not yet stopped could run it again: the harness's doing, not the backend's. A correct backend empties
+# the job table within moments; one that leaves rows behind is stopped after this many seconds and reported.
+SETTLE_S: Final = 5.0
 # A worker process gets this long to start (import, connect) and report.
 PROCESS_START_S: Final = 30.0
 # How long a crash-test handler blocks if nobody kills it: only ever reached if the test itself is broken.
@@ -41,6 +46,13 @@ CRASH_HANDLER_LIMIT_S: Final = 60.0
 def drain_limit(workload: Workload, clock: VirtualClock) -> float:
     """Real seconds the drain may take before it counts as failed."""
     return clock.real_seconds(workload.longest_wait()) + DRAIN_SLACK_S
+
+
+def settle(harness: Harness) -> None:
+    """Wait until the job table is empty (every planned job written as archived), for at most SETTLE_S."""
+    until = time.monotonic() + SETTLE_S
+    while harness.jobs() and time.monotonic() < until:
+        time.sleep(0.01)
 
 
 def scripts_of(enqueued: list[Any]) -> dict[str, Script]:
@@ -65,6 +77,8 @@ def drain_in_threads(harness: Harness, workload: Workload, clock: VirtualClock) 
                         )
                     )
         finished = recorder.wait(drain_limit(workload, clock))
+        if finished:
+            settle(harness)
     finally:
         for worker in workers:
             try:
@@ -150,6 +164,8 @@ def drain_in_processes(harness: Harness, workload: Workload, clock: VirtualClock
                 break
             _take(message, calls, errors, done)
         finished = len(calls) >= expected
+        if finished:
+            settle(harness)
     finally:
         stop.set()
         deadline = time.monotonic() + PROCESS_START_S

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from datetime import timedelta
 
 import pytest
 
-from conformance import BackendSuite, Harness, load_harness, requires
+from conformance import BackendSuite, Harness, drain, load_harness, requires
 from conformance.capabilities import unmet_need
-from conformance.clocks import EPOCH
-from conformance.workload import Call, Enqueued, Outcome, PlannedJob, Script, Workload, check_outcome
-from proletarian_ref.backend import STATUS_SUCCESS, ArchivedJobRecord, Capabilities, JobRecord
+from conformance.clocks import EPOCH, VirtualClock
+from conformance.workload import (
+    Call,
+    Enqueued,
+    Outcome,
+    PlannedJob,
+    Recorder,
+    Script,
+    Workload,
+    check_outcome,
+)
+from proletarian_ref.backend import STATUS_FAILURE, STATUS_SUCCESS, ArchivedJobRecord, Capabilities, JobRecord
 from proletarian_ref.job_ids import PostgresqlUuidStrategy
 
 QUEUE = "conformance/q"
@@ -123,3 +133,32 @@ def test_the_checker_reports_a_job_that_was_never_archived() -> None:
     outcome, workload = _one_job_outcome([_call(1, 0, 10)])
     outcome.archived = []
     assert [p for p in _check(outcome, workload) if p.startswith("P-lost")]
+
+
+# -- the drain itself ------------------------------------------------------------------------------------
+
+
+class _ReportThenStall(Recorder):
+    """A recorder whose handler thread loses the CPU right after reporting a call, as under load."""
+
+    def call(self, call: Call) -> None:
+        super().call(call)
+        time.sleep(0.3)
+
+
+def test_the_drain_lets_the_last_jobs_failure_be_written_before_it_stops_the_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The last planned call is a failure with no retry left: it must be archived as failed. Stopping the
+    # workers as soon as the call is reported made stop() give the job back untouched (and a second worker,
+    # not yet stopped, could run it again): P-lost, or a job run twice, with no fault of the backend's.
+    monkeypatch.setattr(drain, "Recorder", _ReportThenStall)
+    plan = PlannedJob(QUEUE, "a/b", None, "now", timedelta(0), Script(1, 0, 0, 0))
+    workload = Workload((plan,), {QUEUE: (1, 1)})
+    harness = load_harness("conformance.builtin:memory")
+    try:
+        outcome = drain.drain_in_threads(harness, workload, VirtualClock.start(speed=600.0))
+        assert check_outcome(outcome, workload, harness.job_id_strategy(), timedelta(milliseconds=1)) == []
+        assert [(row.status, row.attempts) for row in outcome.archived] == [(STATUS_FAILURE, 1)]
+    finally:
+        harness.close()
