@@ -2,8 +2,9 @@
 
 The tables in docs/benchmarks.md are benchmarks/results/reference/results.md pasted; the prose around them
 summarises them. These tests recompute each quoted summary from benchmarks/results/reference/results.json, so
-a new reference run with stale prose fails here. The instruction counts come from another tool
-(`python -m benchmarks.instructions`) and are not in results.json; their table is the source.
+a new reference run with stale prose fails here. The run's companions, `benchmarks.versus` (JSON) and
+`benchmarks.instructions` (its printed table, saved as instructions.md), are kept beside it and are the
+source of the figures quoted from them.
 """
 
 from __future__ import annotations
@@ -194,134 +195,132 @@ def test_the_pgbench_ceiling_quoted_is_the_tables() -> None:
     assert f"and the library {min(of_pgbench):.2f} to {max(of_pgbench):.2f}" in text
 
 
-def test_the_instruction_ratios_readme_quotes_are_the_docs_table() -> None:
-    # The instruction counts are not in results.json: docs/benchmarks.md's table is their source.
-    table = {
-        match.group(1): (int(match.group(2).replace(",", "")), int(match.group(3).replace(",", "")))
-        for match in re.finditer(
-            r"^\| (PostgreSQL|MariaDB), \S+ [\d.]+ \| ([\d,]+) \| ([\d,]+) \| [\d.]+ \|$",
-            BENCHMARKS_MD.read_text(encoding="utf-8"),
-            re.MULTILINE,
-        )
-    }
-    pg, maria = (library / raw for library, raw in (table["PostgreSQL"], table["MariaDB"]))
-    readme = prose(README_MD)
-    assert (
-        f"**{pg:.2f}x the raw loop's instructions per job on PostgreSQL** and {maria:.2f}x on MariaDB"
-        in readme
-    )
-    excess = {name: round((library - raw) / 1000) for name, (library, raw) in table.items()}
-    assert f"to {excess['PostgreSQL']}k instructions a job on PostgreSQL" in prose(BENCHMARKS_MD)
-    assert f"to {excess['MariaDB']}k on MariaDB" in prose(BENCHMARKS_MD)
+REFERENCE: Final = ROOT / "benchmarks" / "results" / "reference"
+WORKER_MD: Final = ROOT / "docs" / "worker.md"
 
 
-def test_the_second_throughput_run_quoted_is_its_table() -> None:
-    second = json.loads(
-        (ROOT / "benchmarks" / "results" / "throughput-2026-12-03" / "results.json").read_text(
-            encoding="utf-8"
-        )
-    )
-    rows = [
-        row
-        for entry in second["benchmarks"]["throughput"]
-        for row in entry["rows"]
-        if row.get("batch_size", 1) == 1
-    ]
-    # The same library and benchmark code as the reference run: only docs and tests changed between them.
-    assert second["meta"]["git"]["commit"] == "0f59f547f4a54e1d5438f275de995d525dca2ae8"
-    assert RESULTS["meta"]["git"]["commit"].startswith("8c8ebb7")
-    ratios = [row["ratio"] for row in rows]
-    passed = sum(1 for row in rows if row["pass"])
-    text = prose(BENCHMARKS_MD)
-    assert (
-        f"had {passed} of {len(rows)} at the target, ratios from {min(ratios):.2f} to {max(ratios):.2f}"
-        in text
-    )
-
-
-FOURTH_ROUND: Final = ROOT / "benchmarks" / "results" / "issue14-2026-12-03"
-
-
-def _fourth_round(name: str) -> dict[str, Any]:
-    """A file of the fourth round: the throughput and enqueue run, or benchmarks.versus's."""
-    loaded: dict[str, Any] = json.loads((FOURTH_ROUND / name).read_text(encoding="utf-8"))
+def _versus(name: str) -> dict[str, Any]:
+    """benchmarks.versus's JSON of the reference run: the drains in turns, or the instruction counts."""
+    loaded: dict[str, Any] = json.loads((REFERENCE / name).read_text(encoding="utf-8"))
     return loaded
 
 
-def test_the_fourth_round_tables_are_its_runs() -> None:
-    pasted = BENCHMARKS_MD.read_text(encoding="utf-8")
-    tables = (FOURTH_ROUND / "results.md").read_text(encoding="utf-8")
-    sections = tables[tables.index("### Throughput") :]
-    versus = (FOURTH_ROUND / "versus.md").read_text(encoding="utf-8")
-    for table_line in (line for line in (sections + versus).splitlines() if line.startswith("|")):
-        assert table_line in pasted
-
-
-def test_the_fourth_round_figures_quoted_are_its_tables() -> None:
-    run, versus = _fourth_round("results.json"), _fourth_round("versus.json")
-    assert run["meta"]["git"]["commit"].startswith("06937f1") and not run["meta"]["git"]["dirty"]
-    rows = [
-        row
-        for entry in run["benchmarks"]["throughput"]
-        for row in entry["rows"]
-        if row.get("batch_size", 1) == 1
-    ]
-    docs, readme = prose(BENCHMARKS_MD), prose(README_MD)
-    passed = sum(1 for row in rows if row["pass"])
-    lowest = min(row["ratio"] for row in rows)
-    compact = {
-        entry["backend"]: [row["compact_ratio"] for row in entry["rows"] if row.get("batch_size", 1) == 1]
-        for entry in run["benchmarks"]["throughput"]
-    }
-    compact_text = (
-        f"{min(compact['postgresql']):.2f} to {max(compact['postgresql']):.2f} times the plain plan's rate "
-        f"on PostgreSQL and {min(compact['mysql']):.2f} to {max(compact['mysql']):.2f} on MariaDB"
-    )
-    many = {entry["backend"]: entry["many"] for entry in run["benchmarks"]["enqueue_rate"]}
-    then, now, on_compact = versus["sides"]
-    pg, my = versus["postgresql"], versus["mysql"]
-    for text in (docs, readme):
-        assert f"{passed} of {len(rows)}" in text
-        assert compact_text in text
-        assert f"{many['postgresql']['ratio']:.2f}x a raw `COPY`" in text
-        assert f"at most {1 / lowest:.2f}x the library's rate here (1 / {lowest:.2f}" in text
-        assert f"{pg[on_compact]['ratio_median']:.2f}x and {my[on_compact]['ratio_median']:.2f}x" in text
-    assert (
-        f"at {pg[now]['ratio_median']:.2f}x (PostgreSQL) and {my[now]['ratio_median']:.2f}x (MariaDB)"
-        in readme
-    )
-    assert (
-        f"at {pg[now]['ratio_median']:.2f}x its rate on PostgreSQL and {my[now]['ratio_median']:.2f}x on"
-        in docs
-    )
-    singles = [r[now] / r[then] for dialect in (pg, my) for r in dialect["rounds"]]
-    assert f"(single rounds {min(singles):.2f} to {max(singles):.2f})" in docs
-    assert f"({run['duration_s']:.0f} s" in docs or f"{run['duration_s']:.0f} s," in docs
-
-
-def test_the_fourth_round_instruction_counts_quoted_are_its_counts() -> None:
-    # benchmarks.instructions prints a table only: its saved output is the source, as the docs table is
-    # for the reference run; benchmarks.versus also wrote JSON.
-    counted = {
+def _instructions() -> dict[str, tuple[int, int]]:
+    """benchmarks.instructions's table as saved with the reference run: library and raw loop per factory."""
+    return {
         match.group(1): (int(match.group(2).replace(",", "")), int(match.group(3).replace(",", "")))
         for match in re.finditer(
             r"^\| conformance\.builtin:(\w+) \| ([\d,]+) \| ([\d,]+) \|",
-            (FOURTH_ROUND / "instructions.md").read_text(encoding="utf-8"),
+            (REFERENCE / "instructions.md").read_text(encoding="utf-8"),
             re.MULTILINE,
         )
     }
-    ratio = {name: library / raw for name, (library, raw) in counted.items()}
-    docs, readme = prose(BENCHMARKS_MD), prose(README_MD)
+
+
+def test_the_tables_of_benchmarks_versus_are_the_reference_runs() -> None:
+    pasted = BENCHMARKS_MD.read_text(encoding="utf-8")
+    for name in ("versus.md", "versus-instructions.md"):
+        tables = (REFERENCE / name).read_text(encoding="utf-8")
+        for table_line in (line for line in tables.splitlines() if line.startswith("|")):
+            assert table_line in pasted
+
+
+def test_the_run_and_its_companions_are_of_the_library_code_quoted() -> None:
+    # The benchmark run ran at one commit and the three tools right after it at a later one whose library,
+    # SQL and benchmark code are the same (`git diff --stat <run> <tools> -- proletarian_ref sql benchmarks`
+    # is empty): docs/benchmarks.md names both.
+    run = RESULTS["meta"]["git"]["commit"]
+    assert not RESULTS["meta"]["git"]["dirty"]
+    tools = {
+        _versus(name)["sides"][1].split("-")[0].split(" ")[0]
+        for name in ("versus.json", "versus-instructions.json")
+    }
+    assert len(tools) == 1
+    (tool,) = tools
+    instructions = (REFERENCE / "instructions.md").read_text(encoding="utf-8")
+    assert f"at git {tool}" in instructions
+    docs = prose(BENCHMARKS_MD)
+    assert f"at git {run[:7]}" in docs and f"at git {tool}" in docs
+
+
+@pytest.mark.parametrize(
+    "document",
+    [BENCHMARKS_MD, README_MD, WORKER_MD],
+    ids=["docs/benchmarks.md", "README.md", "docs/worker.md"],
+)
+def test_the_compact_plan_ratios_quoted_are_the_tables(document: Path) -> None:
+    compact = {
+        entry["backend"]: [row["compact_ratio"] for row in entry["rows"] if row.get("batch_size", 1) == 1]
+        for entry in RESULTS["benchmarks"]["throughput"]
+    }
     assert (
-        f"The client now executes {ratio['postgresql']:.2f}x (PostgreSQL) and {ratio['mysql']:.2f}x" in readme
+        f"{min(compact['postgresql']):.2f} to {max(compact['postgresql']):.2f} times the plain plan's rate "
+        f"on PostgreSQL and {min(compact['mysql']):.2f} to {max(compact['mysql']):.2f} on MariaDB"
+    ) in prose(document)
+
+
+@pytest.mark.parametrize("document", [BENCHMARKS_MD, README_MD], ids=["docs/benchmarks.md", "README.md"])
+def test_the_enqueue_many_and_raw_loop_bounds_quoted_are_the_tables(document: Path) -> None:
+    many = {entry["backend"]: entry["many"] for entry in RESULTS["benchmarks"]["enqueue_rate"]}
+    lowest = min(row["ratio"] for row in _throughput_rows())
+    text = prose(document)
+    assert f"{many['postgresql']['ratio']:.2f}x a raw `COPY`" in text
+    assert f"{many['postgresql']['ratio_executemany']:.2f}x psycopg's" in text
+    assert f"{many['mysql']['ratio']:.2f}x PyMySQL's" in text
+    assert f"at most {1 / lowest:.2f}x the library's rate here (1 / {lowest:.2f}" in text
+
+
+@pytest.mark.parametrize("document", [BENCHMARKS_MD, README_MD], ids=["docs/benchmarks.md", "README.md"])
+def test_the_default_mode_against_the_filing_commit_quoted_is_benchmarks_versus(document: Path) -> None:
+    versus = _versus("versus.json")
+    then, now, on_compact = versus["sides"]
+    pg, my = versus["postgresql"], versus["mysql"]
+    text = prose(document)
+    assert f"{pg[now]['ratio_median']:.2f}x (PostgreSQL) and {my[now]['ratio_median']:.2f}x (MariaDB)" in text
+    assert (
+        f"compact plan at {pg[on_compact]['ratio_median']:.2f}x and {my[on_compact]['ratio_median']:.2f}x"
+        in text
     )
-    assert f"it does {ratio['postgresql_compact']:.2f}x the raw loop's work a job on PostgreSQL" in readme
+    if document == BENCHMARKS_MD:
+        singles = [r[now] / r[then] for dialect in (pg, my) for r in dialect["rounds"]]
+        assert f"(single rounds {min(singles):.2f} to {max(singles):.2f})" in text
+        counted = _versus("versus-instructions.json")
+        pg_i, my_i = counted["postgresql"]["instructions"], counted["mysql"]["instructions"]
+        assert f"{pg_i[then] / pg_i[now]:.2f}x fewer a job than the filing commit's on PostgreSQL" in text
+        assert f"({pg_i[now]:,.0f} against {pg_i[then]:,.0f}) and {my_i[then] / my_i[now]:.2f}x fewer" in text
+        assert (
+            f"the compact plan {pg_i[then] / pg_i[on_compact]:.2f}x and {my_i[then] / my_i[on_compact]:.2f}x"
+            in text
+        )
+
+
+def test_the_instruction_counts_quoted_are_benchmarks_instructions() -> None:
+    counted = _instructions()
+    ratio = {name: library / raw for name, (library, raw) in counted.items()}
+    docs, readme, worker = prose(BENCHMARKS_MD), prose(README_MD), prose(WORKER_MD)
+    plans = {
+        "postgresql": "PostgreSQL, Proletarian's plan",
+        "postgresql_compact": "PostgreSQL, compact plan",
+        "mysql": "MariaDB, Proletarian's plan",
+        "mysql_compact": "MariaDB, compact plan",
+    }
+    for name, label in plans.items():
+        library, raw = counted[name]
+        assert f"| {label} | {library:,} | {raw:,} | {ratio[name]:.2f} |" in docs
+    assert (
+        f"**{ratio['postgresql']:.2f}x the raw loop's instructions per job on PostgreSQL** and "
+        f"{ratio['mysql']:.2f}x on MariaDB" in readme
+    )
     library, raw = counted["postgresql_compact"]
-    assert f"({library:,} against {raw:,})" in readme
-    assert f"| PostgreSQL, compact plan | {library:,} | {raw:,} | {library / raw:.2f} |" in docs
-    versus = _fourth_round("versus-instructions.json")
-    then, now, compact = versus["sides"]
-    pg, my = versus["postgresql"]["instructions"], versus["mysql"]["instructions"]
-    assert f"needs {pg[then] / pg[now]:.2f}x fewer a job than the filing commit's on PostgreSQL" in docs
-    assert f"({pg[now]:,.0f} against {pg[then]:,.0f}) and {my[then] / my[now]:.2f}x fewer on MariaDB" in docs
-    assert f"the compact plan {pg[then] / pg[compact]:.2f}x and {my[then] / my[compact]:.2f}x fewer" in docs
+    assert (
+        f"{ratio['postgresql_compact']:.2f}x the raw loop's work a job on PostgreSQL "
+        f"({library:,} against {raw:,})" in readme
+    )
+    excess = {name: round((library - raw) / 1000) for name, (library, raw) in counted.items()}
+    assert (
+        f"now {excess['postgresql']}k instructions a job on PostgreSQL and {excess['mysql']}k on MariaDB"
+        in docs
+    )
+    thousands = {name: round(library / 1000) for name, (library, _) in counted.items()}
+    assert f"from {thousands['postgresql']}k to {thousands['postgresql_compact']}k on PostgreSQL" in worker
+    assert f"from {thousands['mysql']}k to {thousands['mysql_compact']}k on MariaDB" in worker
