@@ -147,7 +147,7 @@ class _ReportThenStall(Recorder):
 
 
 def test_the_drain_lets_the_last_jobs_failure_be_written_before_it_stops_the_workers(
-    monkeypatch: pytest.MonkeyPatch,
+    db: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The last planned call is a failure with no retry left: it must be archived as failed. Stopping the
     # workers as soon as the call is reported made stop() give the job back untouched (and a second worker,
@@ -155,10 +155,6 @@ def test_the_drain_lets_the_last_jobs_failure_be_written_before_it_stops_the_wor
     monkeypatch.setattr(drain, "Recorder", _ReportThenStall)
     plan = PlannedJob(QUEUE, "a/b", None, "now", timedelta(0), Script(1, 0, 0, 0))
     workload = Workload((plan,), {QUEUE: (1, 1)})
-    harness = load_harness("conformance.builtin:memory")
-    try:
-        outcome = drain.drain_in_threads(harness, workload, VirtualClock.start(speed=600.0))
-        assert check_outcome(outcome, workload, harness.job_id_strategy(), timedelta(milliseconds=1)) == []
-        assert [(row.status, row.attempts) for row in outcome.archived] == [(STATUS_FAILURE, 1)]
-    finally:
-        harness.close()
+    outcome = drain.drain_in_threads(db, workload, VirtualClock.start(speed=600.0))
+    assert check_outcome(outcome, workload, db.job_id_strategy(), db.capabilities.time_precision) == []
+    assert [(row.status, row.attempts) for row in outcome.archived] == [(STATUS_FAILURE, 1)]
