@@ -64,7 +64,7 @@ def test_list_escapes_control_characters_and_keeps_one_line_a_job(
     result = run(capsys, "list", *database.args)
     assert result.code == ExitCode.OK, result.err
     _assert_safe(result.out)
-    [header, row] = result.out.splitlines()
+    [_header, row] = result.out.splitlines()
     assert "evil/q\\x1b]0;pwned\\x07" in row and "evil/t\\n00000000-" in row
     # JSON carries the text exactly; JSON's own escapes keep it safe.
     listed = json.loads(run(capsys, "list", "--json", *database.args).out)
