@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -37,11 +37,11 @@ def database(request: pytest.FixtureRequest) -> Iterator[Target]:
     yield from target(request, "terminal")
 
 
-def _insert_hostile_row(database: Target) -> str:
+def _insert_hostile_row(database: Target, enqueued_ago: timedelta = timedelta(0)) -> str:
     job_id = uuid.uuid4()
     backend = database.harness.make_backend()
     stored_id = job_id.bytes if database.dialect == "mysql" else job_id
-    now = datetime.now(UTC).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0) - enqueued_ago
     conn = database.harness.connect()
     try:
         job = JobRecord(stored_id, QUEUE, JOB_TYPE, PAYLOAD, 0, now, now)
@@ -89,6 +89,16 @@ def test_stats_escapes_queue_names(capsys: pytest.CaptureFixture[str], database:
     assert result.code == ExitCode.OK, result.err
     _assert_safe(result.out)
     assert printable(QUEUE[1:]) in result.out
+
+
+def test_health_escapes_the_name_of_a_lagging_queue(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    _insert_hostile_row(database, enqueued_ago=timedelta(hours=1))
+    result = run(capsys, "health", "--max-lag", "1m", *database.args)
+    assert result.code == ExitCode.QUEUE_LAGGING, result.out + result.err
+    _assert_safe(result.out)
+    assert f"on {printable(QUEUE[1:])}\n" in result.out
 
 
 def test_printable_leaves_ordinary_text_alone_and_escapes_controls() -> None:
