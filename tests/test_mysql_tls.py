@@ -6,7 +6,11 @@ Against a throwaway MariaDB that takes TCP connections over TLS only, with certi
 
 from __future__ import annotations
 
+import os
+import shutil
 import ssl
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -14,7 +18,7 @@ from urllib.parse import quote
 import pymysql
 import pytest
 from cli_support import run
-from fix_throwaway import TLS_PASSWORD, ThrowawayTlsMySQL
+from fix_throwaway import TLS_PASSWORD, TLS_PREFIX, ThrowawayTlsMySQL, sweep_leftovers
 
 from proletarian_ref import process_next_job
 from proletarian_ref.backends.dsn import connection_factory, mysql_connect_kwargs
@@ -143,3 +147,19 @@ def test_tls_options_build_a_verifying_context_and_bad_ones_are_named(tmp_path: 
     with pytest.raises(ConfigurationError, match="unsupported MySQL DSN option 'password'") as caught:
         mysql_connect_kwargs("mysql://u@h/db?password=secret")
     assert "secret" not in str(caught.value)
+
+
+def test_a_run_sweeps_the_tls_servers_a_killed_run_left_and_only_those() -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = Path(tempfile.mkdtemp(prefix=TLS_PREFIX))
+    (left / "mysqld.pid").write_text(f"{dead.pid}\n")
+    serving = Path(tempfile.mkdtemp(prefix=TLS_PREFIX))
+    (serving / "mysqld.pid").write_text(f"{os.getpid()}\n")
+    starting = Path(tempfile.mkdtemp(prefix=TLS_PREFIX))  # no pid file yet: a run installing its server
+    try:
+        sweep_leftovers(TLS_PREFIX)
+        assert (left.exists(), serving.exists(), starting.exists()) == (False, True, True)
+    finally:
+        for path in (left, serving, starting):
+            shutil.rmtree(path, ignore_errors=True)
