@@ -125,6 +125,12 @@ def test_the_docs_list_every_mutant_with_the_clauses_that_catch_it() -> None:
     assert documented == expected, "docs/conformance.md's mutant table is out of date with tests/mutants.py"
 
 
+def test_the_readme_counts_every_mutant() -> None:
+    readme = (DOCS.parent.parent / "README.md").read_text(encoding="utf-8")
+    counts = re.findall(r"(\d+) deliberately broken backends", readme)
+    assert counts == [str(len(POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS))]
+
+
 def test_the_docs_list_every_clause() -> None:
     text = DOCS.read_text(encoding="utf-8")
     missing = [clause for clause in clauses() if f"| {clause} |" not in text]

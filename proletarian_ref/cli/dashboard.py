@@ -9,6 +9,7 @@ from typing import Any
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
 from proletarian_ref.cli.logs import notice
+from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.ops.db import Tables
 
 
@@ -50,6 +51,14 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     parser.add_argument("--port", type=_port, default=8089, help="(default: %(default)s)")
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a further name browsers reach the dashboard by (repeatable); localhost, 127.0.0.1, [::1] and "
+        "the --host address are always allowed, any other Host header is refused (DNS rebinding)",
+    )
     parser.add_argument("--allow-actions", action="store_true", help="show retry and cancel buttons")
     parser.add_argument("--token", help="the token actions need (default: a new random one, printed)")
     add_database_options(parser)
@@ -60,13 +69,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from proletarian_ref.ops.dashboard import Dashboard
+        from proletarian_ref.ops.dashboard import Dashboard, allowed_hosts, check_token
     except ImportError as exc:
         raise CliError(
             f"the dashboard needs its extra: pip install 'proletarian-ref[dashboard]' ({exc})"
         ) from exc
-    if args.token is not None and len(args.token) < 16:
-        raise UsageError("--token must be at least 16 characters")
+    if args.token is not None:
+        if len(args.token) < 16:
+            raise UsageError("--token must be at least 16 characters")
+        try:
+            check_token(args.token)
+        except ConfigurationError as exc:
+            raise UsageError(f"--token: {exc}") from exc
     cli_tables = tables_from(args)
     with open_database(args, cli_tables) as db:
         dashboard = Dashboard(
@@ -75,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             db.dialect,
             allow_actions=args.allow_actions,
             token=args.token,
+            hosts=allowed_hosts(args.host, args.allowed_host),
         )
         address = f"http://{args.host}:{args.port}/"
         if args.allow_actions:

@@ -9,11 +9,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import unquote, urlsplit
 
 from proletarian_ref import schema
 from proletarian_ref.backend import Backend
-from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact
+from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact, scrub
 from proletarian_ref.cli.errors import CannotConnectError, CliError, SchemaMissingCliError, UsageError
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import ConfigurationError
@@ -66,18 +65,6 @@ def tables_from(args: argparse.Namespace) -> Tables:
     return Tables(job, archived)
 
 
-def shown(dsn: str) -> str:
-    """The DSN for messages: the password hidden, an empty one left as it is."""
-    return redact(dsn) if urlsplit(dsn).password else dsn
-
-
-def _scrub(text: str, dsn: str) -> str:
-    password = urlsplit(dsn).password
-    if not password:
-        return text
-    return text.replace(password, "***").replace(unquote(password), "***")
-
-
 def given_dsn(args: argparse.Namespace, *, ignore_env: bool = False) -> tuple[str | None, str]:
     """The DSN given and its origin: (dsn, "--dsn"), (dsn, "PROLETARIAN_DSN") or (None, "")."""
     if getattr(args, "dsn", None):
@@ -101,7 +88,7 @@ class Database:
 
     def describe(self) -> str:
         origin = "the embedded PostgreSQL" if self.server is not None else self.source
-        return f"{shown(self.dsn)} ({origin})"
+        return f"{redact(self.dsn)} ({origin})"
 
     def connect(self) -> Any:
         """A new connection; a failure is a CannotConnectError naming the (redacted) DSN."""
@@ -114,19 +101,19 @@ class Database:
         """The command that installs the missing tables, with the options this command was given."""
         parts = ["proletarian-ref schema install"]
         if self.source == "--dsn":
-            parts.append(f"--dsn {shlex.quote(shown(self.dsn))}")
+            parts.append(f"--dsn {shlex.quote(redact(self.dsn))}")
         if str(self.tables.job) != DEFAULT_JOB_TABLE:
             parts.append(f"--job-table {self.tables.job}")
         if str(self.tables.archived) != DEFAULT_ARCHIVED_JOB_TABLE:
             parts.append(f"--archived-job-table {self.tables.archived}")
         command = " ".join(parts)
-        if self.source == "--dsn" and shown(self.dsn) != self.dsn:
+        if self.source == "--dsn" and redact(self.dsn) != self.dsn:
             command += "   (with the real password in place of ***)"
         return command
 
 
 def cannot_connect(db: Database, exc: BaseException) -> CannotConnectError:
-    detail = _scrub(" ".join(str(exc).split()), db.dsn)
+    detail = scrub(" ".join(str(exc).split()), db.dsn)
     return CannotConnectError(f"cannot connect to {db.describe()}: {type(exc).__name__}: {detail}")
 
 

@@ -15,6 +15,7 @@ from proletarian_ref.cli.database import add_database_options, open_database, ta
 from proletarian_ref.cli.enqueue import _instant, _seconds
 from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
 from proletarian_ref.cli.logs import notice
+from proletarian_ref.cli.terminal import printable
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.keywords import from_keyword_text
 from proletarian_ref.ops import jobs
@@ -131,8 +132,8 @@ def format_jobs(views: list[JobView], now: datetime) -> str:
     rows = [
         [
             str(v.job_id),
-            from_keyword_text(v.queue),
-            from_keyword_text(v.job_type),
+            printable(from_keyword_text(v.queue)),
+            printable(from_keyword_text(v.job_type)),
             v.state(now),
             str(v.attempts),
             _when(v.process_at),
@@ -198,12 +199,12 @@ def run_show(args: argparse.Namespace) -> int:
         "process_at",
         "finished_at",
     ):
-        sys.stdout.write(f"{key:<12} {data[key] if data[key] is not None else '-'}\n")
-    sys.stdout.write(f"{'transit':<12} {data['payload_transit']}\n")
+        sys.stdout.write(f"{key:<12} {printable(str(data[key])) if data[key] is not None else '-'}\n")
+    sys.stdout.write(f"{'transit':<12} {printable(data['payload_transit'])}\n")
     if "payload" in data:
         sys.stdout.write("payload (as a handler gets it):\n" + json.dumps(data["payload"], indent=2) + "\n")
     else:
-        sys.stdout.write(f"payload does not decode: {data['payload_error']}\n")
+        sys.stdout.write(f"payload does not decode: {printable(data['payload_error'])}\n")
     return ExitCode.OK
 
 

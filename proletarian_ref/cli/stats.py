@@ -9,6 +9,7 @@ from typing import Any
 
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import ExitCode
+from proletarian_ref.cli.terminal import printable
 from proletarian_ref.ops.durations import format_duration as format_age
 from proletarian_ref.ops.stats import Stats, queue_stats
 
@@ -33,10 +34,10 @@ def format_table(stats: Stats) -> str:
         return f"{header}\nno jobs, queued or archived\n"
     others = sorted({status for q in stats.queues for status in q.archived} - {"success", "failure"})
     statuses = ["success", "failure", *others]
-    columns = ["QUEUE", "DUE", "SCHEDULED", "OLDEST DUE", *(s.upper() for s in statuses)]
+    columns = ["QUEUE", "DUE", "SCHEDULED", "OLDEST DUE", *(printable(s.upper()) for s in statuses)]
     rows = [
         [
-            q.queue,
+            printable(q.queue),
             str(q.due),
             str(q.scheduled),
             format_age(q.oldest_due_age),

@@ -3,6 +3,9 @@
 Read-only unless `allow_actions`. An action is a POST that must carry the session cookie set by visiting
 `/?token=TOKEN`, a CSRF field derived from the token, and an Origin (or Referer) of this very server;
 the cookie is SameSite=Strict and HttpOnly, and pages may not be framed. The pages use no JavaScript.
+Every request must name this server in its Host header (localhost, the loopback addresses, the address
+it is bound to, or a name added with `allowed_hosts`), so a page on another site that rebinds its own
+name to this address (DNS rebinding) cannot read it.
 Needs starlette, jinja2 and python-multipart (pip install 'proletarian-ref[dashboard]').
 """
 
@@ -11,8 +14,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -21,6 +25,8 @@ from urllib.parse import urlencode, urlsplit
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -47,8 +53,35 @@ _HEADERS: Final = {
 }
 
 
+# The names a browser on this machine reaches the dashboard by; starlette compares them without the port.
+LOCAL_HOSTS: Final = ("localhost", "127.0.0.1", "[::1]", "::1")
+# A token goes into an address and a cookie: URL-safe ASCII only.
+_TOKEN: Final = re.compile(r"[A-Za-z0-9._~-]+")
+_WILDCARD_BINDS: Final = ("0.0.0.0", "::", "[::]", "")
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def allowed_hosts(bind_host: str, extra: Sequence[str] = ()) -> list[str]:
+    """The Host header values the dashboard answers: local names, the bound address, and `extra`."""
+    hosts = [*LOCAL_HOSTS]
+    if bind_host not in _WILDCARD_BINDS:
+        hosts.append(f"[{bind_host}]" if ":" in bind_host and not bind_host.startswith("[") else bind_host)
+    hosts.extend(extra)
+    return list(dict.fromkeys(h.lower() for h in hosts))
+
+
+def check_token(token: str) -> None:
+    """Refuse a token that could not travel in an address and a cookie as it is."""
+    if not _TOKEN.fullmatch(token):
+        raise ConfigurationError("the token may hold only ASCII letters, digits and - _ . ~")
+
+
+def _same(given: str, expected: str) -> bool:
+    """A constant-time comparison that takes any text: compare_digest refuses str with non-ASCII."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("utf-8"))
 
 
 class Dashboard:
@@ -62,11 +95,15 @@ class Dashboard:
         *,
         allow_actions: bool = False,
         token: str | None = None,
+        hosts: Sequence[str] = LOCAL_HOSTS,
     ) -> None:
+        if token is not None:
+            check_token(token)
         self.connect = connect
         self.tables = tables
         self.dialect = dialect
         self.allow_actions = allow_actions
+        self.hosts = list(hosts)
         self.token = token or new_token()
         self.csrf = hmac.new(self.token.encode(), b"csrf", hashlib.sha256).hexdigest()
         self.templates = Environment(
@@ -125,10 +162,16 @@ class Dashboard:
 
     # -- HTTP ------------------------------------------------------------------------------------------
 
+    def _has_session(self, request: Request) -> bool:
+        return _same(request.cookies.get(COOKIE, ""), self.token)
+
     def _render(self, name: str, request: Request, status_code: int = 200, **context: Any) -> HTMLResponse:
+        session = self._has_session(request)
         html = self.templates.get_template(name).render(
             tables=self.tables,
-            actions=self.allow_actions,
+            # Buttons only for the browser whose POSTs would be accepted.
+            actions=self.allow_actions and session,
+            actions_allowed=self.allow_actions,
             csrf=self.csrf,
             flash=request.query_params.get("done"),
             **context,
@@ -139,7 +182,7 @@ class Dashboard:
         given = request.query_params.get("token")
         if given is not None:
             # Trade the token in the address for a cookie, and drop it from the address bar and history.
-            if not hmac.compare_digest(given, self.token):
+            if not _same(given, self.token):
                 return PlainTextResponse("wrong token", status_code=403, headers=_HEADERS)
             response = RedirectResponse("/", status_code=303, headers=_HEADERS)
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
@@ -210,9 +253,9 @@ class Dashboard:
         """Why this POST is not an action the person at this dashboard asked for, or None."""
         if not self.allow_actions:
             return "actions are off: start the dashboard with --allow-actions"
-        if not hmac.compare_digest(request.cookies.get(COOKIE, ""), self.token):
+        if not self._has_session(request):
             return "no valid session: open the address with ?token=... that the dashboard printed"
-        if not hmac.compare_digest(str(form.get("csrf", "")), self.csrf):
+        if not _same(str(form.get("csrf", "")), self.csrf):
             return "the form's CSRF field is missing or wrong"
         site = request.headers.get("sec-fetch-site")
         if site is not None and site not in ("same-origin", "none"):
@@ -258,7 +301,8 @@ class Dashboard:
                 Route("/jobs/{job_id}", self.job),
                 Route("/jobs/{job_id}/retry", self._action("retry", retry), methods=["POST"]),
                 Route("/jobs/{job_id}/cancel", self._action("cancel", cancel), methods=["POST"]),
-            ]
+            ],
+            middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=self.hosts, www_redirect=False)],
         )
 
 
