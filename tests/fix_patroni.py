@@ -333,9 +333,9 @@ class PatroniCluster:
         self.wait_healthy()
 
     def destroy(self) -> None:
+        # Nothing is kept, so no clean shutdown: the agents are killed, and the sweep their servers.
         for node in self.nodes:
-            with contextlib.suppress(Exception):
-                node.stop("fast", timeout=20)
+            node.stop("immediate")
         self.haproxy.stop("immediate")
         self.etcd.stop("immediate")
         sweep(self.root)
