@@ -38,7 +38,7 @@ def _connections(command: str) -> int:
 
 
 def _runs(directory: Path) -> list[dict[str, Any]]:
-    """The runs of one load each; the Patroni run's rounds have a table of their own (benchmarks.scale.patroni)."""
+    """The runs of one load each: the Patroni runs have a table of their own (benchmarks.scale.patroni)."""
     runs = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(directory.glob("*.json"))]
     return [run for run in runs if "rounds" not in run]
 
