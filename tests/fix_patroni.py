@@ -476,7 +476,7 @@ def patroni_missing() -> str | None:
     return None
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """The process's start time in clock ticks (field 22 of /proc/PID/stat), or None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -492,7 +492,7 @@ def _owner_alive(root: Path) -> bool:
         # No owner file yet: a cluster being made right now, or one killed before it wrote one; only
         # an old one is taken for a leftover.
         return time.time() - root.stat().st_mtime < 60
-    return _start_time(int(pid)) == started
+    return start_time(int(pid)) == started
 
 
 def sweep(root: Path) -> None:
@@ -548,7 +548,7 @@ def started_patroni() -> Iterator[PatroniCluster]:
         raise MissingTool(str(patroni_missing()))
     sweep_leftovers()
     root = Path(tempfile.mkdtemp(prefix=PREFIX))
-    (root / "owner").write_text(f"{os.getpid()} {_start_time(os.getpid())}")
+    (root / "owner").write_text(f"{os.getpid()} {start_time(os.getpid())}")
     _hand_over(_server_user("postgres"), root)
     try:
         cluster = PatroniCluster(root, binaries, bindir)
