@@ -417,38 +417,21 @@ class Load:
 def run_load(
     harness: SqlHarness,
     *,
-    jobs: int,
-    worker_sources: Sequence[Any],
-    threads: int,
-    enqueue_connects: Sequence[Callable[[], Any]],
-    batch: int = 50,
-    work_s: float = 0.0005,
     fault: Callable[[], None] | None = None,
     fault_after: float = 0.3,
-    timeout_s: float = 120.0,
-    polling_interval_ms: int = 10,
+    **load: Any,
 ) -> Outcome:
-    """Run `jobs` jobs: one enqueuer thread per connect, one queue worker per data source.
+    """Run a Load (its keyword arguments: jobs, worker_sources, threads, enqueue_connects, ...) to the end.
 
     `fault` is called (in this thread) once `fault_after` of the jobs have been handled. `harness` reads
     the tables at the end, so its connections must reach the database that survived the fault.
     """
-    load = Load(
-        harness,
-        jobs=jobs,
-        worker_sources=worker_sources,
-        threads=threads,
-        enqueue_connects=enqueue_connects,
-        batch=batch,
-        work_s=work_s,
-        timeout_s=timeout_s,
-        polling_interval_ms=polling_interval_ms,
-    ).start()
+    started = Load(harness, **load).start()
     try:
         if fault is not None:
-            load.wait_handled(fault_after)
-            load.mark_fault()
+            started.wait_handled(fault_after)
+            started.mark_fault()
             fault()
     finally:
-        outcome = load.finish()
+        outcome = started.finish()
     return outcome
