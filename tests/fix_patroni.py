@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -559,11 +558,6 @@ def started_patroni() -> Iterator[PatroniCluster]:
             cluster.destroy()
     finally:
         sweep(root)
-
-
-def rewound(log: str) -> bool:
-    """Whether an agent's log (a part of it) says it ran pg_rewind."""
-    return re.search(r"running pg_rewind from", log) is not None
 
 
 @pytest.fixture(scope="session")

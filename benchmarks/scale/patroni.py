@@ -22,7 +22,6 @@ FAULTS: Final = ("postmaster-kill", "switchover", "agent-kill", "etcd-cut")
 # Not among the tests' faults: the agent killed with no watchdog to reset its node. It shows what that
 # costs (docs/scaling.md), which is Patroni's part, not the library's.
 UNFENCED: Final = "agent-kill-unfenced"
-PATHS: Final = ("dsn", "haproxy")
 FAULT_AFTER: Final = 0.3
 WORKERS: Final = 2
 THREADS: Final = 2
@@ -154,6 +153,7 @@ def enqueue_pause_s(jobs: int) -> float:
 
 
 def _rewound(log: str) -> bool:
+    """Whether a part of an agent's log says it ran pg_rewind."""
     return "running pg_rewind from" in log
 
 
