@@ -197,9 +197,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--faults",
         default=",".join(PATRONI_FAULTS),
-        help=f"patroni: faults in turn, of {', '.join((*PATRONI_FAULTS, UNFENCED))}",
+        help=f"patroni: faults in turn, of {', '.join((*PATRONI_FAULTS, UNFENCED))} (its load per path is "
+        "fixed: --workers, --threads and --enqueuers do not apply)",
     )
     args = parser.parse_args(argv)
+    unknown = [f for f in args.faults.split(",") if f not in (*PATRONI_FAULTS, UNFENCED)]
+    if args.scenario == "patroni" and unknown:
+        parser.error(f"unknown fault(s) {', '.join(unknown)}")
     if args.jobs is None:
         args.jobs = PATRONI_JOBS if args.scenario == "patroni" else 10_000
     whole: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"hosts": hosts, "patroni": patroni}
