@@ -271,3 +271,17 @@ def test_reads_leave_the_callers_session_and_open_transaction_and_writes_refuse_
     assert _session_state(conn, database.dialect) == before
     conn.commit()  # the caller's write survived every read
     assert sorted(job.job_type for job in database.jobs()) == [":a/t", ":caller/pending"]
+
+
+def test_the_archived_status_lists_and_purges_every_archived_job(database: Target, conn: Any) -> None:
+    """docs/cli.md: `archived` is every status, never the literal keyword :archived."""
+    failed = _enqueue(database, "a/t", {"n": 1})
+    fail_next(database)
+    cancelled = _enqueue(database, "a/t", {"n": 2})
+    cancel_jobs(conn, [cancelled], tables=_tables(database))
+    listed = list_jobs(conn, JobFilter(status="archived"), tables=_tables(database))
+    assert sorted(str(job.job_id) for job in listed.jobs) == sorted([str(failed), str(cancelled)])
+    purge = PurgeFilter(older_than=timedelta(0), status="archived")
+    assert purge_count(conn, purge, tables=_tables(database)) == 2
+    assert purge_archive(conn, purge, tables=_tables(database)) == 2
+    assert database.archived_jobs() == []

@@ -46,6 +46,8 @@ STATUS_FAILURE: Final = ":failure"
 # happened. Readers that only know :success and :failure see neither.
 STATUS_CANCELLED: Final = ":cancelled"
 QUEUED_STATUSES: Final = ("queued", "due", "scheduled")
+# Every archived job, whatever its status: a word of ours, never stored, so it cannot name a status.
+ARCHIVED: Final = "archived"
 DEFAULT_PAGE_SIZE: Final = 50
 DEFAULT_BATCH_SIZE: Final = 500
 
@@ -54,7 +56,8 @@ Outcome = Literal["retried", "cancelled", "rescheduled", "running", "not-found"]
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """Which jobs: `status` is queued, due or scheduled (the job table) or an archive status."""
+    """Which jobs: `status` is queued, due or scheduled (the job table), archived (every archived job) or
+    one archive status."""
 
     queue: str | None = None
     job_type: str | None = None
@@ -78,7 +81,7 @@ class JobFilter:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, to_keyword_text(value, what=name))
-        if not self.queued:
+        if not self.queued and self.status != ARCHIVED:
             object.__setattr__(self, "status", to_keyword_text(self.status, what="status"))
 
     @property
@@ -92,7 +95,7 @@ class JobFilter:
         values = {
             "queue": self.queue,
             "job_type": self.job_type,
-            "status": None if self.queued else self.status,
+            "status": None if self.queued or self.status == ARCHIVED else self.status,
             "min_attempts": self.min_attempts,
             "max_attempts": self.max_attempts,
             "enqueued_before": time(self.older_than),
@@ -472,7 +475,8 @@ def reschedule_jobs(
 
 @dataclass(frozen=True, slots=True)
 class PurgeFilter:
-    """Archived rows finished more than `older_than` ago, optionally of one queue or status."""
+    """Archived rows finished more than `older_than` ago, optionally of one queue or status ("archived",
+    like None, is every status)."""
 
     older_than: timedelta
     queue: str | None = None
@@ -483,6 +487,8 @@ class PurgeFilter:
             raise ConfigurationError(f"older_than must be a timedelta >= 0, got {self.older_than!r}")
         if self.queue is not None:
             object.__setattr__(self, "queue", to_keyword_text(self.queue, what="queue"))
+        if self.status == ARCHIVED:
+            object.__setattr__(self, "status", None)
         if self.status is not None:
             object.__setattr__(self, "status", to_keyword_text(self.status, what="status"))
 
