@@ -13,7 +13,11 @@ from cli_support import Target, fail_next, parametrize_dialects, target
 from proletarian_ref import enqueue
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.keywords import to_keyword_text
+from proletarian_ref.ops import db
+from proletarian_ref.ops import health as ops_health
+from proletarian_ref.ops import stats as ops_stats
 from proletarian_ref.ops.db import Tables, statements
+from proletarian_ref.ops.health import check_health
 from proletarian_ref.ops.jobs import (
     STATUS_CANCELLED,
     JobFilter,
@@ -27,6 +31,7 @@ from proletarian_ref.ops.jobs import (
     retry_jobs,
     show_job,
 )
+from proletarian_ref.ops.stats import queue_stats
 
 pytest_generate_tests = parametrize_dialects
 
@@ -285,3 +290,67 @@ def test_the_archived_status_lists_and_purges_every_archived_job(database: Targe
     assert purge_count(conn, purge, tables=_tables(database)) == 2
     assert purge_archive(conn, purge, tables=_tables(database)) == 2
     assert database.archived_jobs() == []
+
+
+def test_a_job_a_worker_holds_is_running_not_due_in_list_show_stats_and_health(
+    database: Target, conn: Any
+) -> None:
+    """A worker's claim holds the row: list, show and stats say running, and the lag counts only the due
+    jobs no worker holds, so a busy worker is not a lagging queue."""
+    held, waiting = _enqueue(database, "a/t", {"n": 1}), _enqueue(database, "a/t", {"n": 2}, queue="q/two")
+    old = "NOW() - INTERVAL 2 HOUR" if database.dialect == "mysql" else "NOW() - INTERVAL '2 hours'"
+    database.harness.execute(f"UPDATE {database.job_table} SET process_at = {old}")
+    holder = _locked(database, held)
+    try:
+        states = {
+            str(j.job_id): j.state(datetime.now(UTC)) for j in list_jobs(conn, tables=_tables(database)).jobs
+        }
+        shown = show_job(conn, held, tables=_tables(database))
+        stats = {
+            q.queue: q
+            for q in queue_stats(
+                conn,
+                job_table=database.job_table,
+                archived_job_table=database.archived_job_table,
+                archived=False,
+            ).queues
+        }
+        report = check_health(
+            conn, tables=_tables(database), max_lag=timedelta(minutes=1), queue="proletarian/default"
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert states == {str(held): "running", str(waiting): "due"}
+    assert shown is not None and shown.state(datetime.now(UTC)) == "running"
+    default, other = stats["proletarian/default"], stats["q/two"]
+    assert (default.due, default.running, default.oldest_due_age) == (0, 1, None)
+    assert (other.due, other.running) == (1, 0)
+    assert other.oldest_due_age is not None and other.oldest_due_age > timedelta(hours=1)
+    assert report.healthy, report.to_json()
+    lagging = check_health(conn, tables=_tables(database), max_lag=timedelta(minutes=1))
+    assert lagging.failed("lag") and "q/two" in next(c.detail for c in lagging.checks if c.name == "lag")
+
+
+def test_a_health_probe_never_reads_the_archive(
+    database: Target, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's cost must not grow with the archive: not one of its statements names it."""
+    _enqueue(database, "a/t", {})
+    fail_next(database)
+    seen: list[str] = []
+    real = db.execute
+
+    def recording(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> Any:
+        seen.append(statement)
+        return real(conn, dialect, statement, params)
+
+    for module in (db, ops_stats, ops_health):
+        monkeypatch.setattr(module, "execute", recording, raising=False)
+    monkeypatch.setattr(db, "query", lambda c, d, s, p: recording(c, d, s, p)[0])
+    for module in (ops_stats, ops_health):
+        monkeypatch.setattr(module, "query", db.query)
+    report = check_health(conn, tables=_tables(database))
+    assert report.healthy, report.to_json()
+    assert len(seen) >= 4  # the schema's two tables, the job table's counts and its held rows, the claims
+    assert not [s for s in seen if database.archived_job_table in s]

@@ -105,9 +105,17 @@ class Dashboard:
         rows: dict[str, dict[str, Any]] = {}
         for q in data["stats"].queues:
             lag = format_duration(q.oldest_due_age) if q.oldest_due_age is not None else "-"
-            rows[q.queue] = {"queue": q.queue, "due": q.due, "scheduled": q.scheduled, "lag": lag}
+            rows[q.queue] = {
+                "queue": q.queue,
+                "due": q.due,
+                "running": q.running,
+                "scheduled": q.scheduled,
+                "lag": lag,
+            }
         for t in data["done"]:
-            row = rows.setdefault(t.queue, {"queue": t.queue, "due": 0, "scheduled": 0, "lag": "-"})
+            row = rows.setdefault(
+                t.queue, {"queue": t.queue, "due": 0, "running": 0, "scheduled": 0, "lag": "-"}
+            )
             done = row.setdefault("done", [0, 0, 0])
             row["done"] = [done[0] + t.last_1m, done[1] + t.last_5m, done[2] + t.last_15m]
             if t.status == "failure":

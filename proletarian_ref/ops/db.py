@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -157,6 +159,32 @@ def query(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> li
 def ended(conn: Any) -> None:
     """The operation committed or rolled back the transaction its statements began."""
     _begun.discard(conn)
+
+
+def can_tell_held(conn: Any, dialect: str) -> bool:
+    """Whether this connection can tell the rows a worker holds from the others.
+
+    PostgreSQL reads it without a lock. MySQL shows it only to a locking read (SKIP LOCKED), whose locks
+    must not outlive the read: never inside a transaction the caller has open.
+    """
+    return dialect != "mysql" or not in_transaction(conn, dialect)
+
+
+@contextmanager
+def held_rows_read(conn: Any, dialect: str) -> Iterator[None]:
+    """A read that tells held rows, ended with the block; on MySQL a READ COMMITTED transaction of its own
+    (no gap locks), whose locks the rollback at the end releases at once."""
+    if dialect == "mysql":
+        cursor = conn.cursor()
+        try:
+            # The next transaction only: the session's own level is unchanged.
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        finally:
+            cursor.close()
+    try:
+        yield
+    finally:
+        end_read(conn)
 
 
 def end_read(conn: Any) -> None:

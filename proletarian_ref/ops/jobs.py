@@ -16,7 +16,7 @@ import base64
 import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -26,6 +26,7 @@ from proletarian_ref.job import to_process_at
 from proletarian_ref.keywords import from_keyword_text, to_keyword_text
 from proletarian_ref.ops.db import (
     Tables,
+    can_tell_held,
     db_time,
     decode_job_id,
     dialect_of,
@@ -34,6 +35,7 @@ from proletarian_ref.ops.db import (
     ended,
     execute,
     from_db_time,
+    held_rows_read,
     parse_job_id,
     query,
     render,
@@ -119,15 +121,20 @@ class JobView:
     process_at: datetime
     status: str | None = None
     finished_at: datetime | None = None
+    # A worker holds the row (its claim's lock): the job is being run right now.
+    running: bool = False
 
     @property
     def archived(self) -> bool:
         return self.status is not None
 
     def state(self, now: datetime) -> str:
-        """queued jobs: due or scheduled; archived ones: their status without the colon."""
+        """queued jobs: running (a worker holds it), due (waiting) or scheduled; archived ones: their status
+        without the colon."""
         if self.status is not None:
             return from_keyword_text(self.status)
+        if self.running:
+            return "running"
         return "due" if self.process_at <= now else "scheduled"
 
     def payload(self, serializer: Serializer | None = None) -> Any:
@@ -239,8 +246,28 @@ def list_jobs(
         rows = query(conn, active, render(active, "ops.sql", name, tables), params)
     finally:
         end_read(conn)
-    views = [_view(row) for row in rows[:limit]]
+    views = _with_running(conn, active, tables, [_view(row) for row in rows[:limit]], now)
     return Page(views, _cursor_of(views[-1]) if len(rows) > limit else None)
+
+
+def _with_running(
+    conn: Any, dialect: str, tables: Tables, views: list[JobView], now: datetime
+) -> list[JobView]:
+    """The views with `running` set on the due jobs a worker holds (ops.db.can_tell_held says when)."""
+    due = [v.job_id for v in views if not v.archived and v.process_at <= now]
+    if not due or not can_tell_held(conn, dialect):
+        return views
+    stored = [encode_job_id(dialect, job_id) for job_id in due]
+    with held_rows_read(conn, dialect):
+        rows = query(
+            conn,
+            dialect,
+            render(dialect, "ops.sql", "free_jobs", tables),
+            {"job_ids": stored if dialect == "postgresql" else tuple(stored)},
+        )
+    free = {decode_job_id(row[0]) for row in rows}
+    held = set(due) - free
+    return [replace(v, running=True) if v.job_id in held else v for v in views]
 
 
 def iter_jobs(
@@ -283,22 +310,32 @@ def _id_kind_checked(job_ids: Iterable[Any]) -> Iterator[None]:
 
 
 def show_job(
-    conn: Any, job_id: Any, *, tables: Tables | None = None, dialect: str | None = None
+    conn: Any,
+    job_id: Any,
+    *,
+    tables: Tables | None = None,
+    dialect: str | None = None,
+    clock: Clock | None = None,
 ) -> JobView | None:
     """The job with this id, queued or archived, or None."""
     active = dialect_of(conn, dialect)
     tables = tables or Tables.of()
     parsed = parse_job_id(job_id)
     params = {"job_id": encode_job_id(active, parsed)}
+    found: JobView | None = None
     try:
         with _id_kind_checked([parsed]):
             for name in ("show_queued", "show_archived"):
                 rows = query(conn, active, render(active, "ops.sql", name, tables), params)
                 if rows:
-                    return _view(rows[0])
+                    found = _view(rows[0])
+                    break
     finally:
         end_read(conn)
-    return None
+    if found is None:
+        return None
+    [view] = _with_running(conn, active, tables, [found], now_from(clock or system_utc))
+    return view
 
 
 def _run(conn: Any, dialect: str, tables: Tables, name: str, params: dict[str, Any]) -> Any:

@@ -114,12 +114,12 @@ class QueueCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         depth = GaugeMetricFamily(
             "proletarian_queue_depth",
-            "Queued jobs, due now or scheduled",
+            "Queued jobs: due now and waiting, running (held by a worker), or scheduled",
             labels=["queue", "state"],
         )
         lag = GaugeMetricFamily(
             "proletarian_queue_lag_seconds",
-            "Age of the oldest due job (0: none)",
+            "Age of the oldest due job no worker holds (0: none)",
             labels=["queue"],
         )
         up = GaugeMetricFamily("proletarian_queue_stats_up", "1 if the last scrape could read the job table")
@@ -131,6 +131,7 @@ class QueueCollector(Collector):
             up.add_metric([], 1)
             for q in stats.queues:
                 depth.add_metric([q.queue, "due"], q.due)
+                depth.add_metric([q.queue, "running"], q.running)
                 depth.add_metric([q.queue, "scheduled"], q.scheduled)
                 age = q.oldest_due_age
                 lag.add_metric([q.queue], 0.0 if age is None else age.total_seconds())

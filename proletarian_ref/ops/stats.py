@@ -12,10 +12,12 @@ from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.keywords import from_keyword_text
 from proletarian_ref.ops.db import (
     Tables,
+    can_tell_held,
     db_time,
     dialect_of,
     end_read,
     from_db_time,
+    held_rows_read,
     query,
     render,
     statements,
@@ -30,13 +32,18 @@ _SCHEMA_LOCK_TIMEOUT_S: Final = 60
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """One queue: jobs waiting in the job table and jobs archived, by readable status."""
+    """One queue: jobs in the job table and jobs archived, by readable status.
+
+    `due` jobs wait for a worker; `running` ones are due and held by a worker (its claim's row lock);
+    `oldest_due_age` is the age of the oldest due job no worker holds: how far behind the workers are.
+    """
 
     queue: str
     due: int = 0
     scheduled: int = 0
     oldest_due_age: timedelta | None = None
     archived: dict[str, int] = field(default_factory=dict)
+    running: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,7 @@ class Stats:
                 {
                     "queue": q.queue,
                     "due": q.due,
+                    "running": q.running,
                     "scheduled": q.scheduled,
                     "oldest_due_age_seconds": (
                         None if q.oldest_due_age is None else round(q.oldest_due_age.total_seconds(), 3)
@@ -165,26 +173,40 @@ def queue_stats(
     clock: Clock | None = None,
     archived: bool = True,
 ) -> Stats:
-    """Per queue: jobs due now, scheduled later, the age of the oldest due job, archived jobs by status.
+    """Per queue: jobs due now and waiting, running (held by a worker), scheduled later, the age of the
+    oldest waiting job, and archived jobs by status.
 
     `archived=False` leaves out the archive (a scan of its every row), for frequent callers such as a
-    metrics scrape.
+    metrics scrape or a health probe. Inside a transaction the caller has open, MySQL cannot tell running
+    jobs from waiting ones (see ops.db.can_tell_held): every due job counts as waiting there.
     """
     job = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
     active = dialect_of(conn, dialect)
     now = now_from(clock if clock is not None else system_utc)
+    params = {"now": db_time(active, now)}
     try:
-        waiting = query(conn, active, _render(active, "queue_stats", job), {"now": db_time(active, now)})
+        totals = query(conn, active, _render(active, "queue_stats", job), params)
         done = query(conn, active, _render(active, "archive_stats", job, archive), {}) if archived else []
     finally:
         end_read(conn)
+    free: dict[str, tuple[int, Any]] | None = None
+    if can_tell_held(conn, active):
+        with held_rows_read(conn, active):
+            rows = query(conn, active, _render(active, "waiting_stats", job), params)
+        free = {queue_text: (int(n), oldest) for queue_text, n, oldest in rows}
     queues: dict[str, QueueStats] = {}
-    for queue_text, due, scheduled, oldest_due in waiting:
-        oldest = from_db_time(oldest_due)
+    for queue_text, due, scheduled, oldest_due in totals:
+        due_all = int(due or 0)
+        # A job claimed between the two reads is held in the second only; one finished meanwhile is gone
+        # from it: neither makes a count negative.
+        waiting, oldest_at = (due_all, oldest_due) if free is None else free.get(queue_text, (0, None))
+        waiting = min(waiting, due_all)
+        oldest = from_db_time(oldest_at)
         queues[queue_text] = QueueStats(
             queue=from_keyword_text(queue_text),
-            due=int(due or 0),
+            due=waiting,
+            running=due_all - waiting,
             scheduled=int(scheduled or 0),
             oldest_due_age=None if oldest is None else max(now - oldest, timedelta(0)),
         )

@@ -36,6 +36,11 @@ WHERE (%(any_queue)s OR queue = %(queue)s)
 ORDER BY finished_at DESC, job_id DESC
 LIMIT %(limit)s
 
+-- name: free_jobs
+-- Which of these queued jobs no worker holds: SKIP LOCKED passes over the others, which are running. Run
+-- at READ COMMITTED in a transaction of its own, rolled back at once.
+SELECT job_id FROM {job_table} WHERE job_id IN %(job_ids)s FOR UPDATE SKIP LOCKED
+
 -- name: show_queued
 SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
 FROM {job_table}

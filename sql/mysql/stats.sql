@@ -28,6 +28,14 @@ FROM {job_table}
 GROUP BY queue
 ORDER BY queue
 
+-- name: waiting_stats
+-- Per queue: due jobs no worker holds, and the process_at of the oldest of them. MySQL shows which rows
+-- are held only to a locking read: SKIP LOCKED passes over the rows workers hold. Run at READ COMMITTED
+-- (no gap locks) in a transaction of its own, rolled back at once.
+SELECT queue, COUNT(*) AS waiting, MIN(process_at) AS oldest_waiting
+FROM (SELECT queue, process_at FROM {job_table} WHERE process_at <= %(now)s FOR UPDATE SKIP LOCKED) AS free
+GROUP BY queue
+
 -- name: archive_stats
 -- Archived jobs per queue and status.
 SELECT queue, status, COUNT(*) AS jobs

@@ -36,6 +36,14 @@ WHERE (%(any_queue)s OR queue = %(queue)s)
 ORDER BY finished_at DESC, job_id DESC
 LIMIT %(limit)s
 
+-- name: free_jobs
+-- Which of these queued jobs no worker holds (see stats.sql, waiting_stats): the others are running.
+SELECT job_id
+FROM {job_table}
+WHERE job_id = ANY(%(job_ids)s)
+  AND NOT (xmax <> '0'::xid
+           AND xmax IN (SELECT transactionid FROM pg_locks WHERE locktype = 'transactionid' AND granted))
+
 -- name: show_queued
 SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
 FROM {job_table}

@@ -27,6 +27,17 @@ FROM {job_table}
 GROUP BY queue
 ORDER BY queue
 
+-- name: waiting_stats
+-- Per queue: due jobs no worker holds, and the process_at of the oldest of them. A worker's claim locks its
+-- row (FOR UPDATE), which stores the worker's transaction id in the row's xmax; a row whose xmax is a
+-- transaction still running (pg_locks) is held. Read without taking a lock or writing a row.
+SELECT queue, COUNT(*) AS waiting, MIN(process_at) AS oldest_waiting
+FROM {job_table}
+WHERE process_at <= %(now)s
+  AND NOT (xmax <> '0'::xid
+           AND xmax IN (SELECT transactionid FROM pg_locks WHERE locktype = 'transactionid' AND granted))
+GROUP BY queue
+
 -- name: archive_stats
 -- Archived jobs per queue and status.
 SELECT queue, status, COUNT(*) AS jobs
