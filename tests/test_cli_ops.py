@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import Target, fail_next, isolate, parametrize_dialects, run, target
+from cli_support import Target, copy_to_job_table, fail_next, isolate, parametrize_dialects, run, target
 
 from proletarian_ref.cli import ExitCode, build_parser
 from proletarian_ref.cli.env import apply_env_defaults
@@ -94,7 +94,7 @@ def test_a_whole_number_id_is_a_usage_error_where_ids_are_uuids(
         assert result.code == ExitCode.USAGE_ERROR and "holds UUIDs" in result.err
     else:
         # BINARY(16) compares with a number without complaint: the job is simply not there.
-        assert result.code == ExitCode.RUNTIME_ERROR and result.out == "123 not-found\n"
+        assert result.code == ExitCode.RUNTIME_ERROR and result.out.startswith("123 not-found: in neither")
 
 
 def test_a_dsn_of_no_known_database_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,7 +121,10 @@ def test_retry_by_id_moves_the_failure_back_and_bulk_retry_needs_yes_off_a_termi
     assert bulk["counts"] == {"retried": 2}
     assert (len(database.jobs()), database.archived_jobs()) == (3, [])
     again = run(capsys, "retry", ids[1], *database.args)
-    assert again.code == ExitCode.RUNTIME_ERROR and "not-found" in again.out
+    assert (again.code, again.out) == (
+        ExitCode.RUNTIME_ERROR,
+        f"{ids[1]} queued: still queued, not archived\n",
+    )
 
 
 def test_cancel_archives_as_cancelled_and_reports_a_running_job(
@@ -260,3 +263,22 @@ def test_a_repeated_option_on_the_command_line_replaces_its_variable_rather_than
 )
 def test_durations_read_as_people_write_them(text: str, seconds: float) -> None:
     assert parse_duration(text).total_seconds() == seconds
+
+
+def test_retry_reports_each_job_and_a_conflict_as_its_own_line(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    ids = []
+    for n in range(3):
+        ids.append(_enqueue(capsys, database, "a/t", f'{{"n": {n}}}'))
+        fail_next(database)
+    copy_to_job_table(database, str(ids[1]))
+    result = run(capsys, "retry", *ids, *database.args)
+    assert result.code == ExitCode.RUNTIME_ERROR
+    lines = result.out.splitlines()
+    assert [line.split()[:2] for line in lines] == [
+        [ids[0], "retried"],
+        [ids[1], "conflict:"],
+        [ids[2], "retried"],
+    ]
+    assert "Traceback" not in result.err and "1 conflict, 2 retried" in result.err

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from cli_support import Target, fail_next, parametrize_dialects, target
+from cli_support import Target, copy_to_job_table, fail_next, parametrize_dialects, target
 
-from proletarian_ref import enqueue
+from proletarian_ref import enqueue, process_next_job
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.keywords import to_keyword_text
 from proletarian_ref.ops import db
@@ -140,7 +140,7 @@ def test_two_retries_of_one_job_at_once_leave_exactly_one_job(database: Target) 
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert sorted(outcomes) == ["not-found"] * 4 + ["retried"] * 4
+    assert sorted(outcomes) == ["queued"] * 4 + ["retried"] * 4
     assert sorted(
         str(job.job_id) for job in list_jobs(database.harness.connect(), tables=_tables(database)).jobs
     ) == sorted(str(i) for i in ids)
@@ -354,3 +354,81 @@ def test_a_health_probe_never_reads_the_archive(
     assert report.healthy, report.to_json()
     assert len(seen) >= 4  # the schema's two tables, the job table's counts and its held rows, the claims
     assert not [s for s in seen if database.archived_job_table in s]
+
+
+def _failures(database: Target, count: int) -> list[Any]:
+    """`count` archived :failure jobs, each failed before the next is enqueued (MySQL keeps whole seconds)."""
+    ids = []
+    for n in range(count):
+        ids.append(_enqueue(database, "a/t", {"n": n}))
+        fail_next(database)
+    return ids
+
+
+def test_each_retried_job_has_its_own_outcome_and_a_conflict_spoils_no_other(
+    database: Target, conn: Any
+) -> None:
+    """One id that is also queued (the INSERT's unique key refuses it) is reported as a conflict with the
+    database's reason; the jobs before and after it are retried all the same."""
+    first, clash, last = _failures(database, 3)
+    copy_to_job_table(database, str(clash))
+    seen: list[str] = []
+    results = retry_jobs(
+        conn, [first, clash, last], tables=_tables(database), on_result=lambda r: seen.append(r.outcome)
+    )
+    assert [r.outcome for r in results] == seen == ["retried", "conflict", "retried"]
+    assert "1062" in results[1].detail or "23505" in results[1].detail
+    assert [str(db.decode_job_id(job.job_id)) for job in database.archived_jobs()] == [str(clash)]
+    assert len(database.jobs()) == 3
+
+
+def test_two_retries_of_the_same_jobs_in_opposite_orders_never_deadlock(database: Target) -> None:
+    ids = _failures(database, 12) if database.dialect == "postgresql" else _failures(database, 4)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+
+    def retry_all(order: list[Any]) -> None:
+        connection = database.harness.connect()
+        try:
+            barrier.wait()
+            outcomes.extend(r.outcome for r in retry_jobs(connection, order, tables=_tables(database)))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=retry_all, args=(order,)) for order in (ids, ids[::-1])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert sorted(outcomes) == ["queued"] * len(ids) + ["retried"] * len(ids)
+    assert (len(database.jobs()), database.archived_jobs()) == (len(ids), [])
+
+
+def test_retry_says_what_a_job_it_leaves_alone_is_and_takes_back_a_cancelled_one(
+    database: Target, conn: Any
+) -> None:
+    succeeded = _enqueue(database, "a/t", {"n": 0})
+    assert process_next_job(
+        database.harness.data_source,
+        lambda job_type, payload: None,
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        log=lambda event, data: None,
+    )
+    queued, cancelled = _enqueue(database, "a/t", {"n": 1}), _enqueue(database, "a/t", {"n": 2})
+    cancel_jobs(conn, [cancelled], tables=_tables(database))
+    missing = "00000000-0000-4000-8000-000000000000"
+    results = retry_jobs(conn, [succeeded, queued, cancelled, missing], tables=_tables(database))
+    assert [(r.outcome, r.detail) for r in results] == [
+        ("not-retryable", "archived with status :success: only :failure and :cancelled are retried"),
+        ("queued", "still queued, not archived"),
+        ("retried", "was :cancelled"),
+        ("not-found", f"in neither {database.job_table} nor {database.archived_job_table}"),
+    ]
+    assert sorted(str(db.decode_job_id(job.job_id)) for job in database.jobs()) == sorted(
+        [str(queued), str(cancelled)]
+    )

@@ -134,6 +134,26 @@ def execute(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> 
         cursor.close()
 
 
+# PostgreSQL's classes of integrity violations and of transaction rollbacks (deadlock, serialization), and
+# lock_not_available; MySQL's duplicate key, lock wait timeout and deadlock.
+_PG_CONFLICT_CLASSES: Final = frozenset({"23", "40"})
+_PG_CONFLICT_CODES: Final = frozenset({"55P03"})
+_MYSQL_CONFLICT_CODES: Final = frozenset({1062, 1205, 1213, 1451, 1452})
+
+
+def conflict_reason(exc: BaseException) -> str | None:
+    """The database's reason when it refused one job's transaction over its rows; None for other errors."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        if sqlstate[:2] in _PG_CONFLICT_CLASSES or sqlstate in _PG_CONFLICT_CODES:
+            return f"{type(exc).__name__} ({sqlstate}): {' '.join(str(exc).split())}"
+        return None
+    args = getattr(exc, "args", ())
+    if type(exc).__module__.startswith("pymysql") and args and args[0] in _MYSQL_CONFLICT_CODES:
+        return f"{type(exc).__name__} ({args[0]}): {' '.join(str(args[1:] and args[1]).split())}"
+    return None
+
+
 def in_transaction(conn: Any, dialect: str) -> bool:
     """Whether `conn` has a transaction open (psycopg's transaction status, PyMySQL's server status)."""
     if dialect == "mysql":

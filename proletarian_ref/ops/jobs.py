@@ -27,6 +27,7 @@ from proletarian_ref.keywords import from_keyword_text, to_keyword_text
 from proletarian_ref.ops.db import (
     Tables,
     can_tell_held,
+    conflict_reason,
     db_time,
     decode_job_id,
     dialect_of,
@@ -53,7 +54,22 @@ ARCHIVED: Final = "archived"
 DEFAULT_PAGE_SIZE: Final = 50
 DEFAULT_BATCH_SIZE: Final = 500
 
-Outcome = Literal["retried", "cancelled", "rescheduled", "running", "not-found"]
+Outcome = Literal[
+    "retried",
+    "cancelled",
+    "rescheduled",
+    # Left alone: a worker holds it; it is queued, not archived (retry); it is archived, not queued (cancel,
+    # reschedule); archived as :success or another status retry does not take; in neither table; or the
+    # database refused this job's transaction (Result.detail says why).
+    "running",
+    "queued",
+    "archived",
+    "not-retryable",
+    "not-found",
+    "conflict",
+]
+# The outcomes that change the job; a job named by id with any other makes the CLI exit 1.
+CHANGED: Final = frozenset(("retried", "cancelled", "rescheduled"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +182,15 @@ class Page:
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """What an operation did to one job."""
+    """What an operation did to one job, and why it was left alone (empty when it was changed)."""
 
     job_id: Any
     outcome: Outcome
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"job_id": str(self.job_id), "outcome": self.outcome}
+        return {**data, "detail": self.detail} if self.detail else data
 
 
 _SERIALIZER: Final = create_serializer()
@@ -342,85 +363,108 @@ def _run(conn: Any, dialect: str, tables: Tables, name: str, params: dict[str, A
     return execute(conn, dialect, render(dialect, "ops.sql", name, tables), params)
 
 
-def _retry_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, process_at: Any) -> Outcome:
-    params = {"job_id": stored_id, "status": STATUS_FAILURE, "process_at": process_at}
-    if not _run(conn, dialect, tables, "lock_archived", params)[0]:
-        return "not-found"
+# What one job's own transaction did: an outcome and, when the job was left alone, why.
+Done = tuple[Outcome, str]
+
+
+def _elsewhere(conn: Any, dialect: str, tables: Tables, params: dict[str, Any]) -> Done:
+    """Why a job the operation did not find in the state it acts on was left alone: where it is instead."""
+    if _run(conn, dialect, tables, "show_queued", params)[0]:
+        return "queued", "still queued, not archived"
+    archived = _run(conn, dialect, tables, "show_archived", params)[0]
+    if archived:
+        return "archived", f"archived with status {archived[0][7]}"
+    return "not-found", f"in neither {tables.job} nor {tables.archived}"
+
+
+def _retry_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, process_at: Any) -> Done:
+    params = {
+        "job_id": stored_id,
+        "status": STATUS_FAILURE,
+        "other_status": STATUS_CANCELLED,
+        "process_at": process_at,
+    }
+    locked = _run(conn, dialect, tables, "lock_archived", params)[0]
+    if not locked:
+        outcome, why = _elsewhere(conn, dialect, tables, params)
+        if outcome == "archived":
+            return "not-retryable", f"{why}: only {STATUS_FAILURE} and {STATUS_CANCELLED} are retried"
+        return outcome, why
     _run(conn, dialect, tables, "requeue_archived", params)
     _run(conn, dialect, tables, "delete_archived", params)
-    return "retried"
+    return "retried", "" if locked[0][1] == STATUS_FAILURE else f"was {locked[0][1]}"
 
 
-def _lock_queued(conn: Any, dialect: str, tables: Tables, params: dict[str, Any]) -> Outcome | None:
-    """None once the queued job is locked here; else why it cannot be: a worker runs it, or it is gone."""
+def _lock_queued(conn: Any, dialect: str, tables: Tables, params: dict[str, Any]) -> Done | None:
+    """None once the queued job is locked here; else why not: a worker runs it, or it is not queued."""
     if _run(conn, dialect, tables, "lock_queued", params)[0]:
         return None
     rows = _run(conn, dialect, tables, "queued_exists", params)[0]
-    return "running" if rows and int(rows[0][0]) else "not-found"
+    if rows and int(rows[0][0]):
+        return "running", ""
+    return _elsewhere(conn, dialect, tables, params)
 
 
-def _cancel_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, finished_at: Any) -> Outcome:
+def _cancel_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, finished_at: Any) -> Done:
     params = {"job_id": stored_id, "status": STATUS_CANCELLED, "finished_at": finished_at}
     refused = _lock_queued(conn, dialect, tables, params)
     if refused is not None:
         return refused
     _run(conn, dialect, tables, "archive_cancelled", params)
     _run(conn, dialect, tables, "delete_queued", params)
-    return "cancelled"
+    return "cancelled", ""
 
 
-def _reschedule_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, process_at: Any) -> Outcome:
+def _reschedule_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, process_at: Any) -> Done:
     params = {"job_id": stored_id, "process_at": process_at}
     refused = _lock_queued(conn, dialect, tables, params)
     if refused is not None:
         return refused
     _run(conn, dialect, tables, "reschedule_queued", params)
-    return "rescheduled"
-
-
-def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    return "rescheduled", ""
 
 
 def _apply(
     conn: Any,
     job_ids: Iterable[Any],
-    one: Callable[[Any, str, Tables, Any, Any], Outcome],
+    one: Callable[[Any, str, Tables, Any, Any], Done],
     value: Any,
     *,
     tables: Tables,
     dialect: str,
-    batch_size: int,
     on_result: Callable[[Result], None] | None,
 ) -> list[Result]:
-    """`one` on each job, a transaction per batch: a batch that fails is rolled back whole and raised."""
+    """`one` on each job in a transaction of its own, so that each job's outcome is its own.
+
+    A transaction holds the rows of one job only, so two operators working on the same jobs in any order
+    wait for each other a job at a time and never deadlock. A job the database refuses (a conflict: the id
+    is queued already, a deadlock with a worker, a lock wait timeout) is rolled back alone and reported as
+    "conflict" with the database's reason; any other error stops the operation and is raised, every job
+    before it done and committed.
+    """
     results: list[Result] = []
-    parsed = [parse_job_id(job_id) for job_id in job_ids]  # every id checked before anything changes
+    parsed = list(dict.fromkeys(parse_job_id(job_id) for job_id in job_ids))  # all checked first
     require_no_transaction(conn, dialect, "changing jobs")
-    for batch in _batches(parsed, batch_size):
+    for job_id in parsed:
         try:
-            with _id_kind_checked(batch):
-                done = [
-                    Result(job_id, one(conn, dialect, tables, encode_job_id(dialect, job_id), value))
-                    for job_id in batch
-                ]
+            with _id_kind_checked([job_id]):
+                outcome, detail = one(conn, dialect, tables, encode_job_id(dialect, job_id), value)
             conn.commit()
+        except Exception as exc:
+            conn.rollback()
+            reason = conflict_reason(exc)
+            if reason is None:
+                raise
+            outcome, detail = "conflict", reason
         except BaseException:
             conn.rollback()
             raise
         finally:
             ended(conn)
-        results.extend(done)
+        result = Result(job_id, outcome, detail)
+        results.append(result)
         if on_result is not None:
-            for result in done:
-                on_result(result)
+            on_result(result)
     return results
 
 
@@ -432,13 +476,14 @@ def retry_jobs(
     tables: Tables | None = None,
     dialect: str | None = None,
     clock: Clock | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     on_result: Callable[[Result], None] | None = None,
 ) -> list[Result]:
-    """Move archived :failure jobs back to the job table (same id, attempts 0, due at `process_at` or now).
+    """Move archived :failure (or :cancelled) jobs back to the job table: same id, attempts 0, due at
+    `process_at` or now.
 
-    A job that is not an archived failure (never was, or a concurrent retry moved it first) is
-    "not-found"; two retries of one job at once leave exactly one queued job.
+    A :cancelled job is taken too, which undoes a cancel. A job that is not archived as either is left
+    alone and says where it is ("queued", "not-retryable" with its status, "not-found": a concurrent retry
+    may have moved it first); two retries of one job at once leave exactly one queued job.
     """
     active = dialect_of(conn, dialect)
     now = now_from(clock or system_utc)
@@ -450,7 +495,6 @@ def retry_jobs(
         when,
         tables=tables or Tables.of(),
         dialect=active,
-        batch_size=batch_size,
         on_result=on_result,
     )
 
@@ -462,7 +506,6 @@ def cancel_jobs(
     tables: Tables | None = None,
     dialect: str | None = None,
     clock: Clock | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     on_result: Callable[[Result], None] | None = None,
 ) -> list[Result]:
     """Archive queued jobs as :cancelled (attempts unchanged) and remove them from the job table.
@@ -478,7 +521,6 @@ def cancel_jobs(
         finished_at,
         tables=tables or Tables.of(),
         dialect=active,
-        batch_size=batch_size,
         on_result=on_result,
     )
 
@@ -491,7 +533,6 @@ def reschedule_jobs(
     tables: Tables | None = None,
     dialect: str | None = None,
     clock: Clock | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     on_result: Callable[[Result], None] | None = None,
 ) -> list[Result]:
     """Set process_at of queued jobs (a past time means now); jobs being run are skipped as "running"."""
@@ -505,7 +546,6 @@ def reschedule_jobs(
         when,
         tables=tables or Tables.of(),
         dialect=active,
-        batch_size=batch_size,
         on_result=on_result,
     )
 

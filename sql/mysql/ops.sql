@@ -52,8 +52,12 @@ FROM {archived_job_table}
 WHERE job_id = %(job_id)s
 
 -- name: lock_archived
--- Retry, step 1: lock the archived row. A second retry of the same job waits here, then finds it gone.
-SELECT job_id FROM {archived_job_table} WHERE job_id = %(job_id)s AND status = %(status)s FOR UPDATE
+-- Retry, step 1: lock the archived row, a failure or a cancelled job. A second retry of the same job waits
+-- here, then finds it gone.
+SELECT job_id, status
+FROM {archived_job_table}
+WHERE job_id = %(job_id)s AND status IN (%(status)s, %(other_status)s)
+FOR UPDATE
 
 -- name: requeue_archived
 -- Retry, step 2: the row Proletarian's enqueue! wrote, copied column for column (same id, queue, job
