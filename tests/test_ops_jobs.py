@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -432,3 +432,67 @@ def test_retry_says_what_a_job_it_leaves_alone_is_and_takes_back_a_cancelled_one
     assert sorted(str(db.decode_job_id(job.job_id)) for job in database.jobs()) == sorted(
         [str(queued), str(cancelled)]
     )
+
+
+class _PausingConnection:
+    """A connection whose first commit first runs `before_commit`: a look inside a purge's open batch."""
+
+    def __init__(self, conn: Any, before_commit: Callable[[], None]) -> None:
+        self._conn = conn
+        self._before_commit: Callable[[], None] | None = before_commit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def commit(self) -> None:
+        hook, self._before_commit = self._before_commit, None
+        if hook is not None:
+            hook()
+        self._conn.commit()
+
+
+def test_a_worker_archives_a_job_while_a_purge_batch_is_open(database: Target, conn: Any) -> None:
+    """A purge never blocks a worker: while a batch's transaction is open (its rows deleted, not yet
+    committed), a worker claims a job and runs Proletarian's archive INSERT, which must not wait. The
+    worker's session gives up on a lock after 1 s, so waiting would be an error here, not a delay."""
+    for n in range(3):
+        _enqueue(database, "a/t", {"n": n})
+        fail_next(database)
+    old = "NOW() - INTERVAL 2 DAY" if database.dialect == "mysql" else "NOW() - INTERVAL '2 days'"
+    database.harness.execute(f"UPDATE {database.archived_job_table} SET finished_at = {old}")
+    job_id = _enqueue(database, "a/t", {"n": "new"})
+    archived: list[Any] = []
+
+    def worker_archives() -> None:
+        worker = database.harness.connect()
+        try:
+            cursor = worker.cursor()
+            timeout = (
+                "SET SESSION innodb_lock_wait_timeout = 1"
+                if database.dialect == "mysql"
+                else "SET lock_timeout = '1s'"
+            )
+            cursor.execute(timeout)
+            stored = job_id.bytes if database.dialect == "mysql" else job_id
+            cursor.execute(
+                f"SELECT job_id FROM {database.job_table} WHERE job_id = %s FOR UPDATE SKIP LOCKED", (stored,)
+            )
+            assert cursor.fetchall()
+            archive = db.render(database.dialect, "queries.sql", "archive_job", _tables(database))
+            params = {
+                "job_id": stored,
+                "status": ":success",
+                "finished_at": db.db_time(database.dialect, datetime.now(UTC)),
+            }
+            cursor.execute(archive, params)
+            archived.append(cursor.rowcount)
+            worker.rollback()
+        finally:
+            worker.close()
+
+    pausing = _PausingConnection(conn, worker_archives)
+    purge = PurgeFilter(older_than=timedelta(days=1))
+    deleted = purge_archive(
+        pausing, purge, tables=_tables(database), dialect=database.dialect, batch_size=100
+    )
+    assert (deleted, archived) == (3, [1])

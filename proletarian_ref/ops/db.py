@@ -194,17 +194,23 @@ def can_tell_held(conn: Any, dialect: str) -> bool:
 def held_rows_read(conn: Any, dialect: str) -> Iterator[None]:
     """A read that tells held rows, ended with the block; on MySQL a READ COMMITTED transaction of its own
     (no gap locks), whose locks the rollback at the end releases at once."""
-    if dialect == "mysql":
-        cursor = conn.cursor()
-        try:
-            # The next transaction only: the session's own level is unchanged.
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
-        finally:
-            cursor.close()
+    read_committed_next(conn, dialect)
     try:
         yield
     finally:
         end_read(conn)
+
+
+def read_committed_next(conn: Any, dialect: str) -> None:
+    """On MySQL, run the next transaction at READ COMMITTED: its locking statements take record locks on
+    the rows they change or return and no gap locks, so workers' INSERTs never wait for them. The session's
+    own level is unchanged. Call it with no transaction open."""
+    if dialect == "mysql":
+        cursor = conn.cursor()
+        try:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        finally:
+            cursor.close()
 
 
 def end_read(conn: Any) -> None:

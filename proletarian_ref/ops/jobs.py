@@ -39,6 +39,7 @@ from proletarian_ref.ops.db import (
     held_rows_read,
     parse_job_id,
     query,
+    read_committed_next,
     render,
     require_no_transaction,
 )
@@ -609,18 +610,32 @@ def purge_archive(
 ) -> int:
     """Delete the rows `purge` selects, `batch_size` at a time, each batch its own short transaction.
 
-    The cut-off is fixed when the call starts. Returns the rows deleted; `on_batch` gets the running total.
+    The batches walk the archive's primary key once: each finds its rows by key order after the last
+    batch's, then deletes them by key. On MySQL each batch runs at READ COMMITTED and locks only the rows it
+    deletes, so workers archiving meanwhile never wait for it; on PostgreSQL rows another purge is deleting
+    are skipped. The cut-off is fixed when the call starts. Returns the rows deleted; `on_batch` gets the
+    running total.
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
     active = dialect_of(conn, dialect)
-    params = {**purge.params(active, now_from(clock or system_utc)), "batch": batch_size}
-    statement = render(active, "ops.sql", "purge_batch", tables or Tables.of())
+    tables = tables or Tables.of()
+    params: dict[str, Any] = {
+        **purge.params(active, now_from(clock or system_utc)),
+        "batch": batch_size,
+        "first_batch": True,
+        "after_id": None,
+    }
     total = 0
     require_no_transaction(conn, active, "purge")
     while True:
+        read_committed_next(conn, active)
         try:
-            deleted = int(execute(conn, active, statement, params)[1])
+            found = [row[0] for row in _run(conn, active, tables, "purge_ids", params)[0]]
+            deleted = 0
+            if found:
+                ids = found if active == "postgresql" else tuple(found)
+                deleted = int(_run(conn, active, tables, "purge_batch", {**params, "job_ids": ids})[1])
             conn.commit()
         except BaseException:
             conn.rollback()
@@ -630,5 +645,6 @@ def purge_archive(
         total += max(deleted, 0)
         if on_batch is not None:
             on_batch(total)
-        if deleted < batch_size:
+        if len(found) < batch_size:
             return total
+        params.update(first_batch=False, after_id=found[-1])
