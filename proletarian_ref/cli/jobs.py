@@ -119,7 +119,8 @@ def _connection(args: argparse.Namespace) -> Iterator[tuple[Any, str, Tables]]:
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    # Standard JSON only: jsonable writes non-finite numbers as strings, and allow_nan=False holds to it.
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def _when(value: datetime | None) -> str:

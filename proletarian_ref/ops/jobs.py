@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -198,7 +199,11 @@ _SERIALIZER: Final = create_serializer()
 
 
 def jsonable(value: Any) -> Any:
-    """A decoded payload in JSON's types: sets and tuples as lists, other values as their text."""
+    """A decoded payload in standard JSON's types: sets and tuples as lists, a non-finite number (Transit
+    carries NaN and the infinities) as the string "NaN", "Infinity" or "-Infinity", other values as their
+    text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict) or (hasattr(value, "items") and hasattr(value, "keys")):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
