@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from proletarian_ref.clock import Clock, now_from, system_utc
+from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.keywords import from_keyword_text
 from proletarian_ref.ops.db import (
     Tables,
@@ -24,6 +25,8 @@ from proletarian_ref.ops.db import (
 )
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
+# LIMIT takes no NULL on MySQL: "every queue" is a limit no table reaches.
+_NO_LIMIT: Final = 2**62
 # Any constant will do, as long as it is the same for every proletarian-ref process.
 _SCHEMA_LOCK_KEY: Final = 0x70726F6C
 _SCHEMA_LOCK_NAME: Final = "proletarian_ref_schema"
@@ -172,6 +175,8 @@ def queue_stats(
     dialect: str | None = None,
     clock: Clock | None = None,
     archived: bool = True,
+    after: str | None = None,
+    limit: int | None = None,
 ) -> Stats:
     """Per queue: jobs due now and waiting, running (held by a worker), scheduled later, the age of the
     oldest waiting job, and archived jobs by status.
@@ -179,14 +184,29 @@ def queue_stats(
     `archived=False` leaves out the archive (a scan of its every row), for frequent callers such as a
     metrics scrape or a health probe. Inside a transaction the caller has open, MySQL cannot tell running
     jobs from waiting ones (see ops.db.can_tell_held): every due job counts as waiting there.
+
+    `limit` queues of the job table after the queue `after` (keyword text), in order, make a page: the
+    queues of the archive alone are then left out.
     """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigurationError(f"limit must be a whole number >= 1, got {limit!r}")
     job = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
     active = dialect_of(conn, dialect)
     now = now_from(clock if clock is not None else system_utc)
-    params = {"now": db_time(active, now)}
+    params: dict[str, Any] = {
+        "now": db_time(active, now),
+        "from_first": after is None,
+        "after": after,
+        "limit": _NO_LIMIT if limit is None else limit,
+        "to_last": True,
+        "through": None,
+    }
     try:
         totals = query(conn, active, _render(active, "queue_stats", job), params)
+        if limit is not None and len(totals) == limit:
+            # The held rows of this page's queues alone.
+            params.update(to_last=False, through=totals[-1][0])
         done = query(conn, active, _render(active, "archive_stats", job, archive), {}) if archived else []
     finally:
         end_read(conn)
