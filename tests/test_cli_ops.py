@@ -410,3 +410,18 @@ def test_non_finite_numbers_of_a_stored_payload_are_shown_as_strings_in_standard
         "b": ["Infinity", "-Infinity"],
         "c": 1.5,
     }
+
+
+def test_list_and_purge_status_archived_mean_every_archived_job(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    failed = _enqueue(capsys, database, "a/t", "{}")
+    fail_next(database)
+    cancelled = _enqueue(capsys, database, "a/t", "{}")
+    assert run(capsys, "cancel", cancelled, "--yes", *database.args).code == ExitCode.OK
+    listed = _json(capsys, "list", "--status", "archived", *database.args)
+    assert sorted(j["job_id"] for j in listed["jobs"]) == sorted([failed, cancelled])
+    assert sorted(j["state"] for j in listed["jobs"]) == ["cancelled", "failure"]
+    purged = run(capsys, "purge", "--older-than", "0s", "--status", "archived", "--yes", *database.args)
+    assert (purged.code, purged.out) == (ExitCode.OK, "2\n")
+    assert database.archived_jobs() == []

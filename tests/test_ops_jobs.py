@@ -496,3 +496,15 @@ def test_a_worker_archives_a_job_while_a_purge_batch_is_open(database: Target, c
         pausing, purge, tables=_tables(database), dialect=database.dialect, batch_size=100
     )
     assert (deleted, archived) == (3, [1])
+
+
+def test_a_cancel_the_archive_refuses_is_that_jobs_conflict_alone(database: Target, conn: Any) -> None:
+    """A queued job whose id the archive holds already (no operation writes that; a hand-made row can):
+    its archive INSERT is refused, it stays queued, and the job after it is cancelled all the same."""
+    clash = _enqueue(database, "a/t", {"n": 1})
+    fail_next(database)
+    copy_to_job_table(database, str(clash))
+    other = _enqueue(database, "a/t", {"n": 2})
+    results = cancel_jobs(conn, [clash, other], tables=_tables(database))
+    assert [r.outcome for r in results] == ["conflict", "cancelled"]
+    assert [str(db.decode_job_id(job.job_id)) for job in database.jobs()] == [str(clash)]
