@@ -508,3 +508,16 @@ def test_a_cancel_the_archive_refuses_is_that_jobs_conflict_alone(database: Targ
     results = cancel_jobs(conn, [clash, other], tables=_tables(database))
     assert [r.outcome for r in results] == ["conflict", "cancelled"]
     assert [str(db.decode_job_id(job.job_id)) for job in database.jobs()] == [str(clash)]
+
+
+def test_queue_stats_of_named_queues_reads_those_alone(database: Target, conn: Any) -> None:
+    _enqueue(database, "a/t", {}, queue="q/one")
+    _enqueue(database, "a/t", {}, queue="q/two")
+    stats = queue_stats(
+        conn,
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        archived=False,
+        queues=["q/two", ":q/three"],
+    )
+    assert [(q.queue, q.due) for q in stats.queues] == [("q/two", 1)]

@@ -71,6 +71,7 @@ def _schema_check(conn: Any, tables: Tables, dialect: str) -> Check:
 def _lag_check(
     conn: Any, tables: Tables, dialect: str, max_lag: timedelta, queue: str | None, clock: Clock | None
 ) -> Check:
+    wanted = None if queue is None else from_keyword_text(to_keyword_text(queue, what="queue"))
     # Never the archive: a probe's cost must not grow with it.
     stats = queue_stats(
         conn,
@@ -79,8 +80,8 @@ def _lag_check(
         dialect=dialect,
         clock=clock,
         archived=False,
+        queues=None if wanted is None else [wanted],
     )
-    wanted = None if queue is None else from_keyword_text(to_keyword_text(queue, what="queue"))
     lags = {
         q.queue: q.oldest_due_age.total_seconds()
         for q in stats.queues

@@ -180,6 +180,7 @@ class QueueCollector(Collector):
                     archived_job_table=self._tables.archived,
                     dialect=self._dialect,
                     archived=False,
+                    queues=self._queues,
                 )
             except Exception:
                 self.close_locked()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError
-from proletarian_ref.keywords import from_keyword_text
+from proletarian_ref.keywords import from_keyword_text, to_keyword_text
 from proletarian_ref.ops.db import (
     Tables,
     can_tell_held,
@@ -167,6 +167,14 @@ def missing_tables(conn: Any, tables: list[TableName], *, dialect: str | None = 
     return [t for t in tables if not table_exists(conn, t, dialect=dialect)]
 
 
+def _queue_list(dialect: str, queues: Iterable[str] | None) -> Any:
+    """The queues as keyword text, bound as PostgreSQL's array or PyMySQL's IN list (never empty)."""
+    texts = [to_keyword_text(q, what="queue") for q in queues or ()]
+    if dialect == "postgresql":
+        return texts
+    return tuple(texts) or ("",)
+
+
 def queue_stats(
     conn: Any,
     *,
@@ -177,6 +185,7 @@ def queue_stats(
     archived: bool = True,
     after: str | None = None,
     limit: int | None = None,
+    queues: Iterable[str] | None = None,
 ) -> Stats:
     """Per queue: jobs due now and waiting, running (held by a worker), scheduled later, the age of the
     oldest waiting job, and archived jobs by status.
@@ -186,7 +195,8 @@ def queue_stats(
     jobs from waiting ones (see ops.db.can_tell_held): every due job counts as waiting there.
 
     `limit` queues of the job table after the queue `after` (keyword text), in order, make a page: the
-    queues of the archive alone are then left out.
+    queues of the archive alone are then left out. `queues` (keyword text or names) reads those queues
+    alone, and locks no other queue's rows on MySQL.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ConfigurationError(f"limit must be a whole number >= 1, got {limit!r}")
@@ -201,6 +211,8 @@ def queue_stats(
         "limit": _NO_LIMIT if limit is None else limit,
         "to_last": True,
         "through": None,
+        "every_queue": queues is None,
+        "queues": _queue_list(active, queues),
     }
     try:
         totals = query(conn, active, _render(active, "queue_stats", job), params)
@@ -215,7 +227,7 @@ def queue_stats(
         with held_rows_read(conn, active):
             rows = query(conn, active, _render(active, "waiting_stats", job), params)
         free = {queue_text: (int(n), oldest) for queue_text, n, oldest in rows}
-    queues: dict[str, QueueStats] = {}
+    found: dict[str, QueueStats] = {}
     for queue_text, due, scheduled, oldest_due in totals:
         due_all = int(due or 0)
         # A job claimed between the two reads is held in the second only; one finished meanwhile is gone
@@ -223,7 +235,7 @@ def queue_stats(
         waiting, oldest_at = (due_all, oldest_due) if free is None else free.get(queue_text, (0, None))
         waiting = min(waiting, due_all)
         oldest = from_db_time(oldest_at)
-        queues[queue_text] = QueueStats(
+        found[queue_text] = QueueStats(
             queue=from_keyword_text(queue_text),
             due=waiting,
             running=due_all - waiting,
@@ -231,10 +243,10 @@ def queue_stats(
             oldest_due_age=None if oldest is None else max(now - oldest, timedelta(0)),
         )
     for queue_text, status, count in done:
-        entry = queues.setdefault(queue_text, QueueStats(queue=from_keyword_text(queue_text)))
+        entry = found.setdefault(queue_text, QueueStats(queue=from_keyword_text(queue_text)))
         readable = from_keyword_text(status)
         entry.archived[readable] = entry.archived.get(readable, 0) + int(count)
-    ordered = tuple(sorted(queues.values(), key=lambda q: q.queue))
+    ordered = tuple(sorted(found.values(), key=lambda q: q.queue))
     return Stats(job_table=job, archived_job_table=archive, now=now, queues=ordered)
 
 
