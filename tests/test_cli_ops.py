@@ -425,3 +425,18 @@ def test_list_and_purge_status_archived_mean_every_archived_job(
     purged = run(capsys, "purge", "--older-than", "0s", "--status", "archived", "--yes", *database.args)
     assert (purged.code, purged.out) == (ExitCode.OK, "2\n")
     assert database.archived_jobs() == []
+
+
+def test_a_metrics_port_already_taken_exits_7_before_any_job_runs(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    pytest.importorskip("prometheus_client")
+    _enqueue(capsys, database, "a/t", "{}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(capsys, "worker", "--handler", "json:dumps", "--metrics-port", str(port), *database.args)
+    assert result.code == ExitCode.CANNOT_LISTEN, result.err
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in result.err
+    assert len(database.jobs()) == 1
