@@ -340,3 +340,39 @@ def test_the_command_refuses_a_token_that_cannot_travel_in_an_address(
     )
     assert result.code == ExitCode.USAGE_ERROR
     assert "--token: the token may hold only ASCII letters" in result.err
+def test_the_overview_pages_its_queues_and_visits_each_once(
+    database: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many queues there are, a page shows QUEUES_SHOWN of them; the next-page links visit every
+    queue of the job table, and one whose jobs all finished lately, exactly once."""
+    monkeypatch.setattr("proletarian_ref.ops.dashboard.QUEUES_SHOWN", 2)
+    conn = database.harness.connect()
+    try:
+        for name in ("q/a", "q/b", "q/c", "q/d", "q/e"):
+            enqueue(conn, "t/x", {}, queue=name, job_table=database.job_table)
+        conn.commit()
+    finally:
+        conn.close()
+    assert process_next_job(
+        database.harness.data_source,
+        lambda job_type, payload: None,
+        queue="q/c",
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        log=lambda event, data: None,
+    )
+    board = _board(database, allow_actions=False)
+    seen: list[str] = []
+    after = None
+    pages = 0
+    while True:
+        page = board.overview(after)
+        pages += 1
+        assert len(page["queues"]) <= 2
+        seen += [row["queue"] for row in page["queues"]]
+        if page["next_url"] is None:
+            break
+        after = urllib.parse.parse_qs(urllib.parse.urlsplit(page["next_url"]).query)["after"][0]
+    assert (seen, pages) == (["q/a", "q/b", "q/c", "q/d", "q/e"], 3)
+    finished = next(row for row in board.overview("q/b")["queues"] if row["queue"] == "q/c")
+    assert (finished["due"], finished["done"][2]) == (0, 1)

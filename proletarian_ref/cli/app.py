@@ -31,7 +31,7 @@ directory, schema installed, stopped when the last command using it ends).
 every option can also be set as PROLETARIAN_<OPTION> (e.g. PROLETARIAN_JOB_TABLE); the command line wins.
 
 exit codes: 0 ok, 1 runtime error, 2 usage error, 3 cannot connect to the database, 4 schema missing,
-5 and 6 (health only) lag and claims, 130 interrupted. See docs/cli.md.
+5 and 6 (health only) lag and claims, 7 cannot listen on a port, 130 interrupted. See docs/cli.md.
 """
 
 

@@ -121,11 +121,29 @@ def is_driver_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool", "pymysql")
 
 
+def malformed_port(dsn: str) -> str | None:
+    """What is wrong with a port of the DSN (each host's, for a libpq multi-host DSN), or None.
+
+    Checked before the driver sees the DSN: PyMySQL would raise a bare ValueError, and libpq a connection
+    error that reads like a server that is down.
+    """
+    hosts = urlsplit(dsn).netloc.rpartition("@")[2]
+    for host in hosts.split(","):
+        port = host.rpartition("]")[2] if host.startswith("[") else host
+        if ":" not in port:
+            continue
+        text = port.rpartition(":")[2]
+        if text and not (text.isascii() and text.isdigit() and 0 < int(text) < 65536):
+            return f"port {text!r} is not a port number (1 to 65535)"
+    return None
+
+
 def _factory(dsn: str, dialect: str, **overrides: Any) -> Callable[[], Any]:
     try:
         return connection_factory(dsn, connect_timeout=CONNECT_TIMEOUT_S, **overrides)
-    except ConfigurationError as exc:
-        raise UsageError(str(exc)) from exc
+    except ValueError as exc:
+        # ConfigurationError, or the driver's own parsing of an option (a timeout that is not a number).
+        raise UsageError(f"a malformed DSN {redact(dsn)!r}: {exc}") from exc
     except ImportError as exc:
         package, extra = _DRIVER_EXTRAS[dialect]
         raise CliError(
@@ -227,6 +245,9 @@ def open_database(
             dialect = dialect_of_dsn(dsn)
         except ConfigurationError as exc:
             raise UsageError(f"{exc} (from {source})") from exc
+        wrong = malformed_port(dsn)
+        if wrong is not None:
+            raise UsageError(f"a malformed DSN {redact(dsn)!r} (from {source}): {wrong}")
         db = Database(dsn=dsn, dialect=dialect, source=source, tables=tables, factory=_factory(dsn, dialect))
     try:
         if check_schema:

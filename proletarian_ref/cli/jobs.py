@@ -120,7 +120,8 @@ def _connection(args: argparse.Namespace) -> Iterator[tuple[Any, str, Tables]]:
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    # Standard JSON only: jsonable writes non-finite numbers as strings, and allow_nan=False holds to it.
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def _when(value: datetime | None) -> str:
@@ -246,29 +247,35 @@ def _selected(
     return found, f"{len(found)} {from_keyword_text(status)} job(s) matching {_describe(job_filter)}", False
 
 
+def _line(result: Result) -> str:
+    return f"{result.job_id} {result.outcome}{': ' + result.detail if result.detail else ''}\n"
+
+
 def _report(args: argparse.Namespace, results: list[Result], by_id: bool) -> int:
+    """Each job's outcome (printed as it happened, or here as JSON); exit 1 for a job named by id that was
+    left alone, or any job the database refused."""
     counts = Counter(r.outcome for r in results)
     if args.json:
-        _print_json(
-            {"results": [{"job_id": str(r.job_id), "outcome": r.outcome} for r in results], "counts": counts}
-        )
-    else:
-        for result in results:
-            sys.stdout.write(f"{result.job_id} {result.outcome}\n")
+        _print_json({"results": [r.to_json() for r in results], "counts": counts})
     summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no jobs"
     notice(summary)
-    missed = [r for r in results if r.outcome in ("running", "not-found")]
+    missed = [r for r in results if r.outcome not in jobs.CHANGED]
     if missed and by_id:
         raise CliError(f"{len(missed)} of the jobs named were not changed: {summary}")
+    conflicts = counts.get("conflict", 0)
+    if conflicts:
+        raise CliError(f"the database refused {conflicts} of the jobs: {summary}")
     return ExitCode.OK
 
 
-def _one_line(args: argparse.Namespace) -> Callable[[Result], None] | None:
+def _progress(args: argparse.Namespace) -> Callable[[Result], None] | None:
+    """Each job's line on stdout as soon as its transaction ends (JSON waits for the end)."""
     if args.json:
         return None
 
     def progress(result: Result) -> None:
-        sys.stdout.write(f"{result.job_id} {result.outcome}\n")
+        sys.stdout.write(_line(result))
+        sys.stdout.flush()
 
     return progress
 
@@ -283,7 +290,14 @@ def run_retry(args: argparse.Namespace) -> int:
             return ExitCode.OK
         if (args.dry_run or not by_id) and not confirm(plan, args):
             return ExitCode.OK
-        results = jobs.retry_jobs(conn, ids, process_at=args.process_at, tables=tables, dialect=dialect)
+        results = jobs.retry_jobs(
+            conn,
+            ids,
+            process_at=args.process_at,
+            tables=tables,
+            dialect=dialect,
+            on_result=_progress(args),
+        )
     return _report(args, results, by_id)
 
 
@@ -296,7 +310,7 @@ def run_cancel(args: argparse.Namespace) -> int:
             return ExitCode.OK
         if not confirm(plan, args):
             return ExitCode.OK
-        results = jobs.cancel_jobs(conn, ids, tables=tables, dialect=dialect)
+        results = jobs.cancel_jobs(conn, ids, tables=tables, dialect=dialect, on_result=_progress(args))
     return _report(args, results, by_id)
 
 
@@ -312,7 +326,9 @@ def run_reschedule(args: argparse.Namespace) -> int:
         if not confirm(plan, args):
             return ExitCode.OK
         try:
-            results = jobs.reschedule_jobs(conn, ids, when, tables=tables, dialect=dialect)
+            results = jobs.reschedule_jobs(
+                conn, ids, when, tables=tables, dialect=dialect, on_result=_progress(args)
+            )
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from exc
     return _report(args, results, by_id)

@@ -24,7 +24,14 @@ from proletarian_ref.cli.database import (
     open_database,
     tables_from,
 )
-from proletarian_ref.cli.errors import CliError, ExitCode, SchemaMissingCliError, UsageError
+from proletarian_ref.cli.errors import (
+    CannotListenError,
+    CliError,
+    ExitCode,
+    SchemaMissingCliError,
+    UsageError,
+    port,
+)
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import InvalidKeywordError, SchemaMissingError, ShutdownTimeoutError
 from proletarian_ref.job import Job
@@ -133,11 +140,18 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--metrics-port",
-        type=_positive,
+        type=port,
         metavar="PORT",
         help="serve Prometheus metrics on http://HOST:PORT/metrics (needs prometheus_client)",
     )
     parser.add_argument("--metrics-host", default="127.0.0.1", help="(default: %(default)s)")
+    parser.add_argument(
+        "--metrics-job-types",
+        type=_natural,
+        metavar="N",
+        help="job types with a job_type label of their own; later ones are counted as (other) "
+        "(default: 20; 0: every one)",
+    )
     add_database_options(parser)
     parser.set_defaults(run=run)
 
@@ -309,13 +323,18 @@ def metrics_server(args: argparse.Namespace, db: Database) -> Iterator[Any]:
         raise CliError(
             f"--metrics-port needs prometheus_client: pip install 'proletarian-ref[metrics]' ({exc})"
         ) from exc
-    metrics = WorkerMetrics()
-    collector = QueueCollector(db.factory, Tables(db.tables.job, db.tables.archived), db.dialect)
+    limit = args.metrics_job_types
+    metrics = WorkerMetrics() if limit is None else WorkerMetrics(max_job_types=limit)
+    collector = QueueCollector(
+        db.factory, Tables(db.tables.job, db.tables.archived), db.dialect, _queues(args.queue)
+    )
     metrics.registry.register(collector)
     try:
         stop = serve(metrics.registry, args.metrics_port, args.metrics_host)
     except OSError as exc:
-        raise CliError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}") from exc
+        raise CannotListenError(
+            f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}"
+        ) from exc
     notice(f"metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
     try:
         yield metrics

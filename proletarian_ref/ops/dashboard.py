@@ -32,7 +32,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from proletarian_ref.errors import ConfigurationError
-from proletarian_ref.keywords import from_keyword_text
+from proletarian_ref.keywords import from_keyword_text, to_keyword_text
 from proletarian_ref.ops import jobs
 from proletarian_ref.ops.db import Tables
 from proletarian_ref.ops.durations import format_duration
@@ -40,6 +40,9 @@ from proletarian_ref.ops.stats import queue_stats, throughput
 
 COOKIE: Final = "proletarian_dashboard"
 FAILURES_SHOWN: Final = 20
+# Queues a page of the overview shows: the page's size and the time to make it stay the same however many
+# queues there are.
+QUEUES_SHOWN: Final = 100
 PAGE_SIZE: Final = 50
 REFRESH_S: Final = 10
 _PAYLOAD_EXCERPT: Final = 120
@@ -120,14 +123,21 @@ class Dashboard:
         finally:
             conn.close()
 
-    def overview(self) -> dict[str, Any]:
+    def overview(self, after: str | None = None) -> dict[str, Any]:
+        """One page of QUEUES_SHOWN queues after the queue `after` (by name), with the recent failures.
+
+        The job table is read a page at a time (keyset, in the index's order); the throughput covers the
+        last 15 minutes only, which also brings in the queues whose jobs all finished.
+        """
+        after_text = None if after is None else to_keyword_text(after, what="queue")
+
         def read(conn: Any) -> dict[str, Any]:
             options: dict[str, Any] = {
                 "job_table": self.tables.job,
                 "archived_job_table": self.tables.archived,
                 "dialect": self.dialect,
             }
-            stats = queue_stats(conn, archived=False, **options)
+            stats = queue_stats(conn, archived=False, after=after_text, limit=QUEUES_SHOWN + 1, **options)
             done = throughput(conn, **options)
             failures = jobs.list_jobs(
                 conn,
@@ -142,9 +152,19 @@ class Dashboard:
         rows: dict[str, dict[str, Any]] = {}
         for q in data["stats"].queues:
             lag = format_duration(q.oldest_due_age) if q.oldest_due_age is not None else "-"
-            rows[q.queue] = {"queue": q.queue, "due": q.due, "scheduled": q.scheduled, "lag": lag}
+            rows[q.queue] = {
+                "queue": q.queue,
+                "due": q.due,
+                "running": q.running,
+                "scheduled": q.scheduled,
+                "lag": lag,
+            }
         for t in data["done"]:
-            row = rows.setdefault(t.queue, {"queue": t.queue, "due": 0, "scheduled": 0, "lag": "-"})
+            if after is not None and t.queue <= after:
+                continue
+            row = rows.setdefault(
+                t.queue, {"queue": t.queue, "due": 0, "running": 0, "scheduled": 0, "lag": "-"}
+            )
             done = row.setdefault("done", [0, 0, 0])
             row["done"] = [done[0] + t.last_1m, done[1] + t.last_5m, done[2] + t.last_15m]
             if t.status == "failure":
@@ -152,11 +172,16 @@ class Dashboard:
         for row in rows.values():
             row.setdefault("done", [0, 0, 0])
             row.setdefault("failed15", 0)
+        ordered = sorted(rows.values(), key=lambda r: r["queue"])
+        # Past the job table's page, a queue of the throughput alone may belong to a later page.
+        page = ordered[:QUEUES_SHOWN]
+        more = len(ordered) > QUEUES_SHOWN
         now = data["stats"].now
         failures = [{**view.to_json(now), "payload": _excerpt(view)} for view in data["failures"]]
         return {
             "now": now.strftime("%Y-%m-%d %H:%M:%SZ"),
-            "queues": sorted(rows.values(), key=lambda r: r["queue"]),
+            "queues": page,
+            "next_url": "/?" + urlencode({"after": page[-1]["queue"]}) if more else None,
             "failures": failures,
         }
 
@@ -187,7 +212,11 @@ class Dashboard:
             response = RedirectResponse("/", status_code=303, headers=_HEADERS)
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
             return response
-        data = await run_in_threadpool(self.overview)
+        after = request.query_params.get("after") or None
+        try:
+            data = await run_in_threadpool(self.overview, after)
+        except ConfigurationError as exc:
+            return PlainTextResponse(str(exc), status_code=400, headers=_HEADERS)
         return self._render("overview.html", request, title="Queues", refresh=REFRESH_S, **data)
 
     async def job_list(self, request: Request) -> Response:
