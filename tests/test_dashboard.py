@@ -340,6 +340,8 @@ def test_the_command_refuses_a_token_that_cannot_travel_in_an_address(
     )
     assert result.code == ExitCode.USAGE_ERROR
     assert "--token: the token may hold only ASCII letters" in result.err
+
+
 def test_the_overview_pages_its_queues_and_visits_each_once(
     database: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from proletarian_ref import schema
 from proletarian_ref.backend import Backend

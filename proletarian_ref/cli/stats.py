@@ -35,7 +35,14 @@ def format_table(stats: Stats) -> str:
         return f"{header}\nno jobs, queued or archived\n"
     others = sorted({status for q in stats.queues for status in q.archived} - {"success", "failure"})
     statuses = ["success", "failure", *others]
-    columns = ["QUEUE", "DUE", "RUNNING", "SCHEDULED", "OLDEST DUE", *(printable(s.upper()) for s in statuses)]
+    columns = [
+        "QUEUE",
+        "DUE",
+        "RUNNING",
+        "SCHEDULED",
+        "OLDEST DUE",
+        *(printable(s.upper()) for s in statuses),
+    ]
     rows = [
         [
             printable(q.queue),
