@@ -1,4 +1,4 @@
-"""The side tables' clauses: unique jobs (U) and periodic jobs (Y), on any harness, the memory one included."""
+"""The side tables' clauses: unique jobs (U) and periodic jobs (Y), on any harness, memory included."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conformance.base import SuiteBase, property_test
 from conformance.harness import Harness, MemoryHarness, SqlHarness
 from proletarian_ref import side_tables
-from proletarian_ref.backend import STATUS_SUCCESS, Backend
+from proletarian_ref.backend import STATUS_SUCCESS, ArchivedJobRecord, Backend, JobRecord
 from proletarian_ref.errors import DatabaseError
 from proletarian_ref.job import default_serializer, enqueue
 from proletarian_ref.periodic import PeriodicStore, Schedule, Scheduler, due_ticks
@@ -45,7 +45,11 @@ def _options(harness: Harness) -> dict[str, Any]:
 
 def _payloads(harness: Harness) -> list[Any]:
     """The decoded payloads of every job, queued or archived."""
-    return [harness_payload(row.payload) for row in [*harness.jobs(), *harness.archived_jobs()]]
+    return [harness_payload(row.payload) for row in _all_rows(harness)]
+
+
+def _all_rows(harness: Harness) -> list[JobRecord | ArchivedJobRecord]:
+    return [*harness.jobs(), *harness.archived_jobs()]
 
 
 @contextlib.contextmanager
@@ -110,7 +114,7 @@ class SideTableTests(SuiteBase):
     def test_a_rolled_back_enqueue_leaves_no_key_and_an_archived_job_frees_its_key(
         self, harness: Harness
     ) -> None:
-        """U1 A rolled-back keyed enqueue leaves the key free; a job archived by a Clojure-like worker frees it.
+        """U1 A rolled-back keyed enqueue leaves no key; a job a Clojure-like worker archived frees its key.
 
         The archive is Proletarian's own claim, archive and delete, which know nothing of the side table.
         """
@@ -245,8 +249,7 @@ class SideTableTests(SuiteBase):
         backend.close()
         strategy = harness.job_id_strategy()
         payloads = {
-            strategy.decode_id(row.job_id): harness_payload(row.payload)
-            for row in [*harness.jobs(), *harness.archived_jobs()]
+            strategy.decode_id(row.job_id): harness_payload(row.payload) for row in _all_rows(harness)
         }
         live = [harness_payload(row.payload)["key"] for row in harness.jobs()]
         assert len(live) == len(set(live)), f"two live jobs for one key: {sorted(live)}"
@@ -259,7 +262,7 @@ class SideTableTests(SuiteBase):
     # -- periodic jobs -----------------------------------------------------------------------------------
 
     def test_a_scheduler_skips_a_schedule_another_is_ticking(self, harness: Harness) -> None:
-        """Y1 While one scheduler's tick transaction is open, another enqueues none of its ticks, nor waits."""
+        """Y1 While one scheduler's tick transaction is open, another enqueues none of its ticks, nor waits"""
         prepare(harness)
         now = [START]
         schedule = Schedule(
@@ -290,7 +293,7 @@ class SideTableTests(SuiteBase):
     def test_schedulers_with_crashes_and_skewed_clocks_enqueue_each_tick_once(
         self, harness: Harness, skews: list[int], steps: list[tuple[int, int, str | None]]
     ) -> None:
-        """Y2 Schedulers with skewed clocks, ticking over simulated hours and crashing mid-tick: one job per tick.
+        """Y2 Schedulers with skewed clocks, over simulated hours, crashing mid-tick: one job per tick.
 
         A crash before or after recording rolls the tick's jobs and record back together; in the end
         every tick after the schedule was first seen has exactly one job (catch_up=True), and none twice.
