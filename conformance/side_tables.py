@@ -119,7 +119,8 @@ class SideTableTests(SuiteBase):
         The archive is Proletarian's own claim, archive and delete, which know nothing of the side table.
         """
         prepare(harness)
-        options = _options(harness)
+        backend = harness.backend()
+        options = {**_options(harness), "backend": backend}
         with _connection(harness) as conn:
             rolled_back = enqueue(conn, "t/u", {"n": 0}, unique_key="k", **options)
             conn.rollback()
@@ -129,7 +130,7 @@ class SideTableTests(SuiteBase):
             assert enqueue(conn, "t/u", {"n": 2}, unique_key="k", **options) == first
             conn.commit()
             assert len(harness.jobs()) == 1
-            assert _archive_one(harness.backend(), harness)
+            assert _archive_one(backend, harness)
             second = enqueue(conn, "t/u", {"n": 3}, unique_key="k", **options)
             conn.commit()
             assert second != first
@@ -144,8 +145,8 @@ class SideTableTests(SuiteBase):
         be retried: two live jobs for one key.
         """
         prepare(harness)
-        options = _options(harness)
         backend = harness.backend()
+        options = {**_options(harness), "backend": backend}
         job_table = table_name(harness.job_table)
         with _connection(harness) as conn:
             first = enqueue(conn, "t/u", {"n": 1}, unique_key="k", **options)
@@ -170,7 +171,7 @@ class SideTableTests(SuiteBase):
         once instead, and the enqueue is tried again), so a check made before the lock cannot let both in.
         """
         prepare(harness)
-        options = _options(harness)
+        options = {**_options(harness), "backend": harness.backend()}
         answers: list[Any] = []
         with _connection(harness) as first_conn, _connection(harness) as second_conn:
             first = enqueue(first_conn, "t/u", {"n": 1}, unique_key="k", **options)
@@ -211,11 +212,11 @@ class SideTableTests(SuiteBase):
         """
         harness.clear()
         prepare(harness)
-        options = _options(harness)
+        backend = harness.make_backend()
+        options = {**_options(harness), "backend": backend}
         committed: list[tuple[str, Any, int]] = []
         rolled_back: list[int] = []
         lock = threading.Lock()
-        backend = harness.make_backend()
 
         def enqueuer(number: int, ops: list[tuple[int, bool, bool]]) -> None:
             with _connection(harness) as conn:

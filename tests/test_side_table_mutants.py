@@ -1,0 +1,60 @@
+"""The side tables' clauses have teeth: each deliberately broken store fails the clauses named to catch it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import ClassVar
+
+import pytest
+from kill_matrix import KILL_MATRIX_PROPERTY
+from mutants import SIDE_TABLE_MUTANTS, Mutant
+
+from conformance import builtin
+from conformance.harness import Harness, SqlHarness
+from conformance.runner import run_suite_test
+from conformance.side_tables import SideTableTests
+from conformance.suite import clauses
+
+EXAMPLES = 8
+
+
+class BriefSideTables(SideTableTests):
+    __test__ = False
+    settle_s: ClassVar[float] = 0.3
+
+
+def _survivors(mutant: Mutant, harness: Harness, record_property: Callable[[str, object], None]) -> list[str]:
+    tests = clauses(SideTableTests)
+    survived: list[str] = []
+    outcomes: dict[str, str] = {}
+    for clause in mutant.killed_by:
+        name = tests[clause][0]
+        result = run_suite_test(BriefSideTables, name, harness, max_examples=EXAMPLES)
+        outcomes[clause] = "killed" if result.outcome == "failed" else result.outcome
+        if result.outcome != "failed":
+            survived.append(f"{clause} {name}: {result.outcome} {result.message}".strip())
+    record_property(KILL_MATRIX_PROPERTY, json.dumps({"mutant": mutant.name, "outcomes": outcomes}))
+    return survived
+
+
+@pytest.mark.parametrize(
+    "mutant", [m for m in SIDE_TABLE_MUTANTS if m.name.startswith("pg_")], ids=lambda m: m.name
+)
+def test_the_side_table_clauses_catch_the_postgresql_mutant(
+    mutant: Mutant, pg_db: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    harness = pg_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
+    survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize(
+    "mutant", [m for m in SIDE_TABLE_MUTANTS if m.name.startswith("memory_")], ids=lambda m: m.name
+)
+def test_the_side_table_clauses_catch_the_memory_mutant(
+    mutant: Mutant, record_property: Callable[[str, object], None]
+) -> None:
+    harness = builtin.memory().with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
+    survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
