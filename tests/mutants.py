@@ -1133,11 +1133,10 @@ class _PgTickOutsideStore(SqlPeriodicStore):
     """Reads the row unlocked and records the tick in a transaction of its own, committed at once."""
 
     def lock(self, conn: Any, name: str) -> TickRow | None:
+        table = side_tables.side_table(self.job_table, "periodic")
         with conn.cursor() as cursor:
             cursor.execute(
-                f"SELECT last_tick, definition, version FROM {side_tables.side_table(self.job_table, 'periodic')} "
-                "WHERE schedule_name = %s",
-                (name,),
+                f"SELECT last_tick, definition, version FROM {table} WHERE schedule_name = %s", (name,)
             )
             row = cursor.fetchone()
         return None if row is None else TickRow(row[0], row[1], row[2])
