@@ -92,12 +92,12 @@ class _CrashingStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def advance(self, *args: Any) -> None:
+    def advance(self, conn: Any, step: Any) -> None:
         if self.during is not None:
             self.during()
         if self.crash == "before":
             raise _Crash("before recording")
-        self.store.advance(*args)
+        self.store.advance(conn, step)
         if self.crash == "after":
             raise _Crash("after recording")
 
@@ -304,28 +304,9 @@ class SideTableTests(SuiteBase):
         prepare(harness)
         base = [START]
         schedules = [
-            Schedule(
-                "seven",
-                "*/7 * * * *",
-                "t/y",
-                payload=lambda t: {"s": "seven", "tick": t.isoformat()},
-                catch_up=True,
-            ),
-            Schedule(
-                "oslo",
-                "30 2 * * *",
-                "t/y",
-                payload=lambda t: {"s": "oslo", "tick": t.isoformat()},
-                zone="Europe/Oslo",
-                catch_up=True,
-            ),
-            Schedule(
-                "hourly",
-                "0 * * * *",
-                "t/y",
-                payload=lambda t: {"s": "hourly", "tick": t.isoformat()},
-                catch_up=True,
-            ),
+            _catching_up("seven", "*/7 * * * *"),
+            _catching_up("oslo", "30 2 * * *", zone="Europe/Oslo"),
+            _catching_up("hourly", "0 * * * *"),
         ]
 
         backends = [harness.make_backend() for _ in range(len(skews) + 1)]
@@ -389,6 +370,13 @@ class SideTableTests(SuiteBase):
                 t.isoformat() for t in due_ticks(schedule, first_seen[schedule.name], horizon, 10_000)
             ]
             assert sorted(ticks) == expected, f"{schedule.name}: ticks {sorted(ticks)}, expected {expected}"
+
+
+def _catching_up(name: str, cron: str, zone: str = "UTC") -> Schedule:
+    """A schedule enqueueing every tick, each job's payload naming the schedule and its tick."""
+    return Schedule(
+        name, cron, "t/y", payload=lambda t: {"s": name, "tick": t.isoformat()}, zone=zone, catch_up=True
+    )
 
 
 def harness_payload(text: str) -> Any:

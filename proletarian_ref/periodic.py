@@ -174,6 +174,18 @@ def plan(schedule: Schedule, row: TickRow, now: datetime) -> Plan:
 # -- the store: the side table's statements ----------------------------------------------------------------
 
 
+class Advance(NamedTuple):
+    """A tick's record: the schedule's row moved from the tick read under its lock to the last enqueued."""
+
+    name: str
+    expected: datetime
+    tick: datetime
+    job_id: Any
+    definition: str
+    version: int
+    now: datetime
+
+
 class ScheduleState(NamedTuple):
     """A row of the side table, as the CLI lists it."""
 
@@ -196,17 +208,8 @@ class PeriodicStore(Protocol):
         """The schedule's row, locked; None if another transaction has it locked (or it is missing)."""
         ...
 
-    def advance(
-        self,
-        conn: Any,
-        name: str,
-        expected: datetime,
-        schedule: Schedule,
-        tick: datetime,
-        job_id: Any,
-        now: datetime,
-    ) -> None:
-        """Move the locked row from `expected` to `tick` and its job; raise unless that row alone changed."""
+    def advance(self, conn: Any, step: Advance) -> None:
+        """Move the locked row from `step.expected` to `step.tick`; raise unless that row alone changed."""
         ...
 
     def states(self, conn: Any) -> list[ScheduleState]: ...
@@ -216,19 +219,10 @@ class PeriodicStore(Protocol):
     def database_now(self, conn: Any) -> datetime: ...
 
 
-class SqlPeriodicStore:
+class SqlPeriodicStore(side_tables.SqlStore):
     """PeriodicStore over sql/<dialect>/periodic.sql."""
 
-    def __init__(self, backend: Backend, job_table: TableName) -> None:
-        self.backend = backend
-        self.dialect = backend.dialect
-        self.job_table = job_table
-
-    def _sql(self, name: str) -> str:
-        return side_tables.statement(self.dialect, FEATURE, name, self.job_table)
-
-    def _time(self, value: datetime) -> datetime:
-        return side_tables.db_time(self.dialect, value)
+    feature = FEATURE
 
     def register(self, conn: Any, schedule: Schedule, now: datetime) -> None:
         params = {
@@ -237,44 +231,31 @@ class SqlPeriodicStore:
             "definition": schedule.definition,
             "version": schedule.version,
         }
-        side_tables.run(self.backend, conn, self._sql("register"), params, side_tables.count)
+        self._run(conn, "register", params, side_tables.count)
 
     def lock(self, conn: Any, name: str) -> TickRow | None:
-        found = side_tables.run(
-            self.backend, conn, self._sql("lock_tick"), {"schedule_name": name}, side_tables.rows
-        )
+        found = self._run(conn, "lock_tick", {"schedule_name": name}, side_tables.rows)
         if not found:
             return None
         last_tick, definition, version = found[0]
         return TickRow(side_tables.from_db_time(last_tick), definition, int(version))
 
-    def advance(
-        self,
-        conn: Any,
-        name: str,
-        expected: datetime,
-        schedule: Schedule,
-        tick: datetime,
-        job_id: Any,
-        now: datetime,
-    ) -> None:
+    def advance(self, conn: Any, step: Advance) -> None:
         params = {
-            "schedule_name": name,
-            "expected_tick": self._time(expected),
-            "last_tick": self._time(tick),
-            "last_job_id": job_id,
-            "definition": schedule.definition,
-            "version": schedule.version,
-            "now": self._time(now),
+            "schedule_name": step.name,
+            "expected_tick": self._time(step.expected),
+            "last_tick": self._time(step.tick),
+            "last_job_id": step.job_id,
+            "definition": step.definition,
+            "version": step.version,
+            "now": self._time(step.now),
         }
-        changed = side_tables.run(self.backend, conn, self._sql("advance"), params, side_tables.count)
+        changed = self._run(conn, "advance", params, side_tables.count)
         if changed != 1:
-            raise DatabaseError(
-                f"recording tick {tick.isoformat()} of schedule {name!r} changed {changed} rows"
-            )
+            raise _not_recorded(step, changed)
 
     def states(self, conn: Any) -> list[ScheduleState]:
-        found = side_tables.run(self.backend, conn, self._sql("list_ticks"), {}, side_tables.rows)
+        found = self._run(conn, "list_ticks", {}, side_tables.rows)
         return [
             ScheduleState(
                 name,
@@ -288,10 +269,10 @@ class SqlPeriodicStore:
         ]
 
     def forget(self, conn: Any, name: str) -> None:
-        side_tables.run(self.backend, conn, self._sql("forget"), {"schedule_name": name}, side_tables.count)
+        self._run(conn, "forget", {"schedule_name": name}, side_tables.count)
 
     def database_now(self, conn: Any) -> datetime:
-        found = side_tables.run(self.backend, conn, self._sql("database_now"), {}, side_tables.rows)
+        found = self._run(conn, "database_now", {}, side_tables.rows)
         value: datetime = found[0][0]
         return side_tables.from_db_time(value)
 
@@ -324,30 +305,15 @@ class MemoryPeriodicStore:
             conn._lock_row(self.table, name)
             return TickRow(row.last_tick, row.definition, row.version)
 
-    def advance(
-        self,
-        conn: Any,
-        name: str,
-        expected: datetime,
-        schedule: Schedule,
-        tick: datetime,
-        job_id: Any,
-        now: datetime,
-    ) -> None:
+    def advance(self, conn: Any, step: Advance) -> None:
         with self.db.lock:
             conn.check_alive()
-            row = conn._get(self.table, name)
-            if (
-                row is None
-                or row.last_tick != expected
-                or self.db.row_locks.get((self.table, name)) is not conn
-            ):
-                raise DatabaseError(f"recording tick {tick.isoformat()} of schedule {name!r} changed 0 rows")
-            conn._write(
-                self.table,
-                name,
-                ScheduleState(name, tick, job_id, schedule.definition, schedule.version, now),
-            )
+            row = conn._get(self.table, step.name)
+            locked = self.db.row_locks.get((self.table, step.name)) is conn
+            if row is None or row.last_tick != step.expected or not locked:
+                raise _not_recorded(step, 0)
+            state = ScheduleState(step.name, step.tick, step.job_id, step.definition, step.version, step.now)
+            conn._write(self.table, step.name, state)
 
     def states(self, conn: Any) -> list[ScheduleState]:
         with self.db.lock:
@@ -364,6 +330,12 @@ class MemoryPeriodicStore:
 
     def database_now(self, conn: Any) -> datetime:
         return datetime.now(UTC)
+
+
+def _not_recorded(step: Advance, changed: int) -> DatabaseError:
+    return DatabaseError(
+        f"recording tick {step.tick.isoformat()} of schedule {step.name!r} changed {changed} rows"
+    )
 
 
 def store_for(backend: Backend, job_table: TableName) -> PeriodicStore:
@@ -460,7 +432,16 @@ class Scheduler:
                 )
             ids = [self._enqueue(conn, schedule, tick, now) for tick in decided.ticks]
             last_id = self.strategy.encode_id(ids[-1])
-            self.store.advance(conn, schedule.name, row.last_tick, schedule, decided.ticks[-1], last_id, now)
+            step = Advance(
+                schedule.name,
+                row.last_tick,
+                decided.ticks[-1],
+                last_id,
+                schedule.definition,
+                schedule.version,
+                now,
+            )
+            self.store.advance(conn, step)
         self.log(
             "periodic.enqueued", {"schedule": schedule.name, "ticks": [t.isoformat() for t in decided.ticks]}
         )

@@ -126,6 +126,26 @@ def exists(backend: Backend, conn: Any, feature: str, job_table: TableName) -> b
     return bool(found and found[0][0])
 
 
+class SqlStore:
+    """What the SQL stores of the side tables share: the backend, the job table and the statements."""
+
+    feature: str
+
+    def __init__(self, backend: Backend, job_table: TableName) -> None:
+        self.backend = backend
+        self.dialect = backend.dialect
+        self.job_table = job_table
+
+    def _run(self, conn: Any, name: str, params: dict[str, Any], read: Callable[[Any], _T]) -> _T:
+        """Run the statement `name` of the store's feature on `conn`; `read` of its cursor."""
+        return run(
+            self.backend, conn, statement(self.dialect, self.feature, name, self.job_table), params, read
+        )
+
+    def _time(self, value: datetime) -> datetime:
+        return db_time(self.dialect, value)
+
+
 def missing_table_error(feature: str, job_table: TableName) -> ConfigurationError:
     return ConfigurationError(
         f"the {feature} side table {side_table(job_table, feature)} is missing: create it with "

@@ -106,44 +106,30 @@ class UniqueStore(Protocol):
         ...
 
 
-class SqlUniqueStore:
+class SqlUniqueStore(side_tables.SqlStore):
     """UniqueStore over sql/<dialect>/unique.sql."""
 
-    def __init__(self, backend: Backend, job_table: TableName) -> None:
-        self.backend = backend
-        self.dialect = backend.dialect
-        self.job_table = job_table
-
-    def _sql(self, name: str) -> str:
-        return side_tables.statement(self.dialect, FEATURE, name, self.job_table)
+    feature = FEATURE
 
     def claim(self, conn: Any, key: str, job_id: Any, now: datetime) -> Any:
-        params = {"unique_key": key, "job_id": job_id, "claimed_at": side_tables.db_time(self.dialect, now)}
+        params = {"unique_key": key, "job_id": job_id, "claimed_at": self._time(now)}
         if self.dialect == "mysql":
-            side_tables.run(self.backend, conn, self._sql("claim"), params, side_tables.count)
-            found = side_tables.run(
-                self.backend, conn, self._sql("claim_holder"), {"unique_key": key}, side_tables.rows
-            )
+            self._run(conn, "claim", params, side_tables.count)
+            found = self._run(conn, "claim_holder", {"unique_key": key}, side_tables.rows)
         else:
-            found = side_tables.run(self.backend, conn, self._sql("claim"), params, side_tables.rows)
+            found = self._run(conn, "claim", params, side_tables.rows)
         if len(found) != 1:
             raise DatabaseError(f"claiming unique key {key!r} returned {len(found)} rows, not one")
         return found[0][0]
 
     def holder_live(self, conn: Any, key: str, holder_id: Any, until: Until) -> bool:
         if until == "started":
-            found = side_tables.run(
-                self.backend, conn, self._sql("holder_waiting"), {"job_id": holder_id}, side_tables.rows
-            )
+            found = self._run(conn, "holder_waiting", {"job_id": holder_id}, side_tables.rows)
             return bool(found)
         if self.dialect != "mysql":
-            found = side_tables.run(
-                self.backend, conn, self._sql("holder_queued"), {"job_id": holder_id}, side_tables.rows
-            )
+            found = self._run(conn, "holder_queued", {"job_id": holder_id}, side_tables.rows)
             return bool(found)
-        found = side_tables.run(
-            self.backend, conn, self._sql("holder_queued"), {"unique_key": key}, side_tables.rows
-        )
+        found = self._run(conn, "holder_queued", {"unique_key": key}, side_tables.rows)
         # A snapshot older than the lock on the key row cannot tell: the key counts as held (the sound side).
         if len(found) != 1 or found[0][0] != holder_id:
             return True
@@ -154,15 +140,15 @@ class SqlUniqueStore:
             "unique_key": key,
             "job_id": job_id,
             "holder_id": holder_id,
-            "claimed_at": side_tables.db_time(self.dialect, now),
+            "claimed_at": self._time(now),
         }
-        changed = side_tables.run(self.backend, conn, self._sql("take_over"), params, side_tables.count)
+        changed = self._run(conn, "take_over", params, side_tables.count)
         if changed != 1:
             raise DatabaseError(f"taking over unique key {key!r} changed {changed} rows, not one")
 
     def prune(self, conn: Any) -> int:
         """Delete the rows of free keys (their job is gone); how many. Never needed for correctness."""
-        return side_tables.run(self.backend, conn, self._sql("prune"), {}, side_tables.count)
+        return self._run(conn, "prune", {}, side_tables.count)
 
 
 class MemoryUniqueStore:

@@ -19,7 +19,7 @@ from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.errors import DatabaseError, TransientDatabaseError
 from proletarian_ref.job import default_serializer
-from proletarian_ref.periodic import MemoryPeriodicStore, Schedule, SqlPeriodicStore, TickRow
+from proletarian_ref.periodic import Advance, MemoryPeriodicStore, SqlPeriodicStore, TickRow
 from proletarian_ref.tables import TableName
 from proletarian_ref.unique import MemoryUniqueStore, SqlUniqueStore
 
@@ -1141,10 +1141,10 @@ class _PgTickOutsideStore(SqlPeriodicStore):
             row = cursor.fetchone()
         return None if row is None else TickRow(row[0], row[1], row[2])
 
-    def advance(self, conn: Any, name: str, expected: datetime, schedule: Schedule, *rest: Any) -> None:
+    def advance(self, conn: Any, step: Advance) -> None:
         own = self.backend._data_source()  # type: ignore[attr-defined]
         try:
-            super().advance(own, name, expected, schedule, *rest)
+            super().advance(own, step)
             own.commit()
         finally:
             own.close()
@@ -1162,11 +1162,11 @@ class _MemoryTickOutsideStore(MemoryPeriodicStore):
             row = self.db.tables.get(self.table, {}).get(name)
         return None if row is None else TickRow(row.last_tick, row.definition, row.version)
 
-    def advance(self, conn: Any, name: str, expected: datetime, schedule: Schedule, *rest: Any) -> None:
+    def advance(self, conn: Any, step: Advance) -> None:
         own = self.db.connect()
         with self.db.lock:
-            own._lock_row(self.table, name)
-        super().advance(own, name, expected, schedule, *rest)
+            own._lock_row(self.table, step.name)
+        super().advance(own, step)
         own.commit()
 
 

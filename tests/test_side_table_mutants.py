@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import ClassVar
 
 import pytest
-from kill_matrix import KILL_MATRIX_PROPERTY
 from mutants import SIDE_TABLE_MUTANTS, Mutant
+from test_mutants import _survivors as survivors
 
 from conformance import builtin
 from conformance.harness import Harness, SqlHarness
-from conformance.runner import run_suite_test
 from conformance.side_tables import SideTableTests
-from conformance.suite import clauses
-
-EXAMPLES = 8
 
 
 class BriefSideTables(SideTableTests):
@@ -25,17 +20,7 @@ class BriefSideTables(SideTableTests):
 
 
 def _survivors(mutant: Mutant, harness: Harness, record_property: Callable[[str, object], None]) -> list[str]:
-    tests = clauses(SideTableTests)
-    survived: list[str] = []
-    outcomes: dict[str, str] = {}
-    for clause in mutant.killed_by:
-        name = tests[clause][0]
-        result = run_suite_test(BriefSideTables, name, harness, max_examples=EXAMPLES)
-        outcomes[clause] = "killed" if result.outcome == "failed" else result.outcome
-        if result.outcome != "failed":
-            survived.append(f"{clause} {name}: {result.outcome} {result.message}".strip())
-    record_property(KILL_MATRIX_PROPERTY, json.dumps({"mutant": mutant.name, "outcomes": outcomes}))
-    return survived
+    return survivors(mutant, harness, record_property, BriefSideTables)
 
 
 @pytest.mark.parametrize(
