@@ -1065,19 +1065,23 @@ MEMORY_MUTANTS: tuple[Mutant, ...] = (
 # -- the side tables (conformance/side_tables.py): unique keys (U) and periodic ticks (Y) ------------------
 
 
-class _PgCheckThenInsertStore(SqlUniqueStore):
+class _SqlCheckThenInsertStore(SqlUniqueStore):
     """Reads the key's row without a lock, then writes it over whatever another transaction put there."""
 
     def claim(self, conn: Any, key: str, job_id: Any, now: datetime) -> Any:
+        upsert = (
+            "ON DUPLICATE KEY UPDATE job_id = VALUES(job_id)"
+            if self.dialect == "mysql"
+            else "ON CONFLICT (unique_key) DO UPDATE SET job_id = EXCLUDED.job_id"
+        )
         with conn.cursor() as cursor:
             cursor.execute(f"SELECT job_id FROM {self._table()} WHERE unique_key = %s", (key,))
             row = cursor.fetchone()
             if row is not None:
                 return row[0]
             cursor.execute(
-                f"INSERT INTO {self._table()} (unique_key, job_id, claimed_at) VALUES (%s, %s, %s) "
-                "ON CONFLICT (unique_key) DO UPDATE SET job_id = EXCLUDED.job_id",
-                (key, job_id, now),
+                f"INSERT INTO {self._table()} (unique_key, job_id, claimed_at) VALUES (%s, %s, %s) {upsert}",
+                (key, job_id, self._time(now)),
             )
         return job_id
 
@@ -1088,7 +1092,13 @@ class _PgCheckThenInsertStore(SqlUniqueStore):
 class PgUniqueCheckThenInsert(PostgresBackend):
     """Unique keys checked before the row is locked: two open enqueues of one key both insert."""
 
-    unique_store = _PgCheckThenInsertStore
+    unique_store = _SqlCheckThenInsertStore
+
+
+class MySQLUniqueCheckThenInsert(MySQLBackend):
+    """Unique keys checked before the row is locked: two open enqueues of one key both insert."""
+
+    unique_store = _SqlCheckThenInsertStore
 
 
 class _MemoryCheckThenInsertStore(MemoryUniqueStore):
@@ -1129,7 +1139,7 @@ class MemoryKeyReleasedWhileRunning(MemoryBackend):
     unique_store = _MemoryReleasedWhileRunningStore
 
 
-class _PgTickOutsideStore(SqlPeriodicStore):
+class _SqlTickOutsideStore(SqlPeriodicStore):
     """Reads the row unlocked and records the tick in a transaction of its own, committed at once."""
 
     def lock(self, conn: Any, name: str) -> TickRow | None:
@@ -1139,7 +1149,7 @@ class _PgTickOutsideStore(SqlPeriodicStore):
                 f"SELECT last_tick, definition, version FROM {table} WHERE schedule_name = %s", (name,)
             )
             row = cursor.fetchone()
-        return None if row is None else TickRow(row[0], row[1], row[2])
+        return None if row is None else TickRow(side_tables.from_db_time(row[0]), row[1], row[2])
 
     def advance(self, conn: Any, step: Advance) -> None:
         own = self.backend._data_source()  # type: ignore[attr-defined]
@@ -1153,7 +1163,13 @@ class _PgTickOutsideStore(SqlPeriodicStore):
 class PgTickRecordedOutsideTheEnqueue(PostgresBackend):
     """Records a tick apart from its jobs' transaction: a crash after it loses the tick's job."""
 
-    periodic_store = _PgTickOutsideStore
+    periodic_store = _SqlTickOutsideStore
+
+
+class MySQLTickRecordedOutsideTheEnqueue(MySQLBackend):
+    """Records a tick apart from its jobs' transaction: a crash after it loses the tick's job."""
+
+    periodic_store = _SqlTickOutsideStore
 
 
 class _MemoryTickOutsideStore(MemoryPeriodicStore):
@@ -1177,6 +1193,18 @@ class MemoryTickRecordedOutsideTheEnqueue(MemoryBackend):
 
 
 SIDE_TABLE_MUTANTS: Final = (
+    Mutant(
+        "mysql_unique_check_then_insert",
+        MySQLUniqueCheckThenInsert.__doc__ or "",
+        MySQLUniqueCheckThenInsert,
+        ("U3",),
+    ),
+    Mutant(
+        "mysql_tick_recorded_outside_the_enqueue",
+        MySQLTickRecordedOutsideTheEnqueue.__doc__ or "",
+        MySQLTickRecordedOutsideTheEnqueue,
+        ("Y1", "Y2"),
+    ),
     Mutant(
         "pg_unique_check_then_insert", PgUniqueCheckThenInsert.__doc__ or "", PgUniqueCheckThenInsert, ("U3",)
     ),

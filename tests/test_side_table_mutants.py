@@ -35,6 +35,17 @@ def test_the_side_table_clauses_catch_the_postgresql_mutant(
 
 
 @pytest.mark.parametrize(
+    "mutant", [m for m in SIDE_TABLE_MUTANTS if m.name.startswith("mysql_")], ids=lambda m: m.name
+)
+def test_the_side_table_clauses_catch_the_mysql_mutant(
+    mutant: Mutant, mysql_db: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    harness = mysql_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
+    survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize(
     "mutant", [m for m in SIDE_TABLE_MUTANTS if m.name.startswith("memory_")], ids=lambda m: m.name
 )
 def test_the_side_table_clauses_catch_the_memory_mutant(
