@@ -89,6 +89,12 @@ class Schedule:
         """What the side table records of the schedule, to show which deployment wrote the row."""
         return f"{self.cron} | {self.zone} | {self.job_type} | {self.queue}"
 
+    @staticmethod
+    def cron_and_zone(definition: str) -> tuple[str, str] | None:
+        """The cron expression and zone of a recorded `definition`, or None if it is not one of ours."""
+        parts = definition.split(" | ", 2)
+        return (parts[0], parts[1]) if len(parts) == 3 else None
+
     def payload_for(self, tick: datetime) -> Any:
         return self.payload(tick) if callable(self.payload) else self.payload
 
@@ -487,6 +493,18 @@ class Scheduler:
             now = datetime.now(UTC) if self.clock == "database" else now_from(self.clock)
             wait = (self.next_wake(now) - now).total_seconds()
             stop.wait(min(max(wait, 0.0), max_sleep))
+
+
+def recorded_next_tick(state: ScheduleState, now: datetime) -> datetime | None:
+    """The next tick of a recorded schedule by the definition its row holds (None if that cannot tell)."""
+    found = Schedule.cron_and_zone(state.definition)
+    if found is None:
+        return None
+    try:
+        schedule = Schedule(state.name, found[0], "-", zone=found[1])
+    except ConfigurationError:
+        return None
+    return next_tick(schedule, max(state.last_tick, now))
 
 
 def listing(

@@ -269,3 +269,34 @@ def test_without_allow_actions_the_page_has_no_buttons_and_posts_are_refused(dat
         status, detail = _get(f"{base}/jobs/{_uuid(failed.job_id)}")
         assert status == 200 and "user" in detail and "@example.com" in detail
     assert len(database.archived_jobs()) == 4
+
+
+def test_the_schedules_page_lists_each_recorded_schedule_with_its_last_and_next_tick(
+    database: Target, dashboard: str
+) -> None:
+    from datetime import UTC, datetime
+
+    from proletarian_ref import side_tables
+    from proletarian_ref.periodic import Schedule, Scheduler
+
+    for statement in side_tables.install_statements(database.dialect, ["periodic"], database.job_table):
+        database.harness.execute(statement)
+    database.harness.execute(f"DELETE FROM {side_tables.side_table(database.job_table, 'periodic')}")
+    now = [datetime(2026, 1, 1, 9, 30, tzinfo=UTC)]
+    schedule = Schedule("hourly-report", "0 * * * *", "app/report", zone="Europe/Oslo")
+    scheduler = Scheduler(
+        database.harness.connect, [schedule], clock=lambda: now[0], **database.harness.table_options
+    )
+    try:
+        scheduler.register()
+        now[0] = datetime(2026, 1, 1, 10, 1, tzinfo=UTC)
+        assert len(scheduler.tick()) == 1
+    finally:
+        scheduler.backend.close()
+    status, html = _get(f"{dashboard}/schedules")
+    assert status == 200
+    row = html[html.index('data-schedule="hourly-report"') :].split("</tr>", 1)[0]
+    assert '<td class="last">2026-01-01 10:00:00Z</td>' in row
+    assert "0 * * * * | Europe/Oslo | app/report" in row
+    # The next tick is the recorded cron's first tick after now, whatever now is.
+    assert '<td class="next">' in row and '<td class="next">-</td>' not in row
