@@ -1,13 +1,17 @@
-"""Periodic jobs' pure rules (proletarian_ref.periodic): due ticks, catch-up, DST, versions, bad schedules."""
+"""Periodic jobs (proletarian_ref.periodic): due ticks, catch-up, DST, versions, removal, bad input."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from conformance.harness import Harness
+from conformance.side_tables import prepare
 from proletarian_ref.errors import ConfigurationError
-from proletarian_ref.periodic import Schedule, TickRow, due_ticks, next_tick, plan
+from proletarian_ref.job import default_serializer
+from proletarian_ref.periodic import Schedule, Scheduler, TickRow, due_ticks, next_tick, plan
 
 
 def _utc(text: str) -> datetime:
@@ -77,3 +81,84 @@ def test_a_bad_schedule_is_refused_naming_what_is_wrong(options: dict[str, objec
     fields: dict[str, object] = {"name": "s", "cron": "* * * * *", "job_type": "t/y", **options}
     with pytest.raises(ConfigurationError, match=message):
         Schedule(**fields)  # type: ignore[arg-type]
+
+
+# -- on every backend: the behaviour docs/periodic.md defines ----------------------------------------------
+
+
+class _Clock:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _ticks(harness: Harness) -> list[str]:
+    payloads = [row.payload for row in harness.jobs()] + [row.payload for row in harness.archived_jobs()]
+    return sorted(default_serializer().decode(payload)["tick"] for payload in payloads)
+
+
+def _schedule(cron: str = "0 * * * *", **options: Any) -> Schedule:
+    return Schedule("report", cron, "t/y", payload=lambda t: {"tick": t.isoformat()}, **options)
+
+
+def _scheduler(harness: Harness, schedule: Schedule, clock: Any) -> Scheduler:
+    return Scheduler(harness.backend(), [schedule], clock=clock, **harness.table_options)
+
+
+def test_after_an_hour_down_catch_up_false_enqueues_only_the_latest_tick(db: Harness) -> None:
+    prepare(db)
+    clock = _Clock(_utc("2026-01-01T09:59:00+00:00"))
+    scheduler = _scheduler(db, _schedule("*/10 * * * *"), clock)
+    scheduler.register()
+    clock.now = _utc("2026-01-01T11:05:00+00:00")
+    scheduler.tick()
+    assert _ticks(db) == ["2026-01-01T11:00:00+00:00"]
+    clock.now = _utc("2026-01-01T11:10:00+00:00")
+    scheduler.tick()
+    assert _ticks(db) == ["2026-01-01T11:00:00+00:00", "2026-01-01T11:10:00+00:00"]
+
+
+def test_a_newer_version_takes_over_and_the_older_deployment_stops(db: Harness) -> None:
+    prepare(db)
+    clock = _Clock(_utc("2026-01-01T09:59:00+00:00"))
+    old = _scheduler(db, _schedule("0 * * * *", catch_up=True), clock)
+    new = _scheduler(db, _schedule("30 * * * *", catch_up=True, version=2), clock)
+    old.register()
+    new.register()
+    clock.now = _utc("2026-01-01T10:00:00+00:00")
+    old.tick()  # the old deployment, still alone: its 10:00
+    clock.now = _utc("2026-01-01T10:45:00+00:00")
+    new.tick()  # the new one from the recorded 10:00 under its own cron: 10:30
+    clock.now = _utc("2026-01-01T12:40:00+00:00")
+    old.tick()  # version 1 < 2 recorded: leaves the schedule alone
+    new.tick()
+    assert _ticks(db) == [
+        "2026-01-01T10:00:00+00:00",
+        "2026-01-01T10:30:00+00:00",
+        "2026-01-01T11:30:00+00:00",
+        "2026-01-01T12:30:00+00:00",
+    ]
+    (state,) = new.states()
+    assert state.version == 2 and state.definition.startswith("30 * * * * | UTC")
+
+
+def test_a_schedule_removed_from_code_keeps_its_row_and_is_left_alone(db: Harness) -> None:
+    prepare(db)
+    clock = _Clock(_utc("2026-01-01T09:59:00+00:00"))
+    first = _scheduler(db, _schedule(), clock)
+    first.register()
+    other = Scheduler(db.backend(), [], clock=clock, **db.table_options)
+    clock.now = _utc("2026-01-01T12:00:00+00:00")
+    assert other.tick() == []
+    assert [state.name for state in other.states()] == ["report"]
+    assert _ticks(db) == []
+
+
+def test_the_database_clock_decides_when_asked(db: Harness) -> None:
+    prepare(db)
+    scheduler = Scheduler(db.backend(), [_schedule("* * * * *")], clock="database", **db.table_options)
+    scheduler.register()
+    (state,) = scheduler.states()
+    assert abs(state.last_tick - datetime.now(UTC)) < timedelta(minutes=5)
