@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any, Final, TypeVar
 
 from proletarian_ref.backend import Backend
-from proletarian_ref.errors import ConfigurationError, DatabaseError
+from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.sql import parse_named_blocks, read_sql_file
 from proletarian_ref.tables import DEFAULT_JOB_TABLE, TableName, table_name
 
@@ -76,22 +76,22 @@ def install_statements(
 
 
 def run(backend: Backend, conn: Any, sql_text: str, params: dict[str, Any], read: Callable[[Any], _T]) -> _T:
-    """Run one statement on `conn` and return `read` of its cursor, the driver's errors as the library's."""
-    raise_error: Callable[[Exception], Any] | None = getattr(backend, "_raise_library_error", None)
-    # The backend's own cursor kind: a plain tuple cursor whatever cursor class the caller's connection has.
-    make_cursor: Callable[[Any], Any] = getattr(backend, "_cursor", None) or (lambda c: c.cursor())
+    """Run one statement on `conn` and return `read` of its cursor, the driver's errors as the library's.
+
+    Through the SQL backend's own statement runner where there is one, so a statement on a transaction of
+    the backend's sees its queued writes settled first, and a row count on a pipelined one is read after
+    a sync (the backend's batch-count reader), never as -1.
+    """
+    execute: Callable[..., _T] | None = getattr(backend, "_execute", None)
+    if execute is not None:
+        reader: Callable[[Any], Any] = getattr(backend, "_batch_count", count) if read is count else read
+        return execute(conn, sql_text, params, reader)
+    cursor = conn.cursor()
     try:
-        cursor = make_cursor(conn)
-        try:
-            cursor.execute(sql_text, params)
-            return read(cursor)
-        finally:
-            cursor.close()
-    except Exception as exc:
-        if raise_error is None or isinstance(exc, DatabaseError):
-            raise
-        raise_error(exc)
-        raise  # unreachable: _raise_library_error always raises
+        cursor.execute(sql_text, params)
+        return read(cursor)
+    finally:
+        cursor.close()
 
 
 def rows(cursor: Any) -> list[tuple[Any, ...]]:
