@@ -48,6 +48,18 @@ def _payloads(harness: Harness) -> list[Any]:
     return [harness_payload(row.payload) for row in _all_rows(harness)]
 
 
+def tick_once(harness: Harness, schedules: list[Schedule], first_seen: datetime, now: datetime) -> list[Any]:
+    """Register `schedules` at `first_seen` and tick them at `now`, on a backend of their own; the job ids."""
+    clock = [first_seen]
+    scheduler = Scheduler(harness.make_backend(), schedules, clock=lambda: clock[0], **_options(harness))
+    try:
+        scheduler.register()
+        clock[0] = now
+        return scheduler.tick()
+    finally:
+        scheduler.backend.close()
+
+
 def _all_rows(harness: Harness) -> list[JobRecord | ArchivedJobRecord]:
     return [*harness.jobs(), *harness.archived_jobs()]
 

@@ -331,7 +331,10 @@ def _enqueue_many_unique(
             given = item.unique_key if type(item) is JobSpec else None
             keys.append(None if given is None else unique_key_of(given))
         except ProletarianError as exc:
-            raise _at_index(exc, index) from exc
+            error = _at_index(exc, index)
+            if error is exc:
+                raise
+            raise error from exc
     for _ in _record_stream(conn, setup, items, queue, ids, records):
         pass
     decode = setup.strategy.decode_id

@@ -19,10 +19,11 @@ from cli_support import (
     wait_for,
 )
 
+from conformance.side_tables import tick_once
 from proletarian_ref import side_tables
 from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.cli import ExitCode
-from proletarian_ref.periodic import Schedule, Scheduler
+from proletarian_ref.periodic import Schedule
 from proletarian_ref.tables import table_name
 
 pytest_generate_tests = parametrize_dialects
@@ -75,18 +76,10 @@ def test_periodic_list_shows_last_and_next_tick_and_schedules_no_longer_in_code(
 ) -> None:
     (tmp_path / "periodic_list_schedules.py").write_text(SCHEDULES, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    now = [datetime(2026, 1, 1, 9, 30, tzinfo=UTC)]
     gone = Schedule("gone", "*/5 * * * *", "app/gone")
     hourly = Schedule("hourly", "0 * * * *", "app/hourly", {"n": 1})
-    scheduler = Scheduler(
-        database.harness.connect, [hourly, gone], clock=lambda: now[0], **database.harness.table_options
-    )
-    try:
-        scheduler.register()
-        now[0] = datetime(2026, 1, 1, 10, 1, tzinfo=UTC)
-        assert len(scheduler.tick()) == 2
-    finally:
-        scheduler.backend.close()
+    first_seen, now = datetime(2026, 1, 1, 9, 30, tzinfo=UTC), datetime(2026, 1, 1, 10, 1, tzinfo=UTC)
+    assert len(tick_once(database.harness, [hourly, gone], first_seen, now)) == 2
     result = run(
         capsys, "periodic", "list", *database.args, "--schedules", "periodic_list_schedules:SCHEDULES"
     )

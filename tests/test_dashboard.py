@@ -276,23 +276,16 @@ def test_the_schedules_page_lists_each_recorded_schedule_with_its_last_and_next_
 ) -> None:
     from datetime import UTC, datetime
 
+    from conformance.side_tables import tick_once
     from proletarian_ref import side_tables
-    from proletarian_ref.periodic import Schedule, Scheduler
+    from proletarian_ref.periodic import Schedule
 
     for statement in side_tables.install_statements(database.dialect, ["periodic"], database.job_table):
         database.harness.execute(statement)
     database.harness.execute(f"DELETE FROM {side_tables.side_table(database.job_table, 'periodic')}")
-    now = [datetime(2026, 1, 1, 9, 30, tzinfo=UTC)]
     schedule = Schedule("hourly-report", "0 * * * *", "app/report", zone="Europe/Oslo")
-    scheduler = Scheduler(
-        database.harness.connect, [schedule], clock=lambda: now[0], **database.harness.table_options
-    )
-    try:
-        scheduler.register()
-        now[0] = datetime(2026, 1, 1, 10, 1, tzinfo=UTC)
-        assert len(scheduler.tick()) == 1
-    finally:
-        scheduler.backend.close()
+    first_seen, now = datetime(2026, 1, 1, 9, 30, tzinfo=UTC), datetime(2026, 1, 1, 10, 1, tzinfo=UTC)
+    assert len(tick_once(database.harness, [schedule], first_seen, now)) == 1
     status, html = _get(f"{dashboard}/schedules")
     assert status == 200
     row = html[html.index('data-schedule="hourly-report"') :].split("</tr>", 1)[0]

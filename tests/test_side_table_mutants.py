@@ -19,8 +19,11 @@ class BriefSideTables(SideTableTests):
     settle_s: ClassVar[float] = 0.3
 
 
-def _survivors(mutant: Mutant, harness: Harness, record_property: Callable[[str, object], None]) -> list[str]:
-    return survivors(mutant, harness, record_property, BriefSideTables)
+def _caught(mutant: Mutant, base: Harness, record_property: Callable[[str, object], None]) -> None:
+    """`mutant` fails every side-table clause named for it on `base`'s database and tables."""
+    harness = base.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")  # type: ignore[attr-defined]
+    survived = survivors(mutant, harness, record_property, BriefSideTables)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
 
 
 @pytest.mark.parametrize(
@@ -29,9 +32,7 @@ def _survivors(mutant: Mutant, harness: Harness, record_property: Callable[[str,
 def test_the_side_table_clauses_catch_the_postgresql_mutant(
     mutant: Mutant, pg_db: SqlHarness, record_property: Callable[[str, object], None]
 ) -> None:
-    harness = pg_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
-    survived = _survivors(mutant, harness, record_property)
-    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+    _caught(mutant, pg_db, record_property)
 
 
 @pytest.mark.parametrize(
@@ -40,9 +41,7 @@ def test_the_side_table_clauses_catch_the_postgresql_mutant(
 def test_the_side_table_clauses_catch_the_mysql_mutant(
     mutant: Mutant, mysql_db: SqlHarness, record_property: Callable[[str, object], None]
 ) -> None:
-    harness = mysql_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
-    survived = _survivors(mutant, harness, record_property)
-    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+    _caught(mutant, mysql_db, record_property)
 
 
 @pytest.mark.parametrize(
@@ -51,6 +50,4 @@ def test_the_side_table_clauses_catch_the_mysql_mutant(
 def test_the_side_table_clauses_catch_the_memory_mutant(
     mutant: Mutant, record_property: Callable[[str, object], None]
 ) -> None:
-    harness = builtin.memory().with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
-    survived = _survivors(mutant, harness, record_property)
-    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+    _caught(mutant, builtin.memory(), record_property)
