@@ -407,15 +407,24 @@ class Scheduler:
 
     def tick(self) -> list[Any]:
         """One round: every schedule's due ticks enqueued, each schedule in its own transaction; the ids."""
+        return self._round(None)
+
+    def _round(self, on_error: Logger | None) -> list[Any]:
+        """tick(); with `on_error`, a schedule whose round fails is reported to it and the others go on."""
         if not self._registered:
             self.register()
         enqueued: list[Any] = []
         for schedule in self.schedules:
-            while True:
-                batch = self.tick_schedule(schedule)
-                enqueued.extend(batch)
-                if len(batch) < CATCH_UP_BATCH:
-                    break
+            try:
+                while True:
+                    batch = self.tick_schedule(schedule)
+                    enqueued.extend(batch)
+                    if len(batch) < CATCH_UP_BATCH:
+                        break
+            except Exception as exc:
+                if on_error is None:
+                    raise
+                on_error("periodic.error", {"schedule": schedule.name, "error": repr(exc)})
         return enqueued
 
     def tick_schedule(self, schedule: Schedule) -> list[Any]:
@@ -481,13 +490,16 @@ class Scheduler:
     def run(self, stop: threading.Event, *, max_sleep: float = 60.0, on_error: Logger | None = None) -> None:
         """Tick until `stop` is set, sleeping until the next tick (at most `max_sleep` seconds) in between.
 
-        A database error ends nothing: it is logged and the round is tried again after a second.
+        An error ends nothing: a schedule whose round fails (its payload callable raised, the database went
+        away) is logged as periodic.error and the others go on; a round that could not start (registering,
+        at start) is tried again after a second. Either way its ticks stay due and are enqueued later.
         """
+        report = on_error or self.log
         while not stop.is_set():
             try:
-                self.tick()
-            except DatabaseError as exc:
-                (on_error or self.log)("periodic.error", {"error": repr(exc)})
+                self._round(report)
+            except Exception as exc:
+                report("periodic.error", {"error": repr(exc)})
                 stop.wait(1.0)
                 continue
             now = datetime.now(UTC) if self.clock == "database" else now_from(self.clock)

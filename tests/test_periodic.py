@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from conformance.harness import Harness
+from conformance.harness import Harness, MemoryHarness
 from conformance.side_tables import prepare
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.job import default_serializer
@@ -162,3 +164,35 @@ def test_the_database_clock_decides_when_asked(db: Harness) -> None:
     scheduler.register()
     (state,) = scheduler.states()
     assert abs(state.last_tick - datetime.now(UTC)) < timedelta(minutes=5)
+
+
+def test_run_ticks_until_stopped_and_a_failing_schedule_stops_no_other() -> None:
+    memory = MemoryHarness()
+    clock = _Clock(_utc("2026-01-01T09:59:00+00:00"))
+
+    def broken(tick: datetime) -> Any:
+        raise RuntimeError("the payload callable failed")
+
+    schedules = [_schedule(), Schedule("broken", "0 * * * *", "t/y", payload=broken)]
+    scheduler = Scheduler(memory.backend(), schedules, clock=clock, **memory.table_options)
+    errors: list[Any] = []
+    scheduler.register()
+    clock.now = _utc("2026-01-01T10:00:00+00:00")
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=scheduler.run,
+        args=(stop,),
+        kwargs={"max_sleep": 0.01, "on_error": lambda e, d: errors.append(d)},
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (_ticks(memory) and errors) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join()
+    assert _ticks(memory) == ["2026-01-01T10:00:00+00:00"]
+    assert errors[0]["schedule"] == "broken" and "the payload callable failed" in errors[0]["error"]
+    (state,) = [s for s in scheduler.states() if s.name == "broken"]
+    assert state.last_job_id is None  # its tick stays due
