@@ -196,3 +196,30 @@ def test_run_ticks_until_stopped_and_a_failing_schedule_stops_no_other() -> None
     assert errors[0]["schedule"] == "broken" and "the payload callable failed" in errors[0]["error"]
     (state,) = [s for s in scheduler.states() if s.name == "broken"]
     assert state.last_job_id is None  # its tick stays due
+
+
+def test_a_changed_schedule_goes_on_from_the_recorded_tick_and_equal_versions_both_tick(db: Harness) -> None:
+    prepare(db)
+    clock = _Clock(_utc("2026-01-01T09:59:00+00:00"))
+    logged: list[str] = []
+    old = _scheduler(db, _schedule("0 * * * *", catch_up=True), clock)
+    changed = Scheduler(
+        db.backend(),
+        [_schedule("30 * * * *", catch_up=True)],
+        clock=clock,
+        log=lambda event, data: logged.append(event),
+        **db.table_options,
+    )
+    old.register()
+    clock.now = _utc("2026-01-01T10:10:00+00:00")
+    old.tick()
+    clock.now = _utc("2026-01-01T10:40:00+00:00")
+    changed.tick()  # from the recorded 10:00 under its own cron, nothing made up before it
+    clock.now = _utc("2026-01-01T11:10:00+00:00")
+    old.tick()  # the same version: the old definition still ticks, after the recorded 10:30
+    assert _ticks(db) == [
+        "2026-01-01T10:00:00+00:00",
+        "2026-01-01T10:30:00+00:00",
+        "2026-01-01T11:00:00+00:00",
+    ]
+    assert "periodic.definitions-differ" in logged
