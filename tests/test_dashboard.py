@@ -378,3 +378,27 @@ def test_the_overview_pages_its_queues_and_visits_each_once(
     assert (seen, pages) == (["q/a", "q/b", "q/c", "q/d", "q/e"], 3)
     finished = next(row for row in board.overview("q/b")["queues"] if row["queue"] == "q/c")
     assert (finished["due"], finished["done"][2]) == (0, 1)
+
+
+def test_the_schedules_page_lists_each_recorded_schedule_with_its_last_and_next_tick(
+    database: Target, dashboard: str
+) -> None:
+    from datetime import UTC, datetime
+
+    from conformance.side_tables import tick_once
+    from proletarian_ref import side_tables
+    from proletarian_ref.periodic import Schedule
+
+    for statement in side_tables.install_statements(database.dialect, ["periodic"], database.job_table):
+        database.harness.execute(statement)
+    database.harness.execute(f"DELETE FROM {side_tables.side_table(database.job_table, 'periodic')}")
+    schedule = Schedule("hourly-report", "0 * * * *", "app/report", zone="Europe/Oslo")
+    first_seen, now = datetime(2026, 1, 1, 9, 30, tzinfo=UTC), datetime(2026, 1, 1, 10, 1, tzinfo=UTC)
+    assert len(tick_once(database.harness, [schedule], first_seen, now)) == 1
+    status, html = _get(f"{dashboard}/schedules")
+    assert status == 200
+    row = html[html.index('data-schedule="hourly-report"') :].split("</tr>", 1)[0]
+    assert '<td class="last">2026-01-01 10:00:00Z</td>' in row
+    assert "0 * * * * | Europe/Oslo | app/report" in row
+    # The next tick is the recorded cron's first tick after now, whatever now is.
+    assert '<td class="next">' in row and '<td class="next">-</td>' not in row

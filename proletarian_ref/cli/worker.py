@@ -33,6 +33,7 @@ from proletarian_ref.cli.errors import (
     port,
 )
 from proletarian_ref.cli.logs import notice
+from proletarian_ref.cli.periodic import running_scheduler
 from proletarian_ref.errors import InvalidKeywordError, SchemaMissingError, ShutdownTimeoutError
 from proletarian_ref.job import Job
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
@@ -152,15 +153,30 @@ def add_parser(subparsers: Any) -> None:
         help="job types with a job_type label of their own; later ones are counted as (other) "
         "(default: 20; 0: every one)",
     )
+    parser.add_argument(
+        "--schedules",
+        metavar="MODULE:OBJECT",
+        help="also run a periodic-job scheduler for this list of Schedule objects (docs/periodic.md); any "
+        "number of workers may run one",
+    )
     add_database_options(parser)
     parser.set_defaults(run=run)
 
 
 def load_handler(spec: str) -> HandlerFn:
     """The callable named by "package.module:function" (or "module:Class.method")."""
+    target = load_attribute(spec, "--handler", "function")
+    if not callable(target):
+        raise UsageError(f"--handler {spec!r} is a {type(target).__name__}, not a function")
+    handler: HandlerFn = target
+    return handler
+
+
+def load_attribute(spec: str, option: str, what: str) -> Any:
+    """The object named by "package.module:attribute" (or "module:Class.attribute") for `option`."""
     module_name, sep, attribute_path = spec.partition(":")
     if not sep or not module_name or not attribute_path:
-        raise UsageError(f"--handler {spec!r} must look like 'package.module:function'")
+        raise UsageError(f"{option} {spec!r} must look like 'package.module:{what}'")
     # A console script does not put the current directory on sys.path as `python -m` does; handlers
     # usually live in the project the command is run from.
     cwd = os.getcwd()
@@ -171,22 +187,19 @@ def load_handler(spec: str) -> HandlerFn:
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise UsageError(
-                f"--handler {spec!r}: no module named {exc.name!r} (searched the current directory and "
+                f"{option} {spec!r}: no module named {exc.name!r} (searched the current directory and "
                 "sys.path; set PYTHONPATH or install the package)"
             ) from exc
-        raise UsageError(f"--handler {spec!r}: importing {module_name!r} failed: {exc}") from exc
+        raise UsageError(f"{option} {spec!r}: importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:
         raise UsageError(
-            f"--handler {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            f"{option} {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from exc
     for part in attribute_path.split("."):
         if not hasattr(target, part):
-            raise UsageError(f"--handler {spec!r}: {module_name!r} has no attribute {attribute_path!r}")
+            raise UsageError(f"{option} {spec!r}: {module_name!r} has no attribute {attribute_path!r}")
         target = getattr(target, part)
-    if not callable(target):
-        raise UsageError(f"--handler {spec!r} is a {type(target).__name__}, not a function")
-    handler: HandlerFn = target
-    return handler
+    return target
 
 
 def retry_strategy_fn(retries: int | None, delays: tuple[int, ...] | None) -> RetryStrategyFn | None:
@@ -406,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
                 backend=backend,
             )
             runs.append((run_state, worker))
-        with stop_on_signals(stop):
+        with stop_on_signals(stop), running_scheduler(args.schedules, db, stop):
             for _, worker in runs:
                 start_as_daemons(worker)
             threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"

@@ -185,6 +185,37 @@ class Dashboard:
             "failures": failures,
         }
 
+    def schedules(self) -> dict[str, Any]:
+        """The periodic side table's rows with their next tick, or why there are none (docs/periodic.md)."""
+        from proletarian_ref import side_tables
+        from proletarian_ref.backends import backend_for_connection
+        from proletarian_ref.periodic import recorded_next_tick, store_for
+
+        def read(conn: Any) -> list[Any] | None:
+            backend = backend_for_connection(conn)
+            try:
+                if not side_tables.exists(backend, conn, "periodic", self.tables.job):
+                    return None
+                return store_for(backend, self.tables.job).states(conn)
+            finally:
+                conn.rollback()
+
+        states = self._with_connection(read)
+        now = datetime.now(UTC)
+        shown = "%Y-%m-%d %H:%M:%SZ"
+        rows = [
+            {
+                "name": state.name,
+                "definition": state.definition,
+                "version": state.version,
+                "last_tick": state.last_tick.strftime(shown) if state.last_job_id is not None else "-",
+                "next_tick": next_at.strftime(shown) if (next_at := recorded_next_tick(state, now)) else "-",
+                "updated_at": state.updated_at.strftime(shown),
+            }
+            for state in states or []
+        ]
+        return {"now": now.strftime(shown), "installed": states is not None, "schedules": rows}
+
     # -- HTTP ------------------------------------------------------------------------------------------
 
     def _has_session(self, request: Request) -> bool:
@@ -218,6 +249,10 @@ class Dashboard:
         except ConfigurationError as exc:
             return PlainTextResponse(str(exc), status_code=400, headers=_HEADERS)
         return self._render("overview.html", request, title="Queues", refresh=REFRESH_S, **data)
+
+    async def schedules_page(self, request: Request) -> Response:
+        data = await run_in_threadpool(self.schedules)
+        return self._render("schedules.html", request, title="Schedules", refresh=REFRESH_S, **data)
 
     async def job_list(self, request: Request) -> Response:
         status = request.query_params.get("status", "queued")
@@ -327,6 +362,7 @@ class Dashboard:
             routes=[
                 Route("/", self.home),
                 Route("/jobs", self.job_list),
+                Route("/schedules", self.schedules_page),
                 Route("/jobs/{job_id}", self.job),
                 Route("/jobs/{job_id}/retry", self._action("retry", retry), methods=["POST"]),
                 Route("/jobs/{job_id}/cancel", self._action("cancel", cancel), methods=["POST"]),
