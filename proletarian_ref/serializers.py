@@ -323,6 +323,12 @@ _JSON: Final = json.JSONDecoder(parse_constant=_refuse_json_constant)
 _SCAN_JSON: Final = make_scanner(cast(Any, _JSON))
 
 
+_UNHASHABLE_DEPTH: Final = (
+    "a set element or map key in it holds maps nested too deeply for Python to hash (about a thousand "
+    "levels; see docs/transit.md)"
+)
+
+
 def _too_deep(text: str) -> PayloadDecodeError:
     return PayloadDecodeError(
         f"payload is nested too deeply to decode: more than {MAX_NESTING} levels of arrays (see "
@@ -338,10 +344,14 @@ def _read_exact(text: str) -> Any:
             # The standard library's scanner recurses once per level: deeper text is read without it.
             node = parse_json(text, MAX_NESTING)
         return _decode_node(node, _JavaRollingCache())
-    except (NestingTooDeepError, RecursionError):
-        # RecursionError: hashing a set element or map key made of maps nested hundreds deep (exact
-        # mode's frozendict hashes itself recursively); see docs/transit.md.
+    except NestingTooDeepError:
         raise _too_deep(text) from None
+    except RecursionError:
+        # transit's frozendict hashes itself recursively, so a set element or map key holding maps
+        # nested about a thousand deep cannot be hashed (docs/transit.md).
+        raise PayloadDecodeError(
+            f"payload is nested too deeply to decode: {_UNHASHABLE_DEPTH}; payload: {_excerpt(text)}"
+        ) from None
     except Exception as error:
         raise PayloadDecodeError(
             f"payload is not valid Transit JSON ({type(error).__name__}: {error}); payload: {_excerpt(text)}"
@@ -1078,11 +1088,8 @@ def _general_encode(data: Any) -> str:
     except _UnencodableError as error:
         raise SerializationError(f"cannot encode {_path(error.steps)}: {error.reason}") from None
     except RecursionError:
-        # Hashing a set element or map key made of maps nested hundreds deep: transit's frozendict
-        # hashes itself recursively (docs/transit.md).
-        raise SerializationError(
-            "cannot encode payload: a set element or map key in it is nested too deeply to hash"
-        ) from None
+        # transit's frozendict hashes itself recursively (see _read_exact).
+        raise SerializationError(f"cannot encode payload: {_UNHASHABLE_DEPTH}") from None
     buffer = io.StringIO()
     try:
         # A new cache per payload, as transit-clj makes a new writer per payload. transit-python's

@@ -296,6 +296,26 @@ def test_a_payload_that_contains_itself_is_refused_naming_where() -> None:
         PLAIN.encode(deeper)
 
 
+def test_a_set_holding_maps_nested_too_deeply_to_hash_is_refused_with_a_clear_error() -> None:
+    # transit's frozendict hashes itself recursively: about a thousand levels of maps inside a set
+    # element cannot be hashed. Proletarian's own payloads (sets every few levels) stay far from it.
+    levels = 2_000
+    text = '["~#set",[' + '["^ ","~:c",' * levels + "1" + "]" * levels + "]]"
+    for serializer in (PLAIN, EXACT):
+        with pytest.raises(PayloadDecodeError, match="holds maps nested too deeply for Python to hash"):
+            serializer.decode(text)
+
+    # FrozenMap caches its hash, so a caller can build such a set level by level; written, its maps
+    # become frozendicts, which cannot be hashed at that depth.
+    def frozen_map(_: int, inner: Any) -> FrozenMap:
+        made = FrozenMap({"c": inner})
+        hash(made)
+        return made
+
+    with pytest.raises(SerializationError, match="holds maps nested too deeply for Python to hash"):
+        PLAIN.encode({"a": [frozenset({nest(levels, frozen_map, 1)})]})
+
+
 def test_a_value_met_twice_but_not_inside_itself_is_written_twice() -> None:
     shared = [1, 2]
     assert PLAIN.encode([shared, [shared]]) == "[[1,2],[[1,2]]]"
