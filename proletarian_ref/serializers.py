@@ -411,35 +411,29 @@ def _decode_node(root: Any, cache: Any) -> Any:  # noqa: PLR0915  # one loop, in
         while stack:
             frame = stack[-1]
             frame_kind, items, index, built, frame_key, key = frame
-            if frame_kind == _ARRAY:
-                if index == 0 and isinstance(value, Tag):
-                    if len(items) != 2:
-                        raise ValueError(
-                            f"tagged value ~#{value.tag} has {len(items) - 1} representations, not 1"
-                        )
-                    frame[0], frame[2], frame[5] = _TAGGED, 1, value.tag
-                    node, as_map_key = items[1], frame_key
-                    break
-                built.append(value)
+            if frame_kind == _ARRAY and index == 0 and isinstance(value, Tag):
+                if len(items) != 2:
+                    raise ValueError(
+                        f"tagged value ~#{value.tag} has {len(items) - 1} representations, not 1"
+                    )
+                frame[0], frame[2], frame[5] = _TAGGED, 1, value.tag
+                node, as_map_key = items[1], frame_key
+                break
+            if frame_kind == _MAP and index % 2:  # value was a key: its value comes next
+                frame[2], frame[5] = index + 1, value
+                node, as_map_key = items[index + 1], frame_key
+                break
+            if frame_kind in (_ARRAY, _MAP):
+                if frame_kind == _ARRAY:
+                    built.append(value)
+                else:
+                    built[key] = value
                 index += 1
                 if index < len(items):
                     frame[2] = index
-                    node, as_map_key = items[index], frame_key
+                    node, as_map_key = items[index], frame_kind == _MAP or frame_key
                     break
-                value = tuple(built)
-            elif frame_kind == _MAP:
-                if index % 2:  # value was a key
-                    frame[5] = value
-                    node, as_map_key = items[index + 1], frame_key
-                    frame[2] = index + 1
-                    break
-                built[key] = value
-                index += 1
-                if index < len(items):
-                    frame[2] = index
-                    node, as_map_key = items[index], True
-                    break
-                value = frozendict(built)
+                value = tuple(built) if frame_kind == _ARRAY else frozendict(built)
             elif frame_kind == _OBJECT:
                 if key is None:  # value was the key of items[index]
                     if len(items) == 1 and isinstance(value, Tag):
@@ -510,7 +504,7 @@ def _plain_key(key: Any) -> Any:
     return key
 
 
-def _plain_json(root: Any) -> Any:  # noqa: PLR0915  # one loop, inline: a call per node would slow the common payloads
+def _plain_json(root: Any) -> Any:
     """The plain value of the JSON value ``root``, if it is a plain shape; without recursion."""
     if type(root) is not list:
         return _plain_key(root)
@@ -528,36 +522,32 @@ def _plain_json(root: Any) -> Any:  # noqa: PLR0915  # one loop, inline: a call 
             built, index = [], 0
         while True:  # run the frame of `items` until it opens a child or ends
             child: Any = None
-            if type(built) is dict:
-                while index < size:
+            is_map = type(built) is dict
+            key = None
+            while index < size:
+                if is_map:
                     # Keyword keys and unmarked scalar values, nearly all of a payload, inline.
                     key = items[index]
                     key = key[2:] if type(key) is str and key[:2] == "~:" else _plain_key(key)
                     value = items[index + 1]
-                    value_kind = type(value)
                     index += 2
-                    if value_kind is list:
-                        stack.append((items, index, built, key))
-                        child = value
-                        break
-                    if value_kind not in _JSON_SCALARS or (value_kind is str and value[:1] in _MARKERS):
-                        value = _plain_key(value)
+                else:
+                    value = items[index]
+                    index += 1
+                value_kind = type(value)
+                if value_kind is list:
+                    stack.append((items, index, built, key))
+                    child = value
+                    break
+                if value_kind not in _JSON_SCALARS or (value_kind is str and value[:1] in _MARKERS):
+                    value = _plain_key(value)
+                if is_map:
                     built[key] = value
                 else:
-                    if 2 * len(built) < size - 1:
-                        raise _NOT_PLAIN_JSON  # two keys became one
-            else:
-                while index < size:
-                    value = items[index]
-                    value_kind = type(value)
-                    index += 1
-                    if value_kind is list:
-                        stack.append((items, index, built, None))
-                        child = value
-                        break
-                    if value_kind not in _JSON_SCALARS or (value_kind is str and value[:1] in _MARKERS):
-                        value = _plain_key(value)
                     built.append(value)
+            else:
+                if is_map and 2 * len(built) < size - 1:
+                    raise _NOT_PLAIN_JSON  # two keys became one
             if child is not None:
                 items = child
                 break
