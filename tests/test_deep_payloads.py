@@ -9,6 +9,7 @@ without the interpreter's recursion limit: values are built and compared with lo
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -319,6 +320,21 @@ def test_a_set_holding_maps_nested_too_deeply_to_hash_is_refused_with_a_clear_er
 def test_a_value_met_twice_but_not_inside_itself_is_written_twice() -> None:
     shared = [1, 2]
     assert PLAIN.encode([shared, [shared]]) == "[[1,2],[[1,2]]]"
+
+
+# --- the figures docs/transit.md quotes -------------------------------------------------------------
+
+
+def test_docs_quote_the_named_serializer_run_as_it_printed() -> None:
+    # The run: python -m benchmarks.versus REV --serializer ... --out <folder>/versus-serializer.json,
+    # its printed table saved beside it as versus-serializer.md and pasted into docs/transit.md.
+    root = Path(__file__).resolve().parent.parent
+    folder = root / "benchmarks" / "results" / "serializer"
+    printed = (folder / "versus-serializer.md").read_text(encoding="utf-8").strip()
+    run = json.loads((folder / "versus-serializer.json").read_text(encoding="utf-8"))
+    assert printed.startswith(f"`{run['command']}`")
+    assert "--serializer" in run["command"]
+    assert printed in (root / "docs" / "transit.md").read_text(encoding="utf-8")
 
 
 # --- through a worker, on each database ---------------------------------------------------------------
