@@ -567,64 +567,61 @@ def _plain_json(root: Any) -> Any:
 _SEQUENCE: Final = 0
 _SET: Final = 1
 _KEYS_AND_VALUES: Final = 2
+_PLAIN_AS_THEY_ARE: Final = frozenset({str, int, float, type(None)})
+_EXACT_CONTAINERS: Final = frozenset({tuple, List, frozendict, frozenset})
 
 
-def _plain(root: Any) -> Any:  # noqa: PLR0915  # one loop, inline: a call per node would slow the common payloads
+def _plain(root: Any) -> Any:
     """The plain form of an exact value (the rules in the module documentation), without recursion."""
-    # Each open frame: [kind, original value, children to convert, next index, converted, hashable]
-    stack: list[list[Any]] = []
-    value = root
-    hashable = False
+    if type(root) not in _EXACT_CONTAINERS:
+        return _plain_leaf(root)
+    # Suspended frames: (kind, container, its children, next index, converted so far, hashable)
+    stack: list[tuple[int, Any, Any, int, list[Any], bool]] = []
+    value, hashable = root, False
     while True:
         kind = type(value)
-        if kind is str or kind is int or kind is float or value is None:
-            pass
-        elif kind is Keyword or kind is Symbol:
-            value = value.str
-        elif kind is Boolean:
-            value = bool(value)
-        elif kind is tuple or kind is List:
-            items = value if kind is tuple else value.rep
-            if items:
-                stack.append([_SEQUENCE, value, items, 0, [], hashable])
-                value = items[0]
-                continue
-            value = () if hashable else []
-        elif kind is frozendict:
-            if value:
-                # Keys first (hashable), then values: a map whose keys merge keeps its exact keys.
-                children = (*value.keys(), *value.values())
-                stack.append([_KEYS_AND_VALUES, value, children, 0, [], hashable])
-                value, hashable = children[0], True
-                continue
-            value = FrozenMap() if hashable else {}
+        if kind is frozendict:
+            # Keys first (hashable), then values: a map whose keys merge keeps its exact keys.
+            frame_kind, children = _KEYS_AND_VALUES, (*value.keys(), *value.values())
         elif kind is frozenset:
-            if value:
-                children = tuple(value)
-                stack.append([_SET, value, children, 0, [], hashable])
-                value, hashable = children[0], True
-                continue
-            value = frozenset() if hashable else set()
-        while stack:
-            frame = stack[-1]
-            frame_kind, original, children, index, converted, frame_hashable = frame
-            converted.append(value)
-            index += 1
-            if index < len(children):
-                frame[3] = index
-                value = children[index]
-                if frame_kind == _SET:
-                    hashable = True
-                elif frame_kind == _KEYS_AND_VALUES:
-                    hashable = frame_hashable or index < len(original)  # a key, or a value
-                else:
-                    hashable = frame_hashable
-                break
-            stack.pop()
-            value = _plain_built(frame_kind, original, converted, frame_hashable)
-            hashable = frame_hashable
+            frame_kind, children = _SET, tuple(value)
         else:
-            return value
+            frame_kind, children = _SEQUENCE, value if kind is tuple else value.rep
+        original, converted, index = value, [], 0
+        while True:  # run this frame until it opens a child or ends
+            child: Any = None
+            size = len(children)
+            while index < size:
+                item = children[index]
+                index += 1
+                item_kind = type(item)
+                if item_kind in _PLAIN_AS_THEY_ARE:
+                    converted.append(item)
+                elif item_kind in _EXACT_CONTAINERS:
+                    child = item
+                    break
+                else:
+                    converted.append(_plain_leaf(item))
+            if child is not None:
+                stack.append((frame_kind, original, children, index, converted, hashable))
+                if frame_kind == _SET or (frame_kind == _KEYS_AND_VALUES and index <= len(original)):
+                    hashable = True  # a set element or a map key
+                value = child
+                break
+            value = _plain_built(frame_kind, original, converted, hashable)
+            if not stack:
+                return value
+            frame_kind, original, children, index, converted, hashable = stack.pop()
+            converted.append(value)
+
+
+def _plain_leaf(value: Any) -> Any:
+    kind = type(value)
+    if kind is Keyword or kind is Symbol:
+        return value.str
+    if kind is Boolean:
+        return bool(value)
+    return value
 
 
 def _plain_built(kind: int, original: Any, converted: list[Any], hashable: bool) -> Any:
@@ -758,17 +755,24 @@ def _prepare(root: Any) -> Any:  # noqa: PLR0915  # one loop, inline: a call per
                 if frame[0] == _ENTRIES:
                     key, item = entry
                     frame[5] = (key, item, _NO_KEY)
-                    if isinstance(key, str) and not isinstance(frame[1], frozendict):
-                        _add_prepared(frame, Keyword(_checked_text(key)))
-                        continue
-                    value, hashable = key, True
+                    if not (isinstance(key, str) and not isinstance(frame[1], frozendict)):
+                        value, hashable = key, True
+                        break
+                    _add_prepared(frame, Keyword(_checked_text(key)))
+                    entry = item
                 elif frame[0] in (_ITEMS, _CLOJURE_LIST):
                     frame[5] += 1
-                    value, hashable = entry, frame[4]
                 else:
                     frame[5] = entry
+                # The scalars most payloads are made of, without a turn of the outer loop.
+                entry_kind = type(entry)
+                if entry_kind in _PREPARED_AS_THEY_ARE or entry is None:
+                    _add_prepared(frame, entry)
+                elif entry_kind is str:
+                    _add_prepared(frame, _checked_text(entry))
+                elif frame[0] != _ENTRIES:
                     value, hashable = entry, frame[4]
-                break
+                    break
     except _UnencodableError as error:
         error.steps = [_step(frame) for frame in reversed(stack)]
         raise
@@ -941,76 +945,75 @@ def _fast_str(value: str) -> str:
     return string_text(value)
 
 
-def _fast_value(root: Any, parts: list[str], cache: Any) -> None:  # noqa: PLR0915  # one loop, inline: a call per node would slow the common payloads
-    """Append the text of ``root`` to ``parts``; raises _NotPlainJson for a shape that is not plain.
+def _fast_value(root: Any, parts: list[str], cache: Any) -> None:  # noqa: PLR0915  # see _plain
+    """Append the text of ``root`` (a dict, list or tuple) to ``parts``; raises _NotPlainJson for a
+    shape that is not plain.
 
     An explicit stack of the open dicts and lists rather than recursion; past MAX_NESTING levels (or
     in a cycle) it gives up and leaves the payload to the general path, which names the problem.
     """
-    # The open containers, innermost last: an iterator of a dict's items, or of a list's items.
-    stack: list[Iterator[Any]] = []
-    # For each open container, whether it is a dict.
-    is_map: list[bool] = []
-    value = root
+    # Suspended containers, innermost last: the iterator of their entries, and whether they are dicts.
+    stack: list[tuple[Iterator[Any], bool]] = []
+    node = root
     while True:
-        kind = type(value)
-        if kind is str:
-            if value[:1] in _TRANSIT_RESERVED:
-                raise _NOT_FAST
-            parts.append(_fast_str(value))
-        elif kind is int:
-            if not -_JSON_MAX_INT <= value <= _JSON_MAX_INT:
-                raise _NOT_FAST
-            parts.append(str(value))
-        elif kind is float:
-            if not math.isfinite(value):
-                raise _NOT_FAST
-            parts.append(double_text(value))
-        elif kind is bool:
-            parts.append("true" if value else "false")
-        elif value is None:
-            parts.append("null")
-        elif kind is dict or kind is list or kind is tuple:
-            if len(stack) >= MAX_NESTING:
-                raise _NOT_FAST
-            if kind is dict:
-                parts.append('["^ "')
-                stack.append(iter(value.items()))
-                is_map.append(True)
-            else:
-                parts.append("[")
-                items = iter(value)
-                first = next(items, _END)
-                if first is not _END:
-                    stack.append(items)
-                    is_map.append(False)
-                    value = first
-                    continue
-                parts.append("]")
-        else:
+        if len(stack) >= MAX_NESTING:
             raise _NOT_FAST
-        # The next element of the innermost open container, closing those that are done.
-        while stack:
-            entry = next(stack[-1], _END)
-            if entry is _END:
-                stack.pop()
-                is_map.pop()
-                parts.append("]")
-                continue
-            if is_map[-1]:
-                key, value = entry
-                if type(key) is not str:
-                    raise _NOT_FAST
-                # A str key is a keyword; its name is cached from the second time as transit-java does.
-                parts.append(",")
-                parts.append(_fast_str(cache.encode("~:" + key, True)))
-                parts.append(",")
-            else:
-                parts.append(",")
-                value = entry
-            break
+        is_map = type(node) is dict
+        if is_map:
+            parts.append('["^ "')
+            entries = iter(node.items())
         else:
-            return
+            parts.append("[")
+            entries = iter(node)
+        first = True
+        while True:  # write this container's entries until one is a container or they end
+            child: Any = None
+            for entry in entries:
+                if is_map:
+                    key, value = entry
+                    if type(key) is not str:
+                        raise _NOT_FAST
+                    # A str key is a keyword, its name cached from its second use as transit-java does.
+                    parts.append(",")
+                    parts.append(_fast_str(cache.encode("~:" + key, True)))
+                    parts.append(",")
+                else:
+                    value = entry
+                    if first:
+                        first = False
+                    else:
+                        parts.append(",")
+                kind = type(value)
+                if kind is str:
+                    if value[:1] in _TRANSIT_RESERVED:
+                        raise _NOT_FAST
+                    parts.append(_fast_str(value))
+                elif kind is int:
+                    if not -_JSON_MAX_INT <= value <= _JSON_MAX_INT:
+                        raise _NOT_FAST
+                    parts.append(str(value))
+                elif kind is float:
+                    if not math.isfinite(value):
+                        raise _NOT_FAST
+                    parts.append(double_text(value))
+                elif kind is bool:
+                    parts.append("true" if value else "false")
+                elif value is None:
+                    parts.append("null")
+                elif kind is dict or kind is list or kind is tuple:
+                    child = value
+                    break
+                else:
+                    raise _NOT_FAST
+            if child is not None:
+                stack.append((entries, is_map))
+                node = child
+                break
+            parts.append("]")
+            if not stack:
+                return
+            entries, is_map = stack.pop()
+            first = False
 
 
 def _write(root: Any, marshaler: _JsonMarshaler, cache: Any) -> None:
