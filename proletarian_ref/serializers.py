@@ -1016,6 +1016,12 @@ def _fast_value(root: Any, parts: list[str], cache: Any) -> None:  # noqa: PLR09
             first = False
 
 
+# Types _prepare gives that the marshaler writes as one JSON value (their handlers' tags are one char).
+_WRITTEN_AS_LEAVES: Final = frozenset(
+    {str, int, float, bool, type(None), Keyword, Symbol, Boolean, uuid.UUID, datetime.datetime, Decimal}
+)
+
+
 def _write(root: Any, marshaler: _JsonMarshaler, cache: Any) -> None:
     """Write the prepared ``root`` as transit-python's marshaler would, without its recursion.
 
@@ -1032,11 +1038,13 @@ def _write(root: Any, marshaler: _JsonMarshaler, cache: Any) -> None:
     stack: list[tuple[Iterator[Any], bool]] = []
     node = root
     while True:
-        handler = handlers[node]
-        tag = handler.tag(node)
-        if len(tag) == 1:
+        if type(node) in _WRITTEN_AS_LEAVES:
+            marshaler.marshal(node, False, cache)  # the marshaler finds its handler once, not twice
+        elif len(handlers[node].tag(node)) == 1:
             marshaler.marshal(node, False, cache)
         else:
+            handler = handlers[node]
+            tag = handler.tag(node)
             if len(stack) >= MAX_NESTING:
                 raise SerializationError(
                     f"cannot encode payload: its Transit text nests more than {MAX_NESTING} arrays, the "
