@@ -3,6 +3,7 @@
     python -m benchmarks.versus REV [--backends postgresql,mysql] [--jobs 20000] [--rounds 5]
                                     [--threads 4] [--processes 1] [--compact] [--instructions JOBS]
                                     [--table-suffix _me] [--out FILE]
+    python -m benchmarks.versus REV --serializer [--rounds 5] [--seconds 0.2] [--out FILE]
 
 Issue 14 asks default mode (one job a transaction) for 1.3x the rate it had when the issue was filed. A
 figure from another day or machine cannot say that, so this runs both versions here, in turns (REV, now,
@@ -10,7 +11,9 @@ REV, now, ...), on the same tables and server: each round loads the same due job
 processes of one version (`create_queue_worker` with a no-op handler, as a user would), counts the
 archived rows between 10% and 90% of the drain, and checks that every job ran exactly once. REV's
 `proletarian_ref` and `sql/` come from `git archive`; only the package differs between the sides. With
---compact the working tree runs a third side, its backend on the compact statement plan.
+--compact the working tree runs a third side, its backend on the compact statement plan. With
+--serializer it drains nothing and needs no database: each side runs benchmarks/serializer.py (encode and
+decode of ordinary and deeply nested payloads) in a process of its own, in turns.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks import serializer
 from benchmarks.common import (
     BENCH_QUEUE,
     BackendSpec,
@@ -260,6 +264,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         if args.compact:
             sides.append(Side(f"{now.label}, compact plan", now.tree, compact=True))
         results["sides"] = [side.label for side in sides]
+        if args.serializer:
+            pairs = [(side.label, side.tree) for side in sides if not side.compact]
+            results["serializer"] = serializer.compare(pairs, args.rounds, args.seconds)
+            return results
         for dialect in args.backends.split(","):
             dsn = args.pg_dsn if dialect == "postgresql" else args.mysql_dsn
             spec = BackendSpec(f"conformance.builtin:{dialect}", {"dsn": dsn})
@@ -300,6 +308,8 @@ def _rates(
 
 
 def report(results: dict[str, Any], command: str) -> str:
+    if "serializer" in results:
+        return f"`{command}`\n\n" + serializer.compare_table(results["serializer"])
     then, *later = results["sides"]
     dialects = {key: value for key, value in results.items() if key in ("postgresql", "mysql")}
     rounds = len(next(iter(dialects.values()))["rounds"])
@@ -361,11 +371,23 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JOBS",
         help="also count each side's client instructions per job over JOBS jobs under valgrind",
     )
+    parser.add_argument(
+        "--serializer",
+        action="store_true",
+        help="compare the serializer benchmark (benchmarks/serializer.py) instead of draining jobs",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=0.2, help="with --serializer: least duration of one timing"
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     unknown = set(args.backends.split(",")) - {"postgresql", "mysql"}
     if unknown:
         parser.error(f"--backends: unknown {', '.join(sorted(unknown))}; expected postgresql, mysql")
+    if args.serializer and (args.rounds < 1 or args.instructions or args.compact):
+        parser.error(
+            "--serializer needs --rounds of at least 1, and takes neither --instructions nor --compact"
+        )
     if args.rounds < 0 or (args.rounds == 0 and not args.instructions):
         parser.error("--rounds must be at least 1, or 0 with --instructions (counts only)")
     if args.instructions and shutil.which("valgrind") is None:

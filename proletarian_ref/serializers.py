@@ -92,9 +92,20 @@ from transit.write_handlers import WriteHandler
 from transit.writer import JsonMarshaler, flatten_map
 
 from proletarian_ref.errors import PayloadDecodeError, SerializationError
-from proletarian_ref.transit_json import big_decimal_text, double_text, string_text
+from proletarian_ref.transit_json import (
+    NestingTooDeepError,
+    big_decimal_text,
+    double_text,
+    parse_json,
+    string_text,
+)
 
-__all__ = ["FrozenMap", "Serializer", "TransitSerializer", "create_serializer"]
+__all__ = ["MAX_NESTING", "FrozenMap", "Serializer", "TransitSerializer", "create_serializer"]
+
+MAX_NESTING: Final = 50_000
+"""How deep a payload's Transit text may nest JSON arrays (a vector or a map is one level, a set, a
+Clojure list or a tagged value two). Deeper payloads are refused by encode and decode alike; Proletarian
+itself stops far below it (docs/transit.md)."""
 
 
 @runtime_checkable
@@ -286,27 +297,8 @@ class _InstantHandler:
             raise ValueError(f"instant ~m{millis} is outside the range of Python's datetime") from None
 
 
-# transit's Decoder has no strict mode: it silently drops a map's odd trailing key and a tagged value's
-# extra elements. This subclass refuses them so that a damaged payload is an error, not missing data.
-class _StrictDecoder(Decoder):  # type: ignore[misc]  # transit ships no type information
-    def decode_list(self, node: list[Any], cache: Any, as_map_key: bool) -> Any:
-        if not node:
-            return ()
-        if node[0] == MAP_AS_ARR:
-            if len(node) % 2 == 0:
-                raise ValueError("a map (a '^ ' array) has a key without a value")
-            return super().decode_list(node, cache, as_map_key)
-        # Elements are decoded exactly once and in order, to keep the key cache in step with the writer.
-        first = self._decode(node[0], cache, as_map_key)
-        if isinstance(first, Tag):
-            if len(node) != 2:
-                raise ValueError(f"tagged value ~#{first.tag} has {len(node) - 1} representations, not 1")
-            return self.decode_tag(first.tag, self._decode(node[1], cache, as_map_key))
-        return (first, *(self._decode(item, cache, as_map_key) for item in node[1:]))
-
-
 def _make_decoder() -> Any:
-    decoder = _StrictDecoder()
+    decoder = Decoder()
     decoder.register("list", _ListHandler)
     decoder.register("set", _SetHandler)
     decoder.register("cmap", _CmapHandler)
@@ -314,6 +306,7 @@ def _make_decoder() -> Any:
     return decoder
 
 
+# Strings and tags are read by transit's Decoder; the nesting is walked by _decode_node, iteratively.
 _DECODER: Final = _make_decoder()  # stateless: each decode gets its own key cache
 
 
@@ -330,18 +323,138 @@ _JSON: Final = json.JSONDecoder(parse_constant=_refuse_json_constant)
 _SCAN_JSON: Final = make_scanner(cast(Any, _JSON))
 
 
+_UNHASHABLE_DEPTH: Final = (
+    "a set element or map key in it holds maps nested too deeply for Python to hash (about a thousand "
+    "levels; see docs/transit.md)"
+)
+
+
+def _too_deep(text: str) -> PayloadDecodeError:
+    return PayloadDecodeError(
+        f"payload is nested too deeply to decode: more than {MAX_NESTING} levels of arrays (see "
+        f"docs/transit.md); payload: {_excerpt(text)}"
+    )
+
+
 def _read_exact(text: str) -> Any:
     try:
-        node = _JSON.decode(text)
-        return _DECODER.decode(node, _JavaRollingCache())
+        try:
+            node = _JSON.decode(text)
+        except RecursionError:
+            # The standard library's scanner recurses once per level: deeper text is read without it.
+            node = parse_json(text, MAX_NESTING)
+        return _decode_node(node, _JavaRollingCache())
+    except NestingTooDeepError:
+        raise _too_deep(text) from None
     except RecursionError:
+        # transit's frozendict hashes itself recursively, so a set element or map key holding maps
+        # nested about a thousand deep cannot be hashed (docs/transit.md).
         raise PayloadDecodeError(
-            f"payload is nested too deeply to decode; payload: {_excerpt(text)}"
+            f"payload is nested too deeply to decode: {_UNHASHABLE_DEPTH}; payload: {_excerpt(text)}"
         ) from None
     except Exception as error:
         raise PayloadDecodeError(
             f"payload is not valid Transit JSON ({type(error).__name__}: {error}); payload: {_excerpt(text)}"
         ) from error
+
+
+# _decode_node's frames: what the open JSON array or object becomes.
+_ARRAY: Final = 0  # a vector, or a tagged value once its first element turns out to be a tag
+_MAP: Final = 1  # ["^ ", k, v, ...]
+_OBJECT: Final = 2  # a JSON object {k: v, ...} (transit-java never writes one, Transit allows it)
+_TAGGED: Final = 3  # ["~#tag", rep] or {"~#tag": rep}
+
+
+def _decode_node(root: Any, cache: Any) -> Any:  # noqa: PLR0915  # one loop, inline: a call per node would slow the common payloads
+    """What transit's Decoder gives for the JSON value ``root``, strictly, without recursion.
+
+    transit's Decoder silently drops a map's odd trailing key and a tagged value's extra elements; they
+    are refused here so that a damaged payload is an error, not missing data. Elements are decoded
+    exactly once and in order, to keep the key cache in step with the writer.
+    """
+    # Each open frame: [kind, JSON node, index of the next child, items so far, as_map_key, map key/tag]
+    stack: list[list[Any]] = []
+    node = root
+    as_map_key = False
+    while True:
+        kind = type(node)
+        if kind is str:
+            value = _DECODER.decode_string(node, cache, as_map_key)
+        elif kind is list:
+            if not node:
+                value = ()
+            elif node[0] == MAP_AS_ARR:
+                if len(node) % 2 == 0:
+                    raise ValueError("a map (a '^ ' array) has a key without a value")
+                if len(node) == 1:
+                    value = frozendict()
+                else:
+                    stack.append([_MAP, node, 1, {}, as_map_key, None])
+                    node, as_map_key = node[1], True
+                    continue
+            else:
+                stack.append([_ARRAY, node, 0, [], as_map_key, None])
+                node = node[0]
+                continue
+        elif kind is dict:
+            if not node:
+                value = frozendict()
+            else:
+                stack.append([_OBJECT, list(node.items()), 0, {}, as_map_key, None])
+                node, as_map_key = next(iter(node)), True
+                continue
+        elif kind is bool:
+            value = transit_types.true if node else transit_types.false
+        else:
+            value = node
+        # Give value to the innermost frame; close the frames it completes; descend into the next child.
+        while stack:
+            frame = stack[-1]
+            frame_kind, items, index, built, frame_key, key = frame
+            if frame_kind == _ARRAY and index == 0 and isinstance(value, Tag):
+                if len(items) != 2:
+                    raise ValueError(
+                        f"tagged value ~#{value.tag} has {len(items) - 1} representations, not 1"
+                    )
+                frame[0], frame[2], frame[5] = _TAGGED, 1, value.tag
+                node, as_map_key = items[1], frame_key
+                break
+            if frame_kind == _MAP and index % 2:  # value was a key: its value comes next
+                frame[2], frame[5] = index + 1, value
+                node, as_map_key = items[index + 1], frame_key
+                break
+            if frame_kind in (_ARRAY, _MAP):
+                if frame_kind == _ARRAY:
+                    built.append(value)
+                else:
+                    built[key] = value
+                index += 1
+                if index < len(items):
+                    frame[2] = index
+                    node, as_map_key = items[index], frame_kind == _MAP or frame_key
+                    break
+                value = tuple(built) if frame_kind == _ARRAY else frozendict(built)
+            elif frame_kind == _OBJECT:
+                if key is None:  # value was the key of items[index]
+                    if len(items) == 1 and isinstance(value, Tag):
+                        frame[0], frame[5] = _TAGGED, value.tag
+                        node, as_map_key = items[0][1], frame_key
+                        break
+                    frame[5] = (value,)
+                    node, as_map_key = items[index][1], False
+                    break
+                built[key[0]] = value
+                index += 1
+                if index < len(items):
+                    frame[2], frame[5] = index, None
+                    node, as_map_key = items[index][0], True
+                    break
+                value = frozendict(built)
+            else:
+                value = _DECODER.decode_tag(key, value)
+            stack.pop()
+        else:
+            return value
 
 
 class _NotPlainJson(Exception):
@@ -359,82 +472,173 @@ def _read_plain(text: str) -> Any:
 
     Maps written as ``["^ ", k, v, ...]``, arrays, keywords, strings, numbers, booleans and null are read
     straight from the JSON. A payload with anything else (a tag, an escaped or cached string, a JSON
-    object, a key that would merge with another) or that is not valid goes through the exact decoder, so
-    results and error messages never depend on which path read it.
+    object, a key that is not a scalar or that would merge with another) or that is not valid goes
+    through the exact decoder, so results and error messages never depend on which path read it.
     """
     if text[:1] == "[":
         try:
             # Whitespace around the payload, or text after it, is left to the exact path.
-            node, end = _SCAN_JSON(text, 0)
+            try:
+                node, end = _SCAN_JSON(text, 0)
+            except RecursionError:
+                node, end = parse_json(text, MAX_NESTING), len(text)
+                if text[-1:] != "]":
+                    raise _NOT_PLAIN_JSON from None  # trailing whitespace
             if end == len(text):
-                return _plain_json(node, False)
-        except (_NotPlainJson, StopIteration, ValueError, RecursionError):
+                return _plain_json(node)
+        except (_NotPlainJson, StopIteration, ValueError):
             pass
-    return _plain(_read_exact(text), False)
+    return _plain(_read_exact(text))
 
 
-def _plain_json(node: Any, hashable: bool) -> Any:
-    kind = type(node)
+def _plain_key(key: Any) -> Any:
+    kind = type(key)
     if kind is str:
-        if node[:1] in _MARKERS:
-            if node[:2] == "~:":
-                return node[2:]
+        if key[:1] in _MARKERS:
+            if key[:2] == "~:":
+                return key[2:]
             raise _NOT_PLAIN_JSON
-        return node
-    if kind is list:
-        size = len(node)
-        if size and node[0] == "^ ":
+        return key
+    if kind is list or kind is dict:
+        raise _NOT_PLAIN_JSON
+    return key
+
+
+def _plain_json(root: Any) -> Any:
+    """The plain value of the JSON value ``root``, if it is a plain shape; without recursion."""
+    if type(root) is not list:
+        return _plain_key(root)
+    # Suspended frames: (JSON array, index of its next element, what it becomes, key of the open child)
+    stack: list[tuple[list[Any], int, Any, Any]] = []
+    items: list[Any] = root
+    while True:
+        size = len(items)
+        built: Any
+        if size and items[0] == "^ ":
             if size % 2 == 0:
                 raise _NOT_PLAIN_JSON
-            converted = {}
-            for index in range(1, size, 2):
-                # Keyword keys and unmarked scalar values, nearly all of a payload, without a call each.
-                key = node[index]
-                key = key[2:] if type(key) is str and key[:2] == "~:" else _plain_json(key, True)
-                value = node[index + 1]
+            built, index = {}, 1
+        else:
+            built, index = [], 0
+        while True:  # run the frame of `items` until it opens a child or ends
+            child: Any = None
+            is_map = type(built) is dict
+            key = None
+            while index < size:
+                if is_map:
+                    # Keyword keys and unmarked scalar values, nearly all of a payload, inline.
+                    key = items[index]
+                    key = key[2:] if type(key) is str and key[:2] == "~:" else _plain_key(key)
+                    value = items[index + 1]
+                    index += 2
+                else:
+                    value = items[index]
+                    index += 1
                 value_kind = type(value)
+                if value_kind is list:
+                    stack.append((items, index, built, key))
+                    child = value
+                    break
                 if value_kind not in _JSON_SCALARS or (value_kind is str and value[:1] in _MARKERS):
-                    value = _plain_json(value, hashable)
-                converted[key] = value
-            if 2 * len(converted) < size - 1:
-                raise _NOT_PLAIN_JSON  # two keys became one
-            return FrozenMap(converted) if hashable else converted
-        items = [_plain_json(item, hashable) for item in node]
-        return tuple(items) if hashable else items
-    if kind is dict:
-        raise _NOT_PLAIN_JSON
-    return node  # int, float, bool or None, as the exact path also gives them
+                    value = _plain_key(value)
+                if is_map:
+                    built[key] = value
+                else:
+                    built.append(value)
+            else:
+                if is_map and 2 * len(built) < size - 1:
+                    raise _NOT_PLAIN_JSON  # two keys became one
+            if child is not None:
+                items = child
+                break
+            # This frame is complete: hand it to its parent and run the parent on.
+            if not stack:
+                return built
+            done = built
+            items, index, built, key = stack.pop()
+            size = len(items)
+            if type(built) is dict:
+                built[key] = done
+            else:
+                built.append(done)
 
 
-def _plain(value: Any, hashable: bool) -> Any:
+# _plain's frames: what the converted children of a value become.
+_SEQUENCE: Final = 0
+_SET: Final = 1
+_KEYS_AND_VALUES: Final = 2
+_PLAIN_AS_THEY_ARE: Final = frozenset({str, int, float, type(None)})
+_EXACT_CONTAINERS: Final = frozenset({tuple, List, frozendict, frozenset})
+
+
+def _plain(root: Any) -> Any:
+    """The plain form of an exact value (the rules in the module documentation), without recursion."""
+    if type(root) not in _EXACT_CONTAINERS:
+        return _plain_leaf(root)
+    # Suspended frames: (kind, container, its children, next index, converted so far, hashable)
+    stack: list[tuple[int, Any, Any, int, list[Any], bool]] = []
+    value, hashable = root, False
+    while True:
+        kind = type(value)
+        if kind is frozendict:
+            # Keys first (hashable), then values: a map whose keys merge keeps its exact keys.
+            frame_kind, children = _KEYS_AND_VALUES, (*value.keys(), *value.values())
+        elif kind is frozenset:
+            frame_kind, children = _SET, tuple(value)
+        else:
+            frame_kind, children = _SEQUENCE, value if kind is tuple else value.rep
+        original, converted, index = value, [], 0
+        while True:  # run this frame until it opens a child or ends
+            child: Any = None
+            size = len(children)
+            while index < size:
+                item = children[index]
+                index += 1
+                item_kind = type(item)
+                if item_kind in _PLAIN_AS_THEY_ARE:
+                    converted.append(item)
+                elif item_kind in _EXACT_CONTAINERS:
+                    child = item
+                    break
+                else:
+                    converted.append(_plain_leaf(item))
+            if child is not None:
+                stack.append((frame_kind, original, children, index, converted, hashable))
+                if frame_kind == _SET or (frame_kind == _KEYS_AND_VALUES and index <= len(original)):
+                    hashable = True  # a set element or a map key
+                value = child
+                break
+            value = _plain_built(frame_kind, original, converted, hashable)
+            if not stack:
+                return value
+            frame_kind, original, children, index, converted, hashable = stack.pop()
+            converted.append(value)
+
+
+def _plain_leaf(value: Any) -> Any:
     kind = type(value)
-    if kind is str or kind is int or kind is float or value is None:
-        return value
     if kind is Keyword or kind is Symbol:
         return value.str
     if kind is Boolean:
         return bool(value)
-    if kind is tuple or kind is List:
-        items = value if kind is tuple else value.rep
-        converted = [_plain(item, hashable) for item in items]
-        return tuple(converted) if hashable else converted
-    if kind is frozendict:
-        return _plain_map(value, hashable)
-    if kind is frozenset:
-        elements = frozenset(_plain(element, True) for element in value)
-        if len(elements) < len(value):
-            elements = value  # e.g. true and 1: keep Transit's own objects rather than lose one
-        return elements if hashable else set(elements)
     return value
 
 
-def _plain_map(value: Any, hashable: bool) -> Any:
-    keys = [_plain(key, True) for key in value]
-    if len(set(keys)) < len(keys):
+def _plain_built(kind: int, original: Any, converted: list[Any], hashable: bool) -> Any:
+    if kind == _SEQUENCE:
+        return tuple(converted) if hashable else converted
+    if kind == _SET:
+        elements = frozenset(converted)
+        if len(elements) < len(original):
+            elements = original  # e.g. true and 1: keep Transit's own objects rather than lose one
+        return elements if hashable else set(elements)
+    size = len(original)
+    keys = converted[:size]
+    if len(set(keys)) < size:
         # e.g. :a and "a": keep the exact keys; a frozendict is written back with its keys as given.
-        return frozendict({key: _plain(item, hashable) for key, item in value.items()})
-    converted = {key: _plain(item, hashable) for key, item in zip(keys, value.values(), strict=True)}
-    return FrozenMap(converted) if hashable else converted
+        return frozendict(zip(original.keys(), converted[size:], strict=True))
+    items = dict(zip(keys, converted[size:], strict=True))
+    return FrozenMap(items) if hashable else items
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -473,21 +677,162 @@ def _checked_text(value: str) -> str:
     return value if type(value) is str else str.__str__(value)
 
 
-def _prepare(value: Any, hashable: bool) -> Any:
-    """Return ``value`` in the types transit-python's writer handles, applying the rules above."""
-    kind = type(value)
-    if kind is str:
-        return _checked_text(value)
-    if value is None or kind is int or kind is float or kind is bool:
-        return value
-    if kind is Keyword or kind is Symbol or kind is Boolean or kind is uuid.UUID:
-        return value
-    if isinstance(value, Mapping):
-        return _prepare_map(value, hashable)
-    if isinstance(value, list | tuple):
-        return _prepare_items(value, hashable)
-    if isinstance(value, set | frozenset):
-        return frozenset(_prepare_element(element) for element in value)
+# _prepare's frames: the kind of container whose children are being prepared.
+_ITEMS: Final = 0  # list or tuple
+_CLOJURE_LIST: Final = 1  # transit List
+_ELEMENTS: Final = 2  # set or frozenset
+_ENTRIES: Final = 3  # a Mapping: each key, then its value
+_REP: Final = 4  # a TaggedValue's rep
+# A path in an error message keeps this many steps at each end.
+_PATH_ENDS: Final = 8
+
+
+def _prepare(root: Any) -> Any:  # noqa: PLR0915  # one loop, inline: a call per node would slow the common payloads
+    """Return ``root`` in the types transit-python's writer handles, applying the rules above.
+
+    An explicit stack rather than recursion, so depth is bounded by MAX_NESTING, not by the
+    interpreter; a container met again inside itself is refused as a cycle.
+    """
+    # Each open frame: [kind, container, iterator of its children, prepared children, hashable,
+    # the child being prepared (index, key or element), for a map: the given key of each prepared key]
+    stack: list[list[Any]] = []
+    open_ids: set[int] = set()
+    value = root
+    hashable = False
+    try:
+        while True:
+            kind = type(value)
+            frame: list[Any] | None = None
+            if kind is str:
+                value = _checked_text(value)
+            elif kind in _PREPARED_AS_THEY_ARE or value is None:
+                pass
+            elif isinstance(value, Mapping):
+                frame = [_ENTRIES, value, iter(value.items()), {}, hashable, None, {}]
+            elif isinstance(value, list | tuple):
+                frame = [_ITEMS, value, iter(value), [], hashable, -1, None]
+            elif isinstance(value, set | frozenset):
+                frame = [_ELEMENTS, value, iter(value), [], True, None, None]
+            elif isinstance(value, List):
+                frame = [_CLOJURE_LIST, value, iter(value.rep), [], True, -1, None]
+            elif isinstance(value, TaggedValue) and not isinstance(value, transit_types.URI):
+                if not isinstance(value.tag, str) or not value.tag:
+                    raise _UnencodableError(f"TaggedValue tag must be a non-empty str, got {value.tag!r}")
+                frame = [_REP, value, iter((value.rep,)), [], hashable, None, None]
+            else:
+                value = _prepare_leaf(value)
+            if frame is not None:
+                if id(value) in open_ids:
+                    raise _UnencodableError(
+                        f"{type(value).__name__} contains itself, which no Transit text can hold"
+                    )
+                if len(stack) >= MAX_NESTING:
+                    raise _UnencodableError(
+                        f"it is nested more than {MAX_NESTING} levels deep, the limit (docs/transit.md)"
+                    )
+                stack.append(frame)
+                open_ids.add(id(value))
+            else:
+                frame = stack[-1] if stack else None
+                if frame is None:
+                    return value
+                _add_prepared(frame, value)
+            # Find the next child to prepare, closing the frames that have none left.
+            while True:
+                frame = stack[-1]
+                if frame[0] == _ENTRIES and frame[5] is not None:
+                    value, hashable = frame[5][1], frame[4]  # the value of the key just prepared
+                    break
+                entry = next(frame[2], _END)
+                if entry is _END:
+                    stack.pop()
+                    open_ids.discard(id(frame[1]))
+                    value = _prepared(frame)
+                    if not stack:
+                        return value
+                    _add_prepared(stack[-1], value)
+                    continue
+                if frame[0] == _ENTRIES:
+                    key, item = entry
+                    frame[5] = (key, item, _NO_KEY)
+                    if not (isinstance(key, str) and not isinstance(frame[1], frozendict)):
+                        value, hashable = key, True
+                        break
+                    _add_prepared(frame, Keyword(_checked_text(key)))
+                    entry = item
+                elif frame[0] in (_ITEMS, _CLOJURE_LIST):
+                    frame[5] += 1
+                else:
+                    frame[5] = entry
+                # The scalars most payloads are made of, without a turn of the outer loop.
+                entry_kind = type(entry)
+                if entry_kind in _PREPARED_AS_THEY_ARE or entry is None:
+                    _add_prepared(frame, entry)
+                elif entry_kind is str:
+                    _add_prepared(frame, _checked_text(entry))
+                elif frame[0] != _ENTRIES:
+                    value, hashable = entry, frame[4]
+                    break
+    except _UnencodableError as error:
+        error.steps = [_step(frame) for frame in reversed(stack)]
+        raise
+
+
+_PREPARED_AS_THEY_ARE: Final = frozenset({int, float, bool, Keyword, Symbol, Boolean, uuid.UUID})
+_END: Final[Any] = object()
+_NO_KEY: Final = object()  # a map entry whose key is not prepared yet
+
+
+def _add_prepared(frame: list[Any], value: Any) -> None:
+    """Give ``frame`` its child prepared as ``value``."""
+    if frame[0] != _ENTRIES:
+        frame[3].append(value)
+        return
+    key, item, prepared_key = frame[5]
+    if prepared_key is not _NO_KEY:
+        frame[3][prepared_key] = value
+        frame[5] = None
+        return
+    prepared, given_keys = frame[3], frame[6]
+    if value in prepared:
+        frame[5] = None  # the error is the map's, not its key's
+        raise _UnencodableError(
+            f"keys {_short_repr(given_keys[value])} and {_short_repr(key)} of one map are both "
+            f"written as {_short_repr(value)} (a str key of a dict is written as a keyword)"
+        )
+    given_keys[value] = key
+    frame[5] = (key, item, value)  # its value is prepared next
+
+
+def _prepared(frame: list[Any]) -> Any:
+    kind, container, _, built, hashable = frame[:5]
+    if kind == _ITEMS:
+        return tuple(built) if hashable else built
+    if kind == _CLOJURE_LIST:
+        return List(tuple(built))
+    if kind == _ELEMENTS:
+        return frozenset(built)
+    if kind == _ENTRIES:
+        return frozendict(built) if hashable else built
+    return TaggedValue(container.tag, built[0])
+
+
+def _step(frame: list[Any]) -> str:
+    """The step of an error's path that ``frame``'s current child is."""
+    kind, container, current = frame[0], frame[1], frame[5]
+    if kind in (_ITEMS, _CLOJURE_LIST):
+        return f"[{current}]"
+    if kind == _ELEMENTS:
+        return f"<set element {_short_repr(current)}>"
+    if kind == _REP:
+        return f"<rep of #{container.tag}>"
+    if current is None:
+        return ""
+    key, _, prepared_key = current
+    return f"<key {_short_repr(key)}>" if prepared_key is _NO_KEY else f"[{_short_repr(key)}]"
+
+
+def _prepare_leaf(value: Any) -> Any:
     if isinstance(value, datetime.datetime):
         if value.utcoffset() is None:
             raise _UnencodableError(
@@ -512,68 +857,11 @@ def _prepare(value: Any, hashable: bool) -> Any:
         return float(value)
     if isinstance(value, str):
         return _checked_text(value)
-    if isinstance(value, List):
-        return List(tuple(_prepare_items(value.rep, True)))
     if isinstance(value, transit_types.URI | transit_types.Link):
         return value
-    if isinstance(value, TaggedValue):
-        if not isinstance(value.tag, str) or not value.tag:
-            raise _UnencodableError(f"TaggedValue tag must be a non-empty str, got {value.tag!r}")
-        try:
-            rep = _prepare(value.rep, hashable)
-        except _UnencodableError as error:
-            error.steps.append(f"<rep of #{value.tag}>")
-            raise
-        return TaggedValue(value.tag, rep)
     raise _UnencodableError(
         f"{type(value).__module__}.{type(value).__qualname__} {_short_repr(value)} has no Transit form"
     )
-
-
-def _prepare_items(items: Iterable[Any], hashable: bool) -> Any:
-    prepared = []
-    for index, item in enumerate(items):
-        try:
-            prepared.append(_prepare(item, hashable))
-        except _UnencodableError as error:
-            error.steps.append(f"[{index}]")
-            raise
-    return tuple(prepared) if hashable else prepared
-
-
-def _prepare_element(element: Any) -> Any:
-    try:
-        return _prepare(element, True)
-    except _UnencodableError as error:
-        error.steps.append(f"<set element {_short_repr(element)}>")
-        raise
-
-
-def _prepare_map(value: Mapping[Any, Any], hashable: bool) -> Any:
-    keys_as_given = isinstance(value, frozendict)
-    prepared: dict[Any, Any] = {}
-    given_keys: dict[Any, Any] = {}
-    for key, item in value.items():
-        try:
-            if not keys_as_given and isinstance(key, str):
-                prepared_key = Keyword(_checked_text(key))
-            else:
-                prepared_key = _prepare(key, True)
-        except _UnencodableError as error:
-            error.steps.append(f"<key {_short_repr(key)}>")
-            raise
-        if prepared_key in prepared:
-            raise _UnencodableError(
-                f"keys {_short_repr(given_keys[prepared_key])} and {_short_repr(key)} of one map are both "
-                f"written as {_short_repr(prepared_key)} (a str key of a dict is written as a keyword)"
-            )
-        given_keys[prepared_key] = key
-        try:
-            prepared[prepared_key] = _prepare(item, hashable)
-        except _UnencodableError as error:
-            error.steps.append(f"[{_short_repr(key)}]")
-            raise
-    return frozendict(prepared) if hashable else prepared
 
 
 # The fast path: the JSON text of the shapes most payloads have, without transit-python's marshaler.
@@ -603,7 +891,7 @@ def _fast_encode(data: Any) -> str | None:
     parts: list[str] = []
     try:
         _fast_value(data, parts, _JavaRollingCache())
-    except (_NotPlainJson, UnicodeEncodeError, RecursionError):
+    except (_NotPlainJson, UnicodeEncodeError):
         return None
     return "".join(parts)
 
@@ -657,67 +945,173 @@ def _fast_str(value: str) -> str:
     return string_text(value)
 
 
-def _fast_value(value: Any, parts: list[str], cache: Any) -> None:
-    kind = type(value)
-    if kind is str:
-        if value[:1] in _TRANSIT_RESERVED:
+def _fast_value(root: Any, parts: list[str], cache: Any) -> None:  # noqa: PLR0915  # see _plain
+    """Append the text of ``root`` (a dict, list or tuple) to ``parts``; raises _NotPlainJson for a
+    shape that is not plain.
+
+    An explicit stack of the open dicts and lists rather than recursion; past MAX_NESTING levels (or
+    in a cycle) it gives up and leaves the payload to the general path, which names the problem.
+    """
+    # Suspended containers, innermost last: the iterator of their entries, and whether they are dicts.
+    stack: list[tuple[Iterator[Any], bool]] = []
+    node = root
+    while True:
+        if len(stack) >= MAX_NESTING:
             raise _NOT_FAST
-        parts.append(_fast_str(value))
-    elif kind is int:
-        if not -_JSON_MAX_INT <= value <= _JSON_MAX_INT:
-            raise _NOT_FAST
-        parts.append(str(value))
-    elif kind is float:
-        if not math.isfinite(value):
-            raise _NOT_FAST
-        parts.append(double_text(value))
-    elif kind is bool:
-        parts.append("true" if value else "false")
-    elif value is None:
-        parts.append("null")
-    elif kind is dict:
-        parts.append('["^ "')
-        for key, item in value.items():
-            if type(key) is not str:
-                raise _NOT_FAST
-            parts.append(",")
-            # A str key is a keyword; its name is cached from the second time as transit-java does.
-            parts.append(_fast_str(cache.encode("~:" + key, True)))
-            parts.append(",")
-            _fast_value(item, parts, cache)
-        parts.append("]")
-    elif kind is list or kind is tuple:
-        parts.append("[")
-        for index, item in enumerate(value):
-            if index:
-                parts.append(",")
-            _fast_value(item, parts, cache)
-        parts.append("]")
-    else:
-        raise _NOT_FAST
+        is_map = type(node) is dict
+        if is_map:
+            parts.append('["^ "')
+            entries = iter(node.items())
+        else:
+            parts.append("[")
+            entries = iter(node)
+        first = True
+        while True:  # write this container's entries until one is a container or they end
+            child: Any = None
+            for entry in entries:
+                if is_map:
+                    key, value = entry
+                    if type(key) is not str:
+                        raise _NOT_FAST
+                    # A str key is a keyword, its name cached from its second use as transit-java does.
+                    parts.append(",")
+                    parts.append(_fast_str(cache.encode("~:" + key, True)))
+                    parts.append(",")
+                else:
+                    value = entry
+                    if first:
+                        first = False
+                    else:
+                        parts.append(",")
+                kind = type(value)
+                if kind is str:
+                    if value[:1] in _TRANSIT_RESERVED:
+                        raise _NOT_FAST
+                    parts.append(_fast_str(value))
+                elif kind is int:
+                    if not -_JSON_MAX_INT <= value <= _JSON_MAX_INT:
+                        raise _NOT_FAST
+                    parts.append(str(value))
+                elif kind is float:
+                    if not math.isfinite(value):
+                        raise _NOT_FAST
+                    parts.append(double_text(value))
+                elif kind is bool:
+                    parts.append("true" if value else "false")
+                elif value is None:
+                    parts.append("null")
+                elif kind is dict or kind is list or kind is tuple:
+                    child = value
+                    break
+                else:
+                    raise _NOT_FAST
+            if child is not None:
+                stack.append((entries, is_map))
+                node = child
+                break
+            parts.append("]")
+            if not stack:
+                return
+            entries, is_map = stack.pop()
+            first = False
+
+
+# Types _prepare gives that the marshaler writes as one JSON value (their handlers' tags are one char).
+_WRITTEN_AS_LEAVES: Final = frozenset(
+    {str, int, float, bool, type(None), Keyword, Symbol, Boolean, uuid.UUID, datetime.datetime, Decimal}
+)
+
+
+def _write(root: Any, marshaler: _JsonMarshaler, cache: Any) -> None:
+    """Write the prepared ``root`` as transit-python's marshaler would, without its recursion.
+
+    The marshaler writes every value that is not a container (and the separators, with its own state);
+    this walks the arrays, maps, sets and tagged values in the same order, so the key cache numbers
+    keys as transit-java does.
+    """
+    handlers = marshaler.handlers
+    if len(handlers[root].tag(root)) == 1:
+        marshaler.marshal_top(root, cache)  # a scalar, quoted: ["~#'",x]
+        return
+    # The open JSON arrays, innermost last: an iterator of the children to write, and whether they are
+    # a map's entries (key, value).
+    stack: list[tuple[Iterator[Any], bool]] = []
+    node = root
+    while True:
+        if type(node) in _WRITTEN_AS_LEAVES:
+            marshaler.marshal(node, False, cache)  # the marshaler finds its handler once, not twice
+        elif len(handlers[node].tag(node)) == 1:
+            marshaler.marshal(node, False, cache)
+        else:
+            handler = handlers[node]
+            tag = handler.tag(node)
+            if len(stack) >= MAX_NESTING:
+                raise SerializationError(
+                    f"cannot encode payload: its Transit text nests more than {MAX_NESTING} arrays, the "
+                    "limit (docs/transit.md)"
+                )
+            marshaler.emit_array_start(None)
+            rep = handler.rep(node)
+            if tag == "array":
+                stack.append((iter(rep), False))
+            elif tag == "map" and marshaler.are_stringable_keys(rep):
+                marshaler.emit_object(MAP_AS_ARR)
+                stack.append((iter(rep.items()), True))
+            else:
+                # A tagged value: ["~#tag", rep]. transit-java writes a map with composite keys as
+                # ["~#cmap",[k,v,...]]; a set's rep is an "array" TaggedMap of its elements.
+                if tag == "map":
+                    tag, rep = "cmap", flatten_map(rep)
+                marshaler.emit_string(ESC, "#", tag, False, cache)
+                stack.append((iter((rep,)), False))
+        while stack:
+            children, entries = stack[-1]
+            child = next(children, _END)
+            if child is _END:
+                stack.pop()
+                marshaler.emit_array_end()
+                continue
+            if entries:
+                key, node = child
+                marshaler.marshal(key, True, cache)
+            else:
+                node = child
+            break
+        else:
+            marshaler.flush()
+            return
 
 
 def _general_encode(data: Any) -> str:
     """Any payload through transit-python's marshaler, with the rules of _prepare."""
     try:
-        prepared = _prepare(data, False)
+        prepared = _prepare(data)
     except _UnencodableError as error:
-        path = "payload" + "".join(reversed(error.steps))
-        raise SerializationError(f"cannot encode {path}: {error.reason}") from None
+        raise SerializationError(f"cannot encode {_path(error.steps)}: {error.reason}") from None
     except RecursionError:
-        raise SerializationError(
-            "cannot encode payload: it is nested too deeply or contains itself"
-        ) from None
+        # transit's frozendict hashes itself recursively (see _read_exact).
+        raise SerializationError(f"cannot encode payload: {_UNHASHABLE_DEPTH}") from None
     buffer = io.StringIO()
     try:
         # A new cache per payload, as transit-clj makes a new writer per payload. transit-python's
         # Writer is not used: its key cache can disagree with transit-java's (see _is_cacheable).
-        _JsonMarshaler(buffer).marshal_top(prepared, _JavaRollingCache())
+        _write(prepared, _JsonMarshaler(buffer), _JavaRollingCache())
+    except SerializationError:
+        raise
     except Exception as error:
         raise SerializationError(
             f"Transit could not encode the payload ({type(error).__name__}: {error})"
         ) from error
     return buffer.getvalue()
+
+
+def _path(steps: list[str]) -> str:
+    """``payload`` and the steps to a value in it, outermost first; a deep path keeps its two ends."""
+    steps = steps[::-1]
+    if len(steps) > 2 * _PATH_ENDS:
+        skipped = len(steps) - 2 * _PATH_ENDS
+        steps = [*steps[:_PATH_ENDS], f"...({skipped} more levels)...", *steps[-_PATH_ENDS:]]
+    return "payload" + "".join(steps)
 
 
 class TransitSerializer:

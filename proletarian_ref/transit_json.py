@@ -5,6 +5,9 @@ transit-java writes through ``new JsonFactory().createGenerator(OutputStream)``,
 doubles (``writeNumber(double)``, i.e. ``Double.toString``) and longs (``writeNumber(long)``). BigDecimal
 and BigInteger reach the JSON as ``"~f" + BigDecimal.toString()`` and ``"~n" + BigInteger.toString()``.
 The rules, with the source each follows, are listed in docs/transit.md.
+
+It also reads JSON text without recursion (:func:`parse_json`), for payloads nested deeper than the
+standard library's scanner, which recurses once per level, can go.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from __future__ import annotations
 import re
 from decimal import Context, Decimal
 from fractions import Fraction
-from typing import Final
+from json import JSONDecodeError
+from json.decoder import scanstring  # type: ignore[attr-defined]  # public, untyped
+from typing import Any, Final
 
-__all__ = ["big_decimal_text", "double_text", "string_text"]
+__all__ = ["NestingTooDeepError", "big_decimal_text", "double_text", "parse_json", "string_text"]
 
 # Jackson's CharTypes.sOutputEscapes128: '"' and '\' and the five short escapes; every other char below
 # U+0020 as \u00XX with upper-case hex (JsonWriteFeature.WRITE_HEX_UPPER_CASE is on by default).
@@ -121,3 +126,112 @@ def big_decimal_text(value: Decimal) -> str:
     if value.is_zero() and value.is_signed():
         value = value.copy_abs()
     return _BIG_DECIMAL.to_sci_string(value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading JSON without recursion
+
+
+class NestingTooDeepError(ValueError):
+    """JSON text whose arrays and objects nest deeper than the limit :func:`parse_json` was given."""
+
+
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+# json.scanner.NUMBER_RE with ASCII digits only, as the C scanner reads them.
+_NUMBER: Final = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERALS: Final = (("null", None), ("true", True), ("false", False))
+_CONSTANTS: Final = ("NaN", "Infinity", "-Infinity")
+
+
+def parse_json(text: str, max_depth: int) -> Any:  # noqa: PLR0915  # one loop: no call per level
+    """``json.loads(text)`` with an explicit stack instead of recursion, so its depth costs no C stack.
+
+    It gives the same values as the standard library (``int`` or ``float`` as the number is written,
+    the last of duplicate object keys) and raises :class:`json.JSONDecodeError` where it would; NaN and
+    Infinity, which the standard library takes, are refused as they are not JSON. Arrays and objects
+    nested more than ``max_depth`` deep raise :class:`NestingTooDeepError`.
+    """
+    end = len(text)
+    # Open containers, innermost last, and for each open object the key its next value goes to.
+    open_: list[Any] = []
+    keys: list[Any] = []
+    pos = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]  # matches the empty string
+    while True:
+        # A value starts at pos.
+        char = text[pos : pos + 1]
+        if char in ("[", "{"):
+            if len(open_) >= max_depth:
+                raise NestingTooDeepError(f"JSON nested more than {max_depth} levels deep")
+            pos = _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+            if char == "[":
+                if text[pos : pos + 1] != "]":
+                    open_.append([])
+                    keys.append(None)
+                    continue
+                value: Any = []
+            else:
+                if text[pos : pos + 1] != "}":
+                    key, pos = _object_key(text, pos)
+                    open_.append({})
+                    keys.append(key)
+                    continue
+                value = {}
+            pos += 1
+        elif char == '"':
+            value, pos = scanstring(text, pos + 1, True)
+        else:
+            value, pos = _scalar(text, pos)
+        # A value ends at pos: add it to the innermost open container, closing those that end here.
+        while True:
+            if not open_:
+                pos = _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
+                if pos != end:
+                    raise JSONDecodeError("Extra data", text, pos)
+                return value
+            container = open_[-1]
+            if type(container) is list:
+                container.append(value)
+            else:
+                container[keys[-1]] = value
+            pos = _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
+            char = text[pos : pos + 1]
+            if char == ",":
+                pos = _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+                if type(container) is dict:
+                    keys[-1], pos = _object_key(text, pos)
+                break
+            if char == ("]" if type(container) is list else "}"):
+                value = open_.pop()
+                keys.pop()
+                pos += 1
+                continue
+            delimiter = "," if type(container) is list else "',' or '}'"
+            raise JSONDecodeError(f"Expecting {delimiter!s} delimiter", text, pos)
+
+
+def _object_key(text: str, pos: int) -> tuple[str, int]:
+    """The key starting at ``pos`` and the position of its value, past the colon and whitespace."""
+    if text[pos : pos + 1] != '"':
+        raise JSONDecodeError("Expecting property name enclosed in double quotes", text, pos)
+    key, pos = scanstring(text, pos + 1, True)
+    pos = _WHITESPACE.match(text, pos).end()  # type: ignore[union-attr]
+    if text[pos : pos + 1] != ":":
+        raise JSONDecodeError("Expecting ':' delimiter", text, pos)
+    return key, _WHITESPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+
+
+def _scalar(text: str, pos: int) -> tuple[Any, int]:
+    """The number or literal starting at ``pos`` and the position after it."""
+    match = _NUMBER.match(text, pos)
+    if match is not None:
+        integer, fraction, exponent = match.groups()
+        if fraction or exponent:
+            return float(integer + (fraction or "") + (exponent or "")), match.end()
+        return int(integer), match.end()
+    for name, value in _LITERALS:
+        if text.startswith(name, pos):
+            return value, pos + len(name)
+    for name in _CONSTANTS:
+        if text.startswith(name, pos):
+            raise ValueError(f"{name} is not JSON (Transit writes it as ~z)")
+    raise JSONDecodeError("Expecting value", text, pos)

@@ -19,7 +19,7 @@ for _module in ("locust", "matplotlib", "psutil", "rich"):
     if importlib.util.find_spec(_module) is None:
         pytest.skip(f"needs the bench extra ({_module}): pip install -e '.[bench]'", allow_module_level=True)
 
-from benchmarks import instructions, peers, versus  # noqa: E402
+from benchmarks import instructions, peers, serializer, versus  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     BackendSpec,
@@ -582,3 +582,24 @@ def test_versus_instruction_count_is_the_difference_of_two_drains_per_job(
     with closing_harness(harness):
         now = versus.working_tree()
         assert versus.instructions_per_job(harness, pg_dsn, now, 30, [sys.executable, str(fake)]) == 1000.0
+
+
+def test_versus_times_the_serializer_of_both_versions_in_turns(tmp_path: Path) -> None:
+    out = tmp_path / "versus-serializer.json"
+    arguments = ["HEAD", "--serializer", "--rounds", "2", "--seconds", "0.001", "--out", str(out)]
+    assert versus.main(arguments) == 0
+    results = json.loads(out.read_text())
+    then, now = results["sides"]
+    summary = results["serializer"]
+    assert [sorted(r) for r in summary["rounds"]] == [sorted([then, now])] * 2
+    names = [name for name, _, _ in serializer.payloads()]
+    for side in (then, now):
+        assert list(summary["medians"][side]) == names
+        # HEAD reads and writes every payload, however deep, so none is refused.
+        assert all(summary["medians"][side][name][op] > 0 for name in names for op in serializer.OPERATIONS)
+    assert all(ratio > 0 for row in summary["ratios"][now].values() for ratio in row.values())
+
+
+def test_the_serializer_table_says_refused_where_a_version_fails() -> None:
+    row: dict[str, float | None] = {"encode": None, "decode": 2.0, "decode exact": 3.25}
+    assert serializer.table({"deep": row}).splitlines()[-1] == "| deep | refused | 2.0 | 3.2 |"

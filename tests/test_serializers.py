@@ -229,7 +229,7 @@ def test_two_keys_that_become_the_same_keyword_are_refused() -> None:
 def test_a_payload_that_contains_itself_is_refused() -> None:
     payload: list[Any] = []
     payload.append(payload)
-    with pytest.raises(SerializationError, match="nested too deeply or contains itself"):
+    with pytest.raises(SerializationError, match="contains itself"):
         PLAIN.encode(payload)
 
 
@@ -510,7 +510,7 @@ def test_exact_decoding_and_re_encoding_gives_the_same_transit(value: Any) -> No
 
 def _two_pass(text: str) -> Any:
     """Plain decoding as the exact decoder and the conversion give it, the reference for the one pass."""
-    return serializers._plain(serializers._read_exact(text), False)
+    return serializers._plain(serializers._read_exact(text))
 
 
 def test_plain_decoding_reads_simple_payloads_without_the_exact_decoder(monkeypatch: Any) -> None:

@@ -49,3 +49,36 @@ def canon(value: Any) -> Any:
 
 def utc(iso: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(iso).replace(tzinfo=UTC)
+
+
+def same(left: Any, right: Any) -> bool:
+    """Whether two values are equal and of the same types throughout, at any depth, without recursion.
+
+    Type-strict like :func:`canon` (True differs from 1, a list from a tuple). Python's own ``==``
+    recurses and stops at about 1,000 levels; deep payloads are compared here instead. A set is compared
+    element by element when it has one element, with ``==`` otherwise (deep sets of several elements
+    are not needed by the tests).
+    """
+    pending = [(left, right)]
+    while pending:
+        a, b = pending.pop()
+        kind = type(a)
+        if kind is not type(b):
+            return False
+        if kind in (list, tuple):
+            if len(a) != len(b):
+                return False
+            pending.extend(zip(a, b, strict=True))
+        elif kind is List or (isinstance(a, TaggedValue) and kind is TaggedValue):
+            if a.tag != b.tag:
+                return False
+            pending.append((a.rep, b.rep))
+        elif kind in (dict, frozendict, FrozenMap):
+            if len(a) != len(b) or set(map(canon, a)) != set(map(canon, b)):
+                return False
+            pending.extend((a[key], b[key]) for key in a)
+        elif kind in (set, frozenset) and len(a) == len(b) == 1:
+            pending.append((next(iter(a)), next(iter(b))))
+        elif canon(a) != canon(b):
+            return False
+    return True
