@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import os
 import random
@@ -12,43 +11,49 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
 from types import FrameType, TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from proletarian_ref import log as ev
-from proletarian_ref.backend import (
-    STATUS_SUCCESS,
-    Backend,
-    BatchClaim,
-    JobRecord,
-    Listener,
-    Notifications,
-    archive_and_delete,
-)
+from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_job, write_failure
+from proletarian_ref.backend import Backend, Listener, Notifications
 from proletarian_ref.backends import backend_for_data_source
-from proletarian_ref.clock import Clock, reader, system_utc
-from proletarian_ref.errors import (
-    ConfigurationError,
-    JobInterrupted,
-    PayloadDecodeError,
-    ShutdownTimeoutError,
-    TransientDatabaseError,
-)
+from proletarian_ref.clock import Clock
+from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError, TransientDatabaseError
 from proletarian_ref.interrupts import bind_stop_event
-from proletarian_ref.job import Job, default_serializer
-from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
-from proletarian_ref.keywords import DEFAULT_QUEUE, from_keyword_text, to_keyword_text
+from proletarian_ref.job_ids import JobIdStrategy
+from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 from proletarian_ref.log import LogFn, stdlib_logger
-from proletarian_ref.retry import FailedJobFn, RetryStrategyFn, maybe_retry, no_failed_job_fn, no_retries
+from proletarian_ref.retry import FailedJobFn, RetryStrategyFn
 from proletarian_ref.serializers import Serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+from proletarian_ref.worker_settings import (
+    GIVEN_BACK,
+    HANDLER_FN_MODES,
+    HandlerFn,
+    HandlerFnMode,
+    JobSettings,
+    check_batch_size,
+    job_settings,
+)
 
-_new_tuple: Final = tuple.__new__
-HandlerFnMode = Literal["default", "advanced"]
-HandlerFn = Callable[..., object]
-HANDLER_FN_MODES: Final = ("default", "advanced")
+# The job transaction and the options it reads are their own units; their names stay importable here.
+__all__ = [
+    "GIVEN_BACK",
+    "HANDLER_FN_MODES",
+    "HandlerFn",
+    "HandlerFnMode",
+    "JobSettings",
+    "QueueWorker",
+    "check_batch_size",
+    "create_queue_worker",
+    "handle_job",
+    "job_settings",
+    "process_next_job",
+    "run_next_job",
+    "write_failure",
+]
+
 
 # After consecutive failed polling runs a thread waits twice as long each time, from the polling
 # interval up to these caps (or the interval, if longer): a job that fails the same way on every run
@@ -73,246 +78,6 @@ LISTENER_UNCONFIRMED_ADVICE: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class JobSettings:
-    """The options that running one job reads (the config map of process-next-job!)."""
-
-    queue: str
-    job_table: TableName
-    archived_job_table: TableName
-    serializer: Serializer
-    job_id_strategy: JobIdStrategy
-    handler_fn_mode: HandlerFnMode
-    retry_strategy_fn: RetryStrategyFn
-    failed_job_fn: FailedJobFn
-    clock: Clock
-    # Jobs claimed and run per transaction: 1 is Proletarian's one job a transaction (run_next_job),
-    # more is batch mode (proletarian_ref.batch.run_next_batch).
-    batch_size: int = 1
-    # now_from(clock), as clock.reader makes it: what the worker reads the time with.
-    now: Callable[[], datetime] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "now", reader(self.clock))
-
-
-def job_settings(
-    backend: Backend,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    job_table: str | TableName = DEFAULT_JOB_TABLE,
-    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
-    serializer: Serializer | None = None,
-    job_id_strategy: JobIdStrategy | None = None,
-    handler_fn_mode: str = "default",
-    retry_strategy_fn: RetryStrategyFn | None = None,
-    failed_job_fn: FailedJobFn | None = None,
-    clock: Clock | None = None,
-    batch_size: int = 1,
-) -> JobSettings:
-    """Apply defaults and check every option before anything runs."""
-    check_batch_size(batch_size, backend)
-    if handler_fn_mode not in HANDLER_FN_MODES:
-        raise ConfigurationError(
-            f"handler_fn_mode must be one of {', '.join(map(repr, HANDLER_FN_MODES))}, "
-            f"got {handler_fn_mode!r}"
-        )
-    serializer = serializer if serializer is not None else default_serializer()
-    if not (callable(getattr(serializer, "encode", None)) and callable(getattr(serializer, "decode", None))):
-        raise ConfigurationError(f"serializer must have encode and decode methods, got {serializer!r}")
-    strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
-    if not all(callable(getattr(strategy, m, None)) for m in ("generate_id", "encode_id", "decode_id")):
-        raise ConfigurationError(f"job_id_strategy must implement JobIdStrategy, got {strategy!r}")
-    for name, fn in (
-        ("retry_strategy_fn", retry_strategy_fn),
-        ("failed_job_fn", failed_job_fn),
-        ("clock", clock),
-    ):
-        if fn is not None and not callable(fn):
-            raise ConfigurationError(f"{name} must be callable, got {fn!r}")
-    return JobSettings(
-        queue=to_keyword_text(queue, what="queue"),
-        job_table=table_name(job_table, option="job_table"),
-        archived_job_table=table_name(archived_job_table, option="archived_job_table"),
-        serializer=serializer,
-        job_id_strategy=strategy,
-        handler_fn_mode="advanced" if handler_fn_mode == "advanced" else "default",
-        retry_strategy_fn=retry_strategy_fn if retry_strategy_fn is not None else no_retries,
-        failed_job_fn=failed_job_fn if failed_job_fn is not None else no_failed_job_fn,
-        clock=clock if clock is not None else system_utc,
-        batch_size=batch_size,
-    )
-
-
-def check_batch_size(batch_size: object, backend: Backend | None = None) -> None:
-    """Refuse a batch_size that is not an int >= 1, or > 1 on a backend without batch mode."""
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ConfigurationError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if batch_size > 1 and backend is not None and not isinstance(backend, BatchClaim):
-        raise ConfigurationError(
-            f"batch_size={batch_size} needs a backend with batch mode (proletarian_ref.backend.BatchClaim); "
-            f"{type(backend).__name__} has none: leave batch_size at 1"
-        )
-
-
-def _to_job(record: JobRecord, settings: JobSettings) -> tuple[Job, PayloadDecodeError | None]:
-    """Decode a claimed row; a payload that does not decode becomes the job's failure, not the worker's."""
-    error: PayloadDecodeError | None = None
-    try:
-        payload = settings.serializer.decode(record.payload)
-    except Exception as exc:
-        error = (
-            exc
-            if isinstance(exc, PayloadDecodeError)
-            else PayloadDecodeError(f"payload does not decode: {exc}")
-        )
-        if error is not exc:
-            error.__cause__ = exc
-        payload = record.payload
-    # tuple.__new__, in Job's field order: the generated __new__ with keywords costs six times as much, and
-    # _make a Python call more.
-    job = _new_tuple(
-        Job,
-        (
-            settings.job_id_strategy.decode_id(record.job_id),
-            from_keyword_text(record.queue),
-            from_keyword_text(record.job_type),
-            payload,
-            record.attempts + 1,
-            record.enqueued_at,
-            record.process_at,
-        ),
-    )
-    return job, error
-
-
-def run_next_job(
-    backend: Backend,
-    settings: JobSettings,
-    handler_fn: HandlerFn,
-    log: LogFn,
-    context: Mapping[str, Any],
-    stop_event: threading.Event,
-    may_handle: Callable[[Mapping[str, Any]], bool] | None = None,
-) -> bool | None:
-    """One poll in one transaction: None when no job was due, else whether the worker may go on.
-
-    The handler runs inside the claiming transaction, holding the row lock, exactly as Proletarian does.
-    No claim starts once `stop_event` is set (a thread may have waited for its connection meanwhile), and
-    a claimed job whose `may_handle(job context)` is false goes back untouched, its handler never called.
-    """
-    with backend.transaction() as conn:
-        if stop_event.is_set():
-            return None
-        record = backend.get_next_job(conn, settings.job_table, settings.queue, settings.now())
-        if record is None:
-            return None
-        job, decode_error = _to_job(record, settings)
-        job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
-        if may_handle is not None and not may_handle(job_context):
-            return False
-        failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
-        if failure is None:
-            finished_at = settings.now()
-            archive_and_delete(
-                backend,
-                conn,
-                settings.job_table,
-                settings.archived_job_table,
-                record.job_id,
-                STATUS_SUCCESS,
-                finished_at,
-            )
-        elif failure is GIVEN_BACK:
-            return False
-        else:
-            write_failure(backend, conn, settings, record, job, failure, log, job_context)
-        return not stop_event.is_set()
-
-
-class _GivenBack(enum.Enum):
-    """What handle_job returns for a job that goes back to the queue untouched: nothing of it is written."""
-
-    GIVEN_BACK = enum.auto()
-
-
-GIVEN_BACK: Final = _GivenBack.GIVEN_BACK
-
-
-def handle_job(
-    settings: JobSettings,
-    handler_fn: HandlerFn,
-    log: LogFn,
-    job: Job,
-    decode_error: PayloadDecodeError | None,
-    job_context: Mapping[str, Any],
-    stop_event: threading.Event,
-) -> Exception | _GivenBack | None:
-    """Run one claimed job's handler and decide: None when it finished (its success archive is the caller's
-    to write), the exception when it failed (write_failure's to write), GIVEN_BACK when the job goes back
-    untouched (JobInterrupted, or a failure while the worker stops). MemoryError and RecursionError leave
-    as they came, so the transaction rolls back."""
-    # The default log function drops both events (INFO, log._LEVELS) unless someone listens at INFO:
-    # one check per job instead of two calls that each find it out.
-    quiet = log is stdlib_logger and not ev.logger.isEnabledFor(logging.INFO)
-    try:
-        if not quiet:
-            log(ev.HANDLING_JOB, job_context)
-        if decode_error is not None:
-            raise decode_error
-        if settings.handler_fn_mode == "advanced":
-            handler_fn(job)
-        else:
-            handler_fn(job.job_type, job.payload)
-        # Inside the try, as in Proletarian: a log function that raises here fails the job.
-        if not quiet:
-            log(ev.JOB_FINISHED, job_context)
-    except JobInterrupted:
-        log(ev.JOB_INTERRUPTED, job_context)
-        return GIVEN_BACK
-    except (MemoryError, RecursionError):
-        # The JVM's OutOfMemoryError and StackOverflowError are Errors, not Exceptions: the process is
-        # short of a resource, which is not the job's failure (docs/worker.md).
-        raise
-    except Exception as exc:
-        if stop_event.is_set():
-            log(ev.HANDLE_JOB_EXCEPTION_WITH_INTERRUPT, {ev.EXCEPTION: exc, **job_context})
-            return GIVEN_BACK
-        log(ev.HANDLE_JOB_EXCEPTION, {ev.EXCEPTION: exc, **job_context})
-        return exc
-    return None
-
-
-def write_failure(
-    backend: Backend,
-    conn: Any,
-    settings: JobSettings,
-    record: JobRecord,
-    job: Job,
-    exception: Exception,
-    log: LogFn,
-    job_context: Mapping[str, Any],
-) -> None:
-    """maybe_retry for a job whose handler failed: reschedule it, or archive it as a failure."""
-
-    def job_log(event: str, data: Mapping[str, Any]) -> None:
-        log(event, {**data, **job_context})
-
-    maybe_retry(
-        backend,
-        conn,
-        job_table=settings.job_table,
-        archived_job_table=settings.archived_job_table,
-        stored_job_id=record.job_id,
-        job=job,
-        exception=exception,
-        retry_strategy_fn=settings.retry_strategy_fn,
-        failed_job_fn=settings.failed_job_fn,
-        clock=settings.clock,
-        log=job_log,
-    )
-
-
 def process_next_job(
     data_source: Any,
     handler_fn: HandlerFn,
@@ -330,20 +95,13 @@ def process_next_job(
     active, own_backend = _backend_for(data_source, backend)
     try:
         settings = job_settings(active, **options)
-        run = run_next_job if settings.batch_size == 1 else _run_next_batch()
+        run = run_next_job if settings.batch_size == 1 else run_next_batch
         return run(
             active, settings, handler_fn, log if log is not None else stdlib_logger, {}, threading.Event()
         )
     finally:
         if own_backend:
             active.close()
-
-
-def _run_next_batch() -> Callable[..., bool | None]:
-    # Imported here: proletarian_ref.batch builds on this module's pieces.
-    from proletarian_ref.batch import run_next_batch
-
-    return run_next_batch
 
 
 def _backend_for(data_source: Any, backend: Backend | None) -> tuple[Backend, bool]:
@@ -581,7 +339,7 @@ class QueueWorker:
         context = {**outer, ev.WORKER_THREAD_ID: n}
         current, lock = self._current_jobs, self._lock
         may_handle = self._may_handle(n)
-        run_next = run_next_job if self.settings.batch_size == 1 else _run_next_batch()
+        run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
         # Spread the threads' idle polls over the interval, as Proletarian's start-up jitter does, but
         # without blocking start().
         if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
