@@ -46,6 +46,7 @@ __all__ = [
     "JobSettings",
     "QueueWorker",
     "check_batch_size",
+    "check_worker_options",
     "create_queue_worker",
     "handle_job",
     "job_settings",
@@ -114,6 +115,13 @@ def _backend_for(data_source: Any, backend: Backend | None) -> tuple[Backend, bo
         return backend, False
     lent = isinstance(data_source, Backend) or callable(getattr(data_source, "proletarian_backend", None))
     return backend_for_data_source(data_source), not lent
+
+
+def backoff(interval: float, failures: int, cap: float) -> float:
+    """How long a polling thread (or task) waits after `failures` failed runs in a row, up to `cap`."""
+    # From at least 10 ms, so that even a 1 ms polling interval cannot spin on a failing job.
+    first = max(interval, _MIN_BACKOFF_S)
+    return min(first * 2.0 ** min(failures - 1, 32), max(cap, interval))
 
 
 def _stop_worker(error: BaseException) -> bool:
@@ -456,9 +464,7 @@ class QueueWorker:
                     listener.close()
 
     def _backoff(self, failures: int, cap: float) -> float:
-        # From at least 10 ms, so that even a 1 ms polling interval cannot spin on a failing job.
-        first = max(self._interval, _MIN_BACKOFF_S)
-        return min(first * 2.0 ** min(failures - 1, 32), max(cap, self._interval))
+        return backoff(self._interval, failures, cap)
 
     def _polling_error_stops(self, exc: BaseException) -> bool:
         try:
@@ -566,6 +572,36 @@ def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
     os._exit(code)
 
 
+def check_worker_options(
+    *,
+    worker_threads: object,
+    polling_interval_ms: object,
+    await_termination_timeout_ms: object,
+    wake_on_notify: object,
+    log: object,
+    on_polling_error: object,
+    on_shutdown: object,
+) -> None:
+    """Refuse a worker option of the wrong kind or range, naming it (the threaded and asyncio workers)."""
+    if not isinstance(worker_threads, int) or isinstance(worker_threads, bool) or worker_threads < 1:
+        raise ConfigurationError(f"worker_threads must be an int >= 1, got {worker_threads!r}")
+    # Proletarian's scheduleWithFixedDelay refuses a polling delay <= 0 (IllegalArgumentException from
+    # start!); here the same refusal comes before anything runs.
+    for name, value, zero_ok in (
+        ("polling_interval_ms", polling_interval_ms, False),
+        ("await_termination_timeout_ms", await_termination_timeout_ms, True),
+    ):
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if not (number and (value >= 0 if zero_ok else value > 0) and value < 10**12):  # type: ignore[operator]
+            least = ">= 0" if zero_ok else "> 0"
+            raise ConfigurationError(f"{name} must be a number of milliseconds {least}, got {value!r}")
+    if not isinstance(wake_on_notify, bool):
+        raise ConfigurationError(f"wake_on_notify must be True or False, got {wake_on_notify!r}")
+    for name, fn in (("log", log), ("on_polling_error", on_polling_error), ("on_shutdown", on_shutdown)):
+        if fn is not None and not callable(fn):
+            raise ConfigurationError(f"{name} must be callable, got {fn!r}")
+
+
 def create_queue_worker(
     data_source: Any,
     handler_fn: HandlerFn,
@@ -610,23 +646,15 @@ def create_queue_worker(
     """
     if not callable(handler_fn):
         raise ConfigurationError(f"handler_fn must be callable, got {handler_fn!r}")
-    if not isinstance(worker_threads, int) or isinstance(worker_threads, bool) or worker_threads < 1:
-        raise ConfigurationError(f"worker_threads must be an int >= 1, got {worker_threads!r}")
-    # Proletarian's scheduleWithFixedDelay refuses a polling delay <= 0 (IllegalArgumentException from
-    # start!); here the same refusal comes before anything runs.
-    for name, value, zero_ok in (
-        ("polling_interval_ms", polling_interval_ms, False),
-        ("await_termination_timeout_ms", await_termination_timeout_ms, True),
-    ):
-        number = not isinstance(value, bool) and isinstance(value, (int, float))
-        if not (number and (value >= 0 if zero_ok else value > 0) and value < 10**12):
-            least = ">= 0" if zero_ok else "> 0"
-            raise ConfigurationError(f"{name} must be a number of milliseconds {least}, got {value!r}")
-    if not isinstance(wake_on_notify, bool):
-        raise ConfigurationError(f"wake_on_notify must be True or False, got {wake_on_notify!r}")
-    for name, fn in (("log", log), ("on_polling_error", on_polling_error), ("on_shutdown", on_shutdown)):
-        if fn is not None and not callable(fn):
-            raise ConfigurationError(f"{name} must be callable, got {fn!r}")
+    check_worker_options(
+        worker_threads=worker_threads,
+        polling_interval_ms=polling_interval_ms,
+        await_termination_timeout_ms=await_termination_timeout_ms,
+        wake_on_notify=wake_on_notify,
+        log=log,
+        on_polling_error=on_polling_error,
+        on_shutdown=on_shutdown,
+    )
     # Names are checked before the data source is asked for a connection: a bad one opens nothing.
     table_name(job_table, option="job_table")
     table_name(archived_job_table, option="archived_job_table")
