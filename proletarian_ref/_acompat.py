@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+if TYPE_CHECKING:
+    # Only for annotations: the threaded code imports this module, and never needs asyncio.
+    from asyncio import Event as AEvent
+
+__all__ = ["SYNC_NAMES", "AEvent", "AsyncHandlerFn", "Event", "HandlerFn", "asettle", "settle"]
 
 _T = TypeVar("_T")
 
 # tools/generate_sync.py turns each name on the left into the one on the right (and `async`/`await` into
 # nothing): the asyncio source proletarian_ref/_async/*.py becomes proletarian_ref/_sync/*.py.
 Event = threading.Event
-AEvent = asyncio.Event
 HandlerFn = Callable[..., object]
 AsyncHandlerFn = Callable[..., Awaitable[object]]
 
