@@ -26,23 +26,21 @@ from proletarian_ref.job import (
     announced_queues,
 )
 from proletarian_ref.job_ids import JobIdStrategy
-from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
+from proletarian_ref.keywords import DEFAULT_QUEUE
 from proletarian_ref.log import LogFn, stdlib_logger
-from proletarian_ref.retry import FailedJobFn, RetryStrategyFn
 from proletarian_ref.serializers import Serializer
-from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
 from proletarian_ref.worker import (
     _LISTEN_TICK_S,
-    DEFAULT_WAKE_ON_NOTIFY,
     MAX_ERROR_BACKOFF_S,
     MAX_LISTENER_BACKOFF_S,
     MAX_TRANSIENT_BACKOFF_S,
-    _noop,
-    _stop_worker,
+    WORKER_OPTION_DEFAULTS,
     backoff,
     check_worker_options,
+    worker_arguments,
 )
-from proletarian_ref.worker_settings import JobSettings, check_batch_size, job_settings
+from proletarian_ref.worker_settings import JobSettings, job_settings
 
 __all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many", "process_next_job"]
 
@@ -489,78 +487,27 @@ def create_queue_worker(
     data_source: Any,
     handler_fn: Callable[..., Awaitable[object]],
     *,
-    queue: str = DEFAULT_QUEUE,
-    job_table: str | TableName = DEFAULT_JOB_TABLE,
-    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
-    serializer: Serializer | None = None,
-    job_id_strategy: JobIdStrategy | None = None,
-    handler_fn_mode: str = "default",
-    retry_strategy_fn: RetryStrategyFn | None = None,
-    failed_job_fn: FailedJobFn | None = None,
-    log: LogFn | None = None,
-    queue_worker_id: str | None = None,
-    polling_interval_ms: float = 100,
-    worker_threads: int = 1,
-    on_polling_error: Callable[[BaseException], object] | None = None,
-    await_termination_timeout_ms: float = 10_000,
-    install_shutdown_hook: bool = False,
-    on_shutdown: Callable[[], object] | None = None,
-    clock: Clock | None = None,
     backend: AsyncBackend | None = None,
-    batch_size: int = 1,
-    wake_on_notify: bool = DEFAULT_WAKE_ON_NOTIFY,
-    listen_data_source: Any = None,
+    install_shutdown_hook: bool = False,
+    **options: Any,
 ) -> AsyncQueueWorker:
-    """proletarian_ref.create_queue_worker for asyncio: `handler_fn` is a coroutine function, the data
-    source a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, or an
-    AsyncBackend, and `worker_threads` is the number of polling tasks. Nothing runs until `await start()`
-    or `async with`. failed_job_fn, retry_strategy_fn and on_shutdown may be plain or coroutine functions.
+    """proletarian_ref.create_queue_worker for asyncio, with the same options and defaults
+    (proletarian_ref.worker.WORKER_OPTION_DEFAULTS). `handler_fn` is a coroutine function; the data source
+    a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, or an
+    AsyncBackend; `worker_threads` the number of polling tasks. Nothing runs until `await start()` or
+    `async with`. failed_job_fn, retry_strategy_fn and on_shutdown may be plain or coroutine functions.
     install_shutdown_hook is not supported yet (docs/worker.md, "asyncio")."""
+    unknown = sorted(set(options) - set(WORKER_OPTION_DEFAULTS))
+    if unknown:
+        raise TypeError(f"create_queue_worker() got unexpected keyword arguments: {', '.join(unknown)}")
     handler = _check_handler(handler_fn)
-    check_worker_options(
-        worker_threads=worker_threads,
-        polling_interval_ms=polling_interval_ms,
-        await_termination_timeout_ms=await_termination_timeout_ms,
-        wake_on_notify=wake_on_notify,
-        log=log,
-        on_polling_error=on_polling_error,
-        on_shutdown=on_shutdown,
-    )
+    merged = {**WORKER_OPTION_DEFAULTS, **options}
+    check_worker_options(merged)
     if install_shutdown_hook is not False:
         raise ConfigurationError(
             "install_shutdown_hook is not supported by the asyncio worker yet: stop it from your own signal "
             "handler (loop.add_signal_handler) or leave an `async with` block"
         )
-    table_name(job_table, option="job_table")
-    table_name(archived_job_table, option="archived_job_table")
-    to_keyword_text(queue, what="queue")
-    check_batch_size(batch_size)
     active, owns_backend = (backend, False) if backend is not None else backend_for_data_source(data_source)
-    settings = job_settings(
-        active,
-        queue=queue,
-        job_table=job_table,
-        archived_job_table=archived_job_table,
-        serializer=serializer,
-        job_id_strategy=job_id_strategy,
-        handler_fn_mode=handler_fn_mode,
-        retry_strategy_fn=retry_strategy_fn,
-        failed_job_fn=failed_job_fn,
-        clock=clock,
-        batch_size=batch_size,
-    )
-    return AsyncQueueWorker(
-        active,
-        handler,
-        settings,
-        log=log if log is not None else stdlib_logger,
-        queue_worker_id=queue_worker_id if queue_worker_id is not None else f"proletarian[{settings.queue}]",
-        polling_interval_ms=polling_interval_ms,
-        worker_threads=worker_threads,
-        on_polling_error=on_polling_error if on_polling_error is not None else _stop_worker,
-        await_termination_timeout_ms=await_termination_timeout_ms,
-        on_shutdown=on_shutdown if on_shutdown is not None else _noop,
-        owns_backend=owns_backend,
-        wake_on_notify=wake_on_notify,
-        listen_data_source=listen_data_source,
-    )
+    settings, arguments = worker_arguments(active, merged)
+    return AsyncQueueWorker(active, handler, settings, owns_backend=owns_backend, **arguments)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import random
@@ -52,6 +53,7 @@ __all__ = [
     "job_settings",
     "process_next_job",
     "run_next_job",
+    "worker_arguments",
     "write_failure",
 ]
 
@@ -572,34 +574,57 @@ def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
     os._exit(code)
 
 
-def check_worker_options(
-    *,
-    worker_threads: object,
-    polling_interval_ms: object,
-    await_termination_timeout_ms: object,
-    wake_on_notify: object,
-    log: object,
-    on_polling_error: object,
-    on_shutdown: object,
-) -> None:
-    """Refuse a worker option of the wrong kind or range, naming it (the threaded and asyncio workers)."""
+def check_worker_options(options: Mapping[str, Any]) -> None:
+    """Refuse a worker option of the wrong kind or range, naming it, before any backend or connection is
+    made (the threaded and asyncio workers; `options` holds every name of WORKER_OPTION_DEFAULTS)."""
+    worker_threads = options["worker_threads"]
     if not isinstance(worker_threads, int) or isinstance(worker_threads, bool) or worker_threads < 1:
         raise ConfigurationError(f"worker_threads must be an int >= 1, got {worker_threads!r}")
     # Proletarian's scheduleWithFixedDelay refuses a polling delay <= 0 (IllegalArgumentException from
     # start!); here the same refusal comes before anything runs.
-    for name, value, zero_ok in (
-        ("polling_interval_ms", polling_interval_ms, False),
-        ("await_termination_timeout_ms", await_termination_timeout_ms, True),
-    ):
+    for name, zero_ok in (("polling_interval_ms", False), ("await_termination_timeout_ms", True)):
+        value = options[name]
         number = not isinstance(value, bool) and isinstance(value, (int, float))
-        if not (number and (value >= 0 if zero_ok else value > 0) and value < 10**12):  # type: ignore[operator]
+        if not (number and (value >= 0 if zero_ok else value > 0) and value < 10**12):
             least = ">= 0" if zero_ok else "> 0"
             raise ConfigurationError(f"{name} must be a number of milliseconds {least}, got {value!r}")
-    if not isinstance(wake_on_notify, bool):
-        raise ConfigurationError(f"wake_on_notify must be True or False, got {wake_on_notify!r}")
-    for name, fn in (("log", log), ("on_polling_error", on_polling_error), ("on_shutdown", on_shutdown)):
-        if fn is not None and not callable(fn):
-            raise ConfigurationError(f"{name} must be callable, got {fn!r}")
+    if not isinstance(options["wake_on_notify"], bool):
+        raise ConfigurationError(f"wake_on_notify must be True or False, got {options['wake_on_notify']!r}")
+    for name in ("log", "on_polling_error", "on_shutdown"):
+        if options[name] is not None and not callable(options[name]):
+            raise ConfigurationError(f"{name} must be callable, got {options[name]!r}")
+    # Names are checked before the data source is asked for a connection: a bad one opens nothing.
+    table_name(options["job_table"], option="job_table")
+    table_name(options["archived_job_table"], option="archived_job_table")
+    to_keyword_text(options["queue"], what="queue")
+    check_batch_size(options["batch_size"])
+
+
+def _or(value: Any, default: Any) -> Any:
+    return value if value is not None else default
+
+
+_JOB_OPTIONS: Final = (
+    *("queue", "job_table", "archived_job_table", "serializer", "job_id_strategy", "handler_fn_mode"),
+    *("retry_strategy_fn", "failed_job_fn", "clock", "batch_size"),
+)
+
+
+def worker_arguments(backend: Any, options: Mapping[str, Any]) -> tuple[JobSettings, dict[str, Any]]:
+    """The job settings on `backend`, and the worker's own keyword arguments, defaults applied."""
+    settings = job_settings(backend, **{name: options[name] for name in _JOB_OPTIONS})
+    log, worker_id = options["log"], options["queue_worker_id"]
+    return settings, {
+        "log": log if log is not None else stdlib_logger,
+        "queue_worker_id": worker_id if worker_id is not None else f"proletarian[{settings.queue}]",
+        "polling_interval_ms": options["polling_interval_ms"],
+        "worker_threads": options["worker_threads"],
+        "on_polling_error": _or(options["on_polling_error"], _stop_worker),
+        "await_termination_timeout_ms": options["await_termination_timeout_ms"],
+        "on_shutdown": _or(options["on_shutdown"], _noop),
+        "wake_on_notify": options["wake_on_notify"],
+        "listen_data_source": options["listen_data_source"],
+    }
 
 
 def create_queue_worker(
@@ -644,37 +669,13 @@ def create_queue_worker(
     enqueued with notify then starts at once; polling still runs every other job. Elsewhere (MySQL) the
     option changes nothing.
     """
+    options = {name: value for name, value in locals().items() if name in WORKER_OPTION_DEFAULTS}
     if not callable(handler_fn):
         raise ConfigurationError(f"handler_fn must be callable, got {handler_fn!r}")
-    check_worker_options(
-        worker_threads=worker_threads,
-        polling_interval_ms=polling_interval_ms,
-        await_termination_timeout_ms=await_termination_timeout_ms,
-        wake_on_notify=wake_on_notify,
-        log=log,
-        on_polling_error=on_polling_error,
-        on_shutdown=on_shutdown,
-    )
-    # Names are checked before the data source is asked for a connection: a bad one opens nothing.
-    table_name(job_table, option="job_table")
-    table_name(archived_job_table, option="archived_job_table")
-    to_keyword_text(queue, what="queue")
-    check_batch_size(batch_size)
+    check_worker_options(options)
     active, owns_backend = _backend_for(data_source, backend)
     try:
-        settings = job_settings(
-            active,
-            queue=queue,
-            job_table=job_table,
-            archived_job_table=archived_job_table,
-            serializer=serializer,
-            job_id_strategy=job_id_strategy,
-            handler_fn_mode=handler_fn_mode,
-            retry_strategy_fn=retry_strategy_fn,
-            failed_job_fn=failed_job_fn,
-            clock=clock,
-            batch_size=batch_size,
-        )
+        settings, arguments = worker_arguments(active, options)
     except BaseException:
         if owns_backend:
             active.close()
@@ -683,15 +684,15 @@ def create_queue_worker(
         active,
         handler_fn,
         settings,
-        log=log if log is not None else stdlib_logger,
-        queue_worker_id=queue_worker_id if queue_worker_id is not None else f"proletarian[{settings.queue}]",
-        polling_interval_ms=polling_interval_ms,
-        worker_threads=worker_threads,
-        on_polling_error=on_polling_error if on_polling_error is not None else _stop_worker,
-        await_termination_timeout_ms=await_termination_timeout_ms,
         install_shutdown_hook=install_shutdown_hook,
-        on_shutdown=on_shutdown if on_shutdown is not None else _noop,
         owns_backend=owns_backend,
-        wake_on_notify=wake_on_notify,
-        listen_data_source=listen_data_source,
+        **arguments,
     )
+
+
+# The options of create_queue_worker, by name, with their defaults: the asyncio worker takes the same.
+WORKER_OPTION_DEFAULTS: Final = {
+    name: parameter.default
+    for name, parameter in inspect.signature(create_queue_worker).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("backend", "install_shutdown_hook")
+}

@@ -276,7 +276,7 @@ def test_stop_drains_a_handler_that_gives_back_and_releases_one_still_running(
             handler,
             worker_threads=2,
             polling_interval_ms=20,
-            await_termination_timeout_ms=300,
+            await_termination_timeout_ms=3000,  # the polite one drains well within it, even on a busy machine
             log=log,
             **db.table_options,
         )
