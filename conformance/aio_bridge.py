@@ -191,8 +191,20 @@ class BlockingBackend:
         return sorted({*super().__dir__(), *dir(self.backend)})
 
 
-def _has(backend_class: Any, name: str) -> bool:
-    return callable(getattr(backend_class, name, None))
+def blocking_backend_class(
+    backend_class: Callable[[Callable[[], Awaitable[Any]]], AsyncBackend],
+) -> Callable[[Callable[[], Any]], Any]:
+    """What SqlHarness takes as `backend_class` (and with_backend, for a mutant): the harness's blocking
+    connect in, `backend_class` over the async connections it makes, seen as a Backend, out."""
+
+    def make_backend(harness_connect: Callable[[], Any]) -> Any:
+        async def async_connect() -> Any:
+            # The harness's own connect (a zoned one, say) blocks on this very loop: from another thread.
+            return _target(await asyncio.to_thread(harness_connect))
+
+        return BlockingBackend(backend_class(async_connect))
+
+    return make_backend
 
 
 def async_harness(
@@ -212,18 +224,11 @@ def async_harness(
     def blocking_connect() -> BlockingConnection:
         return BlockingConnection(loop.run(_awaited(connect())), loop)
 
-    def make_backend(harness_connect: Callable[[], Any]) -> Any:
-        async def async_connect() -> Any:
-            # The harness's own connect (a zoned one, say) blocks on this very loop: from another thread.
-            return _target(await asyncio.to_thread(harness_connect))
-
-        return BlockingBackend(backend_class(async_connect), loop)
-
     harness = SqlHarness(
         name,
         dialect=dialect,
         connect=blocking_connect,
-        backend_class=make_backend,
+        backend_class=blocking_backend_class(backend_class),
         job_table=job_table,
         archived_job_table=archived_job_table,
     )
