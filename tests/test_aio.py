@@ -336,3 +336,47 @@ def test_a_notified_job_wakes_the_async_worker_before_its_poll(pg: tuple[SqlHarn
         return True
 
     assert run(scenario()) is True
+
+
+def test_an_async_connection_pool_serves_enqueue_and_the_worker_and_stays_open(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    db, dsn = pg
+    seen: list[Any] = []
+
+    async def handler(job_type: str, payload: Any) -> None:
+        seen.append(payload)
+
+    async def scenario() -> bool:
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
+            async with pool.connection() as conn:
+                await aio.enqueue(conn, "t", "pooled", **db.table_options)
+            ran = await aio.process_next_job(pool, handler, **db.table_options)
+            assert ran is True
+            return not pool.closed  # the worker's backend closes what it opened, never the caller's pool
+
+    assert run(scenario()) is True
+    assert seen == ["pooled"]
+
+
+def test_the_async_worker_takes_the_threaded_workers_options_and_no_others(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    from proletarian_ref.keywords import to_keyword_text
+    from proletarian_ref.worker import WORKER_OPTION_DEFAULTS
+
+    _, dsn = pg
+
+    async def handler(job_type: str, payload: Any) -> None:
+        return None
+
+    worker = aio.create_queue_worker(_factory(dsn), handler)
+    assert worker.settings.queue == to_keyword_text(WORKER_OPTION_DEFAULTS["queue"])
+    assert worker._interval == WORKER_OPTION_DEFAULTS["polling_interval_ms"] / 1000
+    assert worker._await_timeout == WORKER_OPTION_DEFAULTS["await_termination_timeout_ms"] / 1000
+    with pytest.raises(TypeError, match="polling_interval"):
+        aio.create_queue_worker(_factory(dsn), handler, polling_interval=5)
+    with pytest.raises(ConfigurationError, match="polling_interval_ms"):
+        aio.create_queue_worker(_factory(dsn), handler, polling_interval_ms=0)
