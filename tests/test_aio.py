@@ -373,7 +373,7 @@ def test_the_async_worker_takes_the_threaded_workers_options_and_no_others(
         return None
 
     worker = aio.create_queue_worker(_factory(dsn), handler)
-    assert worker.settings.queue == to_keyword_text(WORKER_OPTION_DEFAULTS["queue"])
+    assert worker.settings.queue == to_keyword_text(WORKER_OPTION_DEFAULTS["queue"], what="queue")
     assert worker._interval == WORKER_OPTION_DEFAULTS["polling_interval_ms"] / 1000
     assert worker._await_timeout == WORKER_OPTION_DEFAULTS["await_termination_timeout_ms"] / 1000
     with pytest.raises(TypeError, match="polling_interval"):
