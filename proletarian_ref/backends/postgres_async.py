@@ -41,6 +41,7 @@ class AsyncPostgresBackend:
         # The connections this backend opened from a factory and that no transaction holds now.
         self._idle: list[Any] = []
         self._open: set[Any] = set()
+        self._cursors: dict[Any, Any] = {}  # of the connections in _open
 
     # -- connections and transactions ------------------------------------------------------------------
 
@@ -76,6 +77,7 @@ class AsyncPostgresBackend:
             await self._data_source.putconn(conn)
         elif conn.closed or conn.broken:
             self._open.discard(conn)
+            self._cursors.pop(conn, None)
         else:
             self._idle.append(conn)
 
@@ -116,6 +118,7 @@ class AsyncPostgresBackend:
     async def close(self) -> None:
         """Close the connections this backend opened (a pool, and the factory, stay the caller's)."""
         self._idle.clear()
+        self._cursors.clear()
         for conn in list(self._open):
             await _close_quietly(conn)
         self._open.clear()
@@ -126,9 +129,17 @@ class AsyncPostgresBackend:
         self, conn: Any, statement: str, params: Any, read: Callable[[Any], Awaitable[Any]]
     ) -> Any:
         try:
-            async with conn.cursor(row_factory=tuple_row) as cursor:
-                await cursor.execute(statement, params)
-                return await read(cursor)
+            # A connection the backend opened keeps one cursor (making one costs more than a statement's
+            # own work); a caller's or a pool's gets one per statement: the backend cannot tell when it goes.
+            cursor = self._cursors.get(conn)
+            if cursor is None:
+                if conn not in self._open:
+                    async with conn.cursor(row_factory=tuple_row) as cursor:
+                        await cursor.execute(statement, params)
+                        return await read(cursor)
+                cursor = self._cursors[conn] = conn.cursor(row_factory=tuple_row)
+            await cursor.execute(statement, params)
+            return await read(cursor)
         except psycopg.Error as exc:
             self._raise(exc)
 
