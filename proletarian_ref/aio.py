@@ -16,7 +16,7 @@ from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError, TransientDatabaseError
+from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
 from proletarian_ref.job import (
     DEFAULT_NOTIFY,
     JobSpec,
@@ -30,16 +30,8 @@ from proletarian_ref.keywords import DEFAULT_QUEUE
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.serializers import Serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
-from proletarian_ref.worker import (
-    _LISTEN_TICK_S,
-    MAX_ERROR_BACKOFF_S,
-    MAX_LISTENER_BACKOFF_S,
-    MAX_TRANSIENT_BACKOFF_S,
-    WORKER_OPTION_DEFAULTS,
-    backoff,
-    check_worker_options,
-    worker_arguments,
-)
+from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
+from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
 from proletarian_ref.worker_settings import JobSettings, job_settings
 
 __all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many", "process_next_job"]
@@ -207,13 +199,15 @@ async def process_next_job(
             await active.close()
 
 
-class AsyncQueueWorker:
+class AsyncQueueWorker(WorkerCore):
     """Polling tasks over one queue on the running event loop; build it with create_queue_worker.
 
     The threaded QueueWorker's promises, with tasks for threads: one job a transaction with its handler
     (a coroutine) inside it, retries and failed_job_fn, batch mode, the compact plan, wake-up on NOTIFY,
     and stop() draining then releasing (docs/worker.md, "asyncio").
     """
+
+    backend: AsyncBackend
 
     def __init__(
         self,
@@ -232,28 +226,26 @@ class AsyncQueueWorker:
         wake_on_notify: bool,
         listen_data_source: Any,
     ) -> None:
-        self.backend = backend
-        self.handler_fn = handler_fn
-        self.settings = settings
-        self.queue_worker_id = queue_worker_id
-        self._log_fn = log
-        self._interval = polling_interval_ms / 1000
-        self._tasks_wanted = worker_threads
-        self._on_polling_error = on_polling_error
-        self._await_timeout = await_termination_timeout_ms / 1000
-        self._on_shutdown = on_shutdown
-        self._owns_backend = owns_backend
-        self._listens = wake_on_notify and hasattr(backend, "listen")
-        self._listen_data_source = listen_data_source
+        super().__init__(
+            backend,
+            handler_fn,
+            settings,
+            log=log,
+            queue_worker_id=queue_worker_id,
+            polling_interval_ms=polling_interval_ms,
+            worker_threads=worker_threads,
+            on_polling_error=on_polling_error,
+            await_termination_timeout_ms=await_termination_timeout_ms,
+            on_shutdown=on_shutdown,
+            owns_backend=owns_backend,
+            wake_on_notify=wake_on_notify,
+            listen_data_source=listen_data_source,
+        )
         self._stop_event = asyncio.Event()
         self._wake = asyncio.Condition()
-        self._wake_generation = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._listener_task: asyncio.Task[None] | None = None
         self._listener: AsyncListener | None = None
-        self._current_jobs: dict[int, dict[str, Any]] = {}
-        self._started = False
-        self._stopped = False
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -262,7 +254,7 @@ class AsyncQueueWorker:
         if self._started:
             return None
         self._started = True
-        for n in range(1, self._tasks_wanted + 1):
+        for n in range(1, self._worker_threads + 1):
             self._tasks.append(asyncio.create_task(self._poll(n), name=f"{self.queue_worker_id}-{n}"))
         if self._listens:
             self._listener_task = asyncio.create_task(self._listen(), name=f"{self.queue_worker_id}-listener")
@@ -328,10 +320,6 @@ class AsyncQueueWorker:
         """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back."""
         return self._stop_event.is_set()
 
-    @property
-    def running(self) -> bool:
-        return self._started and not self._stopped
-
     async def __aenter__(self) -> AsyncQueueWorker:
         await self.start()
         return self
@@ -386,20 +374,25 @@ class AsyncQueueWorker:
             except Exception as exc:
                 running = self._current_jobs.pop(n, {})
                 failures += 1
-                if isinstance(exc, TransientDatabaseError):
-                    self._safe_log(ev.SQL_TRANSIENT_EXCEPTION, {**outer, **running, ev.THROWABLE: exc})
-                    delay = self._backoff(failures, MAX_TRANSIENT_BACKOFF_S)
-                else:
-                    self._safe_log(ev.JOB_WORKER_ERROR, {**outer, **running, ev.THROWABLE: exc})
-                    if self._polling_error_stops(exc):
-                        # stop() waits for this very task: it runs as a task of its own.
-                        asyncio.get_running_loop().create_task(self._stop_logging_errors())
-                        return
-                    delay = self._backoff(failures, MAX_ERROR_BACKOFF_S)
+                after = self._after_failure(exc, failures, outer, running)
+                if after is None:
+                    # stop() waits for this very task: it runs as a task of its own.
+                    asyncio.get_running_loop().create_task(self._stop_logging_errors())
+                    return
+                delay = after
             if failures:
                 await self._wait_stop(delay)
             else:
                 await self._idle(delay, generation)
+
+    async def _stop_logging_errors(self) -> None:
+        """stop() where no caller could catch its error (after a polling task's error)."""
+        try:
+            await self.stop()
+        except Exception as exc:
+            self._safe_log(
+                ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
+            )
 
     async def _wait_stop(self, delay: float) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -445,7 +438,7 @@ class AsyncQueueWorker:
                     if self._listener is not None:
                         await self._listener.close()
                         self._listener = None
-                    backoff = min(0.1 * 2.0 ** min(failures - 1, 32), MAX_LISTENER_BACKOFF_S)
+                    backoff = self._listener_backoff(failures)
                     self._safe_log(
                         ev.LISTENER_ERROR,
                         {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
@@ -455,32 +448,6 @@ class AsyncQueueWorker:
             if self._listener is not None:
                 await asyncio.shield(self._listener.close())
                 self._listener = None
-
-    def _backoff(self, failures: int, cap: float) -> float:
-        return backoff(self._interval, failures, cap)
-
-    def _polling_error_stops(self, exc: BaseException) -> bool:
-        try:
-            return bool(self._on_polling_error(exc))
-        except Exception as error:
-            self._safe_log(
-                ev.JOB_WORKER_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: error}
-            )
-            return True
-
-    async def _stop_logging_errors(self) -> None:
-        try:
-            await self.stop()
-        except Exception as exc:
-            self._safe_log(
-                ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
-            )
-
-    def _safe_log(self, event: str, data: Mapping[str, Any]) -> None:
-        try:
-            self._log_fn(event, data)
-        except Exception:
-            ev.logger.exception("log function failed on %s", event)
 
 
 def create_queue_worker(

@@ -16,7 +16,7 @@ from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_j
 from proletarian_ref.backend import Backend, Listener, Notifications
 from proletarian_ref.backends import backend_for_data_source
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError, TransientDatabaseError
+from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_stop_event
 from proletarian_ref.job_ids import JobIdStrategy
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
@@ -25,6 +25,15 @@ from proletarian_ref.retry import FailedJobFn, RetryStrategyFn
 from proletarian_ref.serializers import Serializer
 from proletarian_ref.shutdown_hook import hook, unhook
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+from proletarian_ref.worker_core import (
+    _LISTEN_TICK_S,
+    DEFAULT_WAKE_ON_NOTIFY,
+    LISTENER_UNCONFIRMED_ADVICE,
+    MAX_ERROR_BACKOFF_S,
+    MAX_LISTENER_BACKOFF_S,
+    MAX_TRANSIENT_BACKOFF_S,
+    WorkerCore,
+)
 from proletarian_ref.worker_settings import (
     GIVEN_BACK,
     HANDLER_FN_MODES,
@@ -37,8 +46,13 @@ from proletarian_ref.worker_settings import (
 
 # The job transaction and the options it reads are their own units; their names stay importable here.
 __all__ = [
+    "DEFAULT_WAKE_ON_NOTIFY",
     "GIVEN_BACK",
     "HANDLER_FN_MODES",
+    "LISTENER_UNCONFIRMED_ADVICE",
+    "MAX_ERROR_BACKOFF_S",
+    "MAX_LISTENER_BACKOFF_S",
+    "MAX_TRANSIENT_BACKOFF_S",
     "HandlerFn",
     "HandlerFnMode",
     "JobSettings",
@@ -53,29 +67,6 @@ __all__ = [
     "worker_arguments",
     "write_failure",
 ]
-
-
-# After consecutive failed polling runs a thread waits twice as long each time, from the polling
-# interval up to these caps (or the interval, if longer): a job that fails the same way on every run
-# (Proletarian #30 with on_polling_error returning false) then cannot spin, and a database that is down
-# is not hammered, yet one that comes back is polled again within a second.
-MAX_ERROR_BACKOFF_S: Final = 30.0
-MAX_TRANSIENT_BACKOFF_S: Final = 1.0
-_MIN_BACKOFF_S: Final = 0.01
-# The listener connection, once broken, is opened again after 0.1 s, doubling up to this cap; polling
-# runs the jobs meanwhile.
-MAX_LISTENER_BACKOFF_S: Final = 30.0
-# How long one listener wait lasts; stop() and a notification end it at once, so it only bounds how
-# long a listener whose interrupt failed keeps its thread after stop().
-_LISTEN_TICK_S: Final = 5.0
-# Whether a worker listens for enqueue notifications where its backend can (docs/worker.md).
-DEFAULT_WAKE_ON_NOTIFY: Final = True
-LISTENER_UNCONFIRMED_ADVICE: Final = (
-    "a test notification sent as enqueuers send theirs did not reach the worker's listener: behind "
-    "PgBouncer in transaction mode LISTEN keeps no server session. Jobs still run, at the polling "
-    "interval. Give the worker listen_data_source= (a direct or session-mode connection), or "
-    "wake_on_notify=False (docs/scaling.md)"
-)
 
 
 def process_next_job(
@@ -116,13 +107,6 @@ def _backend_for(data_source: Any, backend: Backend | None) -> tuple[Backend, bo
     return backend_for_data_source(data_source), not lent
 
 
-def backoff(interval: float, failures: int, cap: float) -> float:
-    """How long a polling thread (or task) waits after `failures` failed runs in a row, up to `cap`."""
-    # From at least 10 ms, so that even a 1 ms polling interval cannot spin on a failing job.
-    first = max(interval, _MIN_BACKOFF_S)
-    return min(first * 2.0 ** min(failures - 1, 32), max(cap, interval))
-
-
 def _stop_worker(error: BaseException) -> bool:
     """The default on_polling_error: any unexpected error stops the queue worker, as in Proletarian."""
     return True
@@ -132,8 +116,10 @@ def _noop() -> None:
     return None
 
 
-class QueueWorker:
+class QueueWorker(WorkerCore):
     """Polling threads over one queue; build it with create_queue_worker."""
+
+    backend: Backend
 
     def __init__(
         self,
@@ -153,34 +139,30 @@ class QueueWorker:
         wake_on_notify: bool = False,
         listen_data_source: Any = None,
     ) -> None:
-        self.backend = backend
-        self.handler_fn = handler_fn
-        self.settings = settings
-        self.queue_worker_id = queue_worker_id
-        self._log_fn = log
-        self._interval = polling_interval_ms / 1000
-        self._worker_threads = worker_threads
-        self._on_polling_error = on_polling_error
-        self._await_timeout = await_termination_timeout_ms / 1000
+        super().__init__(
+            backend,
+            handler_fn,
+            settings,
+            log=log,
+            queue_worker_id=queue_worker_id,
+            polling_interval_ms=polling_interval_ms,
+            worker_threads=worker_threads,
+            on_polling_error=on_polling_error,
+            await_termination_timeout_ms=await_termination_timeout_ms,
+            on_shutdown=on_shutdown,
+            owns_backend=owns_backend,
+            wake_on_notify=wake_on_notify,
+            listen_data_source=listen_data_source,
+        )
         self._install_shutdown_hook = install_shutdown_hook
-        self._on_shutdown = on_shutdown
-        self._owns_backend = owns_backend
         # Guards the stop request against a handler's start: stop_event is set, and a handler admitted,
         # under it, so no handler starts once stop() has begun.
         self._lock = threading.RLock()  # re-entered by a signal handler that interrupts start()
         self._stop_event = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._started = False
-        self._stopped = False
-        # Per thread number: the job it is running (for logs and release) and whether stop() released it.
-        self._current_jobs: dict[int, dict[str, Any]] = {}
+        # The thread numbers whose work stop() released at its deadline.
         self._released: set[int] = set()
-        # Instant wake-up: idle threads wait on _wake until the interval ends, stop() or a new generation
-        # (a notification for this queue, or a busy thread seeing a backlog) tells one of them to poll.
-        self._listens = wake_on_notify and hasattr(backend, "listen")
-        self._listen_data_source = listen_data_source
         self._wake = threading.Condition(threading.Lock())
-        self._wake_generation = 0
         self._listener_thread: threading.Thread | None = None
         self._listener: Listener | None = None  # set and read under _lock, so stop() can interrupt it
 
@@ -301,10 +283,6 @@ class QueueWorker:
     ) -> None:
         self.stop()
 
-    @property
-    def running(self) -> bool:
-        return self._started and not self._stopped
-
     # -- polling ---------------------------------------------------------------------------------------
 
     def _may_handle(self, n: int) -> Callable[[Mapping[str, Any]], bool]:
@@ -385,15 +363,11 @@ class QueueWorker:
                         self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
                     return
                 failures += 1
-                if isinstance(exc, TransientDatabaseError):
-                    self._safe_log(ev.SQL_TRANSIENT_EXCEPTION, {**outer, **running, ev.THROWABLE: exc})
-                    delay = self._backoff(failures, MAX_TRANSIENT_BACKOFF_S)
-                else:
-                    self._safe_log(ev.JOB_WORKER_ERROR, {**outer, **running, ev.THROWABLE: exc})
-                    if self._polling_error_stops(exc):
-                        self._stop_async()
-                        return
-                    delay = self._backoff(failures, MAX_ERROR_BACKOFF_S)
+                after = self._after_failure(exc, failures, outer, running)
+                if after is None:
+                    self._stop_async()
+                    return
+                delay = after
             if failures:
                 self._stop_event.wait(delay)
             else:
@@ -451,7 +425,7 @@ class QueueWorker:
                         with contextlib.suppress(Exception):
                             listener.close()
                         listener = None
-                    backoff = min(0.1 * 2.0 ** min(failures - 1, 32), MAX_LISTENER_BACKOFF_S)
+                    backoff = self._listener_backoff(failures)
                     self._safe_log(
                         ev.LISTENER_ERROR,
                         {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
@@ -462,32 +436,12 @@ class QueueWorker:
                 with contextlib.suppress(Exception):
                     listener.close()
 
-    def _backoff(self, failures: int, cap: float) -> float:
-        return backoff(self._interval, failures, cap)
-
-    def _polling_error_stops(self, exc: BaseException) -> bool:
-        try:
-            return bool(self._on_polling_error(exc))
-        except Exception as error:
-            self._safe_log(
-                ev.JOB_WORKER_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: error}
-            )
-            return True
-
     def _stop_async(self) -> None:
         # A polling thread cannot join itself, so another thread stops the worker. Not a daemon: the
         # process must not exit half way through stop() (it ends within await_termination_timeout_ms).
         threading.Thread(
             target=self._stop_logging_errors, name=f"{self.queue_worker_id}-stop", daemon=False
         ).start()
-
-    def _safe_log(self, event: str, data: Mapping[str, Any]) -> None:
-        # Outside a job nothing else would catch a failing log function, and a polling thread must not
-        # die silently because of one.
-        try:
-            self._log_fn(event, data)
-        except Exception:
-            ev.logger.exception("log function failed on %s", event)
 
     def _stop_logging_errors(self) -> None:
         """stop() where no caller could catch its error (on a signal, or after a polling thread's error)."""
