@@ -32,7 +32,7 @@ from proletarian_ref.serializers import Serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
 from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
-from proletarian_ref.worker_settings import JobSettings, job_settings
+from proletarian_ref.worker_settings import job_settings
 
 __all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many", "process_next_job"]
 
@@ -209,38 +209,9 @@ class AsyncQueueWorker(WorkerCore):
 
     backend: AsyncBackend
 
-    def __init__(
-        self,
-        backend: AsyncBackend,
-        handler_fn: AsyncHandlerFn,
-        settings: JobSettings,
-        *,
-        log: LogFn,
-        queue_worker_id: str,
-        polling_interval_ms: float,
-        worker_threads: int,
-        on_polling_error: Callable[[BaseException], object],
-        await_termination_timeout_ms: float,
-        on_shutdown: Callable[[], object],
-        owns_backend: bool,
-        wake_on_notify: bool,
-        listen_data_source: Any,
-    ) -> None:
-        super().__init__(
-            backend,
-            handler_fn,
-            settings,
-            log=log,
-            queue_worker_id=queue_worker_id,
-            polling_interval_ms=polling_interval_ms,
-            worker_threads=worker_threads,
-            on_polling_error=on_polling_error,
-            await_termination_timeout_ms=await_termination_timeout_ms,
-            on_shutdown=on_shutdown,
-            owns_backend=owns_backend,
-            wake_on_notify=wake_on_notify,
-            listen_data_source=listen_data_source,
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # WorkerCore's arguments, as worker_arguments makes them.
+        super().__init__(*args, **kwargs)
         self._stop_event = asyncio.Event()
         self._wake = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
