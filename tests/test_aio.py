@@ -380,3 +380,37 @@ def test_the_async_worker_takes_the_threaded_workers_options_and_no_others(
         aio.create_queue_worker(_factory(dsn), handler, polling_interval=5)
     with pytest.raises(ConfigurationError, match="polling_interval_ms"):
         aio.create_queue_worker(_factory(dsn), handler, polling_interval_ms=0)
+
+
+class _Abort(BaseException):
+    """Not an Exception: what escapes a handler without being the job's failure."""
+
+
+def test_a_handler_escaping_with_a_base_exception_rolls_back_and_leaves_the_job_claimable_at_once(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    db, dsn = pg
+    conn = db.connect()
+    enqueue(conn, "t", 1, **db.table_options)
+    conn.commit()
+    conn.close()
+
+    async def abort(job_type: str, payload: Any) -> None:
+        raise _Abort
+
+    async def done(job_type: str, payload: Any) -> None:
+        return None
+
+    async def scenario() -> bool | None:
+        backend = AsyncPostgresBackend(_factory(dsn))
+        try:
+            with pytest.raises(_Abort):
+                await aio.process_next_job(None, abort, backend=backend, **db.table_options)
+            # Rolled back, not left to the server to notice a closed connection: no lock remains.
+            return await aio.process_next_job(None, done, backend=backend, **db.table_options)
+        finally:
+            await backend.close()
+
+    assert run(scenario()) is True
+    # attempts 1: the archive counts the run that finished; the rolled-back one left no trace.
+    assert [(job.status, job.attempts) for job in db.archived_jobs()] == [(":success", 1)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -86,7 +87,8 @@ class AsyncPostgresBackend:
         """A connection in a transaction that commits when the block ends and rolls back on error.
 
         A task cancelled inside the block (the worker's stop() at its deadline) closes the connection
-        rather than waiting on it: the server rolls the transaction back, the job stays as it was.
+        rather than waiting on it: the server rolls the transaction back, the job stays as it was. Any
+        other error, BaseException or not, rolls back before it goes on.
         """
         conn = await self._checkout()
         try:
@@ -98,11 +100,17 @@ class AsyncPostgresBackend:
                 self._raise(exc)
             try:
                 yield conn
-            except BaseException as exc:
-                if isinstance(exc, Exception):
-                    with contextlib.suppress(Exception):
-                        await conn.rollback()
-                else:  # cancelled: nothing more is awaited on the connection
+            except asyncio.CancelledError:
+                # Cancelled, perhaps inside a statement: nothing more is awaited on the connection. The
+                # server rolls back when it sees the connection go (the row lock lasts until then).
+                await _close_quietly(conn)
+                raise
+            except BaseException:
+                # Any other error, a non-Exception one too: rolled back at once, so the job is claimable
+                # again as soon as this returns; a connection that cannot roll back is closed.
+                try:
+                    await conn.rollback()
+                except Exception:
                     await _close_quietly(conn)
                 raise
             try:
