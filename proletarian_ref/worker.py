@@ -14,7 +14,7 @@ from typing import Any, Final
 from proletarian_ref import log as ev
 from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_job, write_failure
 from proletarian_ref.backend import Backend, Listener, Notifications
-from proletarian_ref.backends import backend_for_data_source
+from proletarian_ref.backends import backend_for_data_source, refuse_async
 from proletarian_ref.clock import Clock
 from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_stop_event
@@ -102,6 +102,7 @@ def _backend_for(data_source: Any, backend: Backend | None) -> tuple[Backend, bo
     proletarian_backend(), belongs to the caller; a pool passed as the data source is never closed either.
     """
     if backend is not None:
+        refuse_async(backend, "backend=")
         return backend, False
     lent = isinstance(data_source, Backend) or callable(getattr(data_source, "proletarian_backend", None))
     return backend_for_data_source(data_source), not lent

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from support import FakeClock, RecordingLog
 
+import proletarian_ref as pr
 from conformance.harness import SqlHarness
 from proletarian_ref import aio, enqueue, enqueue_many, process_next_job
 from proletarian_ref import log as ev
@@ -414,3 +415,26 @@ def test_a_handler_escaping_with_a_base_exception_rolls_back_and_leaves_the_job_
     assert run(scenario()) is True
     # attempts 1: the archive counts the run that finished; the rolled-back one left no trace.
     assert [(job.status, job.attempts) for job in db.archived_jobs()] == [(":success", 1)]
+
+
+def test_the_threaded_api_refuses_asyncio_connections_pools_and_backends_by_name(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    db, dsn = pg
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            with pytest.raises(
+                ConfigurationError, match=r"AsyncConnection is an asyncio one.*proletarian_ref\.aio"
+            ):
+                enqueue(conn, "t", 1, **db.table_options)
+        pool = AsyncConnectionPool(dsn, open=False)
+        with pytest.raises(ConfigurationError, match=r"AsyncConnectionPool is an asyncio one"):
+            pr.create_queue_worker(pool, lambda t, p: None)
+        with pytest.raises(ConfigurationError, match=r"AsyncPostgresBackend is an asyncio one"):
+            process_next_job(None, lambda t, p: None, backend=AsyncPostgresBackend(_factory(dsn)))  # type: ignore[arg-type]
+
+    run(scenario())
+    assert db.jobs() == []
