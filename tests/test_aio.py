@@ -438,3 +438,28 @@ def test_the_threaded_api_refuses_asyncio_connections_pools_and_backends_by_name
 
     run(scenario())
     assert db.jobs() == []
+
+
+def test_a_stored_time_python_cannot_hold_is_read_as_the_nearest_by_the_async_backend(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    from datetime import UTC, datetime
+
+    db, dsn = pg
+    conn = db.connect()
+    with conn.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {db.job_table} (job_id, queue, job_type, payload, attempts, enqueued_at, "
+            "process_at) VALUES (gen_random_uuid(), ':proletarian/default', ':t', '1', 0, '-infinity', "
+            "'-infinity')"
+        )
+    conn.commit()
+    conn.close()
+    jobs: list[Job] = []
+
+    async def handler(job: Job) -> None:
+        jobs.append(job)
+
+    # Without the lenient reading the claim fails on every poll, and the oldest job blocks its queue.
+    assert run(aio.process_next_job(_factory(dsn), handler, handler_fn_mode="advanced", **db.table_options))
+    assert [job.enqueued_at for job in jobs] == [datetime.min.replace(tzinfo=UTC)]

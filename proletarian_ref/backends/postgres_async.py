@@ -14,7 +14,12 @@ from psycopg.rows import tuple_row
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._dbapi import _chunks, _wrong_batch_count, _wrong_count
-from proletarian_ref.backends.postgres import PostgresBackend, notification_channel, notification_payload
+from proletarian_ref.backends.postgres import (
+    PostgresBackend,
+    lenient_row,
+    notification_channel,
+    notification_payload,
+)
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.tables import TableName
 
@@ -180,7 +185,9 @@ class AsyncPostgresBackend:
     ) -> JobRecord | None:
         codec = self.codec
         params = {"queue": queue, "now": codec._db_time(now, what="now")}
-        row = await self._execute(conn, codec._statements["get_next_job", job_table, None], params, _fetchone)
+        row = await self._execute(
+            conn, codec._statements["get_next_job", job_table, None], params, _fetch_claimed
+        )
         return None if row is None else codec._job_record(row)
 
     async def archive_job(
@@ -369,8 +376,12 @@ async def _nothing_list(cursor: Any) -> list[Any]:
     return []
 
 
-async def _fetchone(cursor: Any) -> Any:
-    return await cursor.fetchone()
+async def _fetch_claimed(cursor: Any) -> Any:
+    try:
+        return await cursor.fetchone()
+    except psycopg.DataError:
+        # A stored time Python cannot hold: read with the lenient loaders, as PostgresBackend does.
+        return lenient_row(cursor.pgresult, cursor.connection)
 
 
 async def _fetchall(cursor: Any) -> list[Any]:
