@@ -26,6 +26,11 @@ packages=()
 command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || packages+=(pgbouncer)
 [ -e /usr/lib/galera/libgalera_smm.so ] || packages+=(galera-4)
 command -v rsync >/dev/null 2>&1 || packages+=(rsync)
+# Patroni, etcd and HAProxy: the Patroni failover tests (tests/test_scale_patroni.py), which start their own
+# cluster on free ports.
+command -v patroni >/dev/null 2>&1 || packages+=(patroni)
+command -v etcd >/dev/null 2>&1 || packages+=(etcd-server)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || packages+=(haproxy)
 # pgbench: the server's own ceiling beside the throughput benchmark (benchmarks/server_ceiling.py).
 command -v pgbench >/dev/null 2>&1 || packages+=(postgresql-client)
 { command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/jackson-core.jar ]; } \
@@ -37,10 +42,11 @@ if [ "${#packages[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
   { "${as_root[@]}" apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null; } \
     || echo "could not install them: the tests that need them fail"
-  # The package's own service would hold port 6432; the tests start their own bouncer on a free port.
-  if dpkg -s pgbouncer >/dev/null 2>&1; then
-    ("${as_root[@]}" systemctl disable --now pgbouncer || "${as_root[@]}" service pgbouncer stop) >/dev/null 2>&1 || true
-  fi
+  # The packages' own services would hold ports (PgBouncer 6432, etcd 2379); the tests start their own
+  # bouncer, etcd and HAProxy on free ports.
+  for service in pgbouncer etcd haproxy; do
+    ("${as_root[@]}" systemctl disable --now "$service" || "${as_root[@]}" service "$service" stop) >/dev/null 2>&1 || true
+  done
 fi
 
 echo "== the installed wheel carries its SQL"

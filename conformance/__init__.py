@@ -8,6 +8,7 @@ from conformance.capabilities import requires
 from conformance.harness import Harness, HarnessFactory, MemoryHarness, SqlHarness, installed, load_harness
 
 if TYPE_CHECKING:
+    from conformance.side_tables import SideTableTests
     from conformance.suite import BackendSuite, WorkerSuite
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "Harness",
     "HarnessFactory",
     "MemoryHarness",
+    "SideTableTests",
     "SqlHarness",
     "WorkerSuite",
     "installed",
@@ -30,4 +32,9 @@ def __getattr__(name: str) -> Any:
         from conformance import suite
 
         return getattr(suite, name)
+    if name == "SideTableTests":
+        # The side tables' clauses (periodic and unique jobs) need cronsim, the periodic extra.
+        from conformance import side_tables
+
+        return side_tables.SideTableTests
     raise AttributeError(f"module 'conformance' has no attribute {name!r}")

@@ -30,16 +30,21 @@ class BackendSuite(
 _CLAUSE = re.compile(r"([A-Z]\d+)\b")
 
 
-def clauses() -> dict[str, tuple[str, str]]:
-    """Clause id ("S5") -> (the BackendSuite test that proves it, the first line of its docstring)."""
+def clauses(suite: type = BackendSuite) -> dict[str, tuple[str, str]]:
+    """Clause id ("S5") -> (the test of `suite` that proves it, the first line of its docstring).
+
+    `suite` is BackendSuite unless told (conformance.side_tables.SideTableTests has the side tables' own).
+    """
     found: dict[str, tuple[str, str]] = {}
-    for name in sorted(dir(BackendSuite)):
+    for name in sorted(dir(suite)):
         if not name.startswith("test_"):
             continue
-        doc = inspect.getdoc(getattr(BackendSuite, name)) or ""
+        doc = inspect.getdoc(getattr(suite, name)) or ""
         match = _CLAUSE.match(doc)
         if match is None:
-            raise ValueError(f"BackendSuite.{name} does not name its clause at the start of its docstring")
+            raise ValueError(
+                f"{suite.__name__}.{name} does not name its clause at the start of its docstring"
+            )
         if match.group(1) in found:
             raise ValueError(f"clause {match.group(1)} is claimed by {found[match.group(1)][0]} and {name}")
         found[match.group(1)] = (name, doc.splitlines()[0])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple, cast
 
@@ -14,6 +14,7 @@ from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy, rand
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 from proletarian_ref.serializers import Serializer, create_serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+from proletarian_ref.unique import UniqueKey, enqueued_before, unique_key_of
 
 _DEFAULT_SERIALIZER = create_serializer()
 _new_tuple: Final = tuple.__new__
@@ -87,6 +88,7 @@ def enqueue(
     clock: Clock | None = None,
     backend: Backend | None = None,
     notify: bool = DEFAULT_NOTIFY,
+    unique_key: str | UniqueKey | None = None,
 ) -> Any:
     """Insert one job on `conn` within its current transaction, never committing; return the job id.
 
@@ -96,11 +98,21 @@ def enqueue(
     backend with limited columns (MySQL) refuses a payload that either table's payload column cannot hold.
     With `notify`, a job due now is announced to listening workers in the same transaction (PostgreSQL
     NOTIFY: sent at commit, never on rollback); a backend that cannot announce ignores it.
+    With `unique_key` (a str or a UniqueKey), at most one job per key is live: the key is taken in the
+    caller's transaction, and a key a live job holds returns that job's id instead (or raises
+    UniqueKeyHeldError, per UniqueKey.conflict); docs/unique.md.
     """
     setup = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
     )
     job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
+    if unique_key is not None:
+        key = unique_key_of(unique_key)
+        held = enqueued_before(
+            conn, setup.backend, setup.table, setup.strategy.decode_id, setup.now, [key], [record.job_id]
+        )
+        if held[0] is not None:
+            return held[0]
     stored_id = setup.backend.enqueue(conn, setup.table, record)
     if notify:
         _announce(conn, setup, (record,))
@@ -111,7 +123,8 @@ class JobSpec(NamedTuple):
     """One job for enqueue_many: what enqueue takes per job, the rest shared by the batch.
 
     A plain `(job_type, payload)` tuple is a JobSpec too. `queue` None means enqueue_many's `queue`;
-    `process_at` and `process_in` are as for enqueue (process_at wins; neither means now).
+    `process_at` and `process_in` are as for enqueue (process_at wins; neither means now), and so is
+    `unique_key`.
     """
 
     job_type: str
@@ -119,6 +132,7 @@ class JobSpec(NamedTuple):
     queue: str | None = None
     process_at: datetime | None = None
     process_in: timedelta | None = None
+    unique_key: str | UniqueKey | None = None
 
 
 def enqueue_many(
@@ -150,6 +164,10 @@ def enqueue_many(
     backend, table = setup.backend, setup.table
     ids: list[Any] = []
     records: list[JobRecord] = []
+    if type(jobs) is not list and type(jobs) is not tuple:
+        jobs = list(jobs)
+    if any(type(item) is JobSpec and item.unique_key is not None for item in jobs):
+        return _enqueue_many_unique(conn, setup, jobs, queue, notify)
     # StreamEnqueue and BatchEnqueue are optional; a backend without either still enqueues, one
     # statement per job. hasattr, as isinstance of a runtime Protocol costs more than a batch's set-up.
     if hasattr(backend, "enqueue_stream"):
@@ -282,7 +300,7 @@ def _record_stream(
                 job_type, payload = item
                 job_queue, process_at, process_in = queue, None, None
             else:
-                job_type, payload, job_queue, process_at, process_in = _job_spec(item)
+                job_type, payload, job_queue, process_at, process_in = _job_spec(item)[:5]
                 if job_queue is None:
                     job_queue = queue
             job_id, record = _job_record(
@@ -299,6 +317,40 @@ def _record_stream(
 
 
 _NO_ID: Final = object()
+
+
+def _enqueue_many_unique(
+    conn: Any, setup: _Enqueuing, items: Sequence[JobSpec | tuple[str, Any]], queue: str, notify: bool
+) -> list[Any]:
+    """enqueue_many of a batch with unique keys: the keys claimed (unique.py), then the jobs they allow."""
+    ids: list[Any] = []
+    records: list[JobRecord] = []
+    keys: list[UniqueKey | None] = []
+    for index, item in enumerate(items):
+        try:
+            given = item.unique_key if type(item) is JobSpec else None
+            keys.append(None if given is None else unique_key_of(given))
+        except ProletarianError as exc:
+            error = _at_index(exc, index)
+            if error is exc:
+                raise
+            raise error from exc
+    for _ in _record_stream(conn, setup, items, queue, ids, records):
+        pass
+    decode = setup.strategy.decode_id
+    held = enqueued_before(
+        conn, setup.backend, setup.table, decode, setup.now, keys, [r.job_id for r in records]
+    )
+    new = [record for record, holder in zip(records, held, strict=True) if holder is None]
+    if new:
+        if hasattr(setup.backend, "enqueue_many"):
+            cast(BatchEnqueue, setup.backend).enqueue_many(conn, setup.table, new)
+        else:
+            for record in new:
+                setup.backend.enqueue(conn, setup.table, record)
+        if notify:
+            _announce(conn, setup, new)
+    return [own if holder is None else holder for own, holder in zip(ids, held, strict=True)]
 
 
 def _strategy_id(strategy: JobIdStrategy, first_id: Any) -> tuple[Any, Any]:

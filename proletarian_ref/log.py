@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import re
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any, Final
 
 LogFn = Callable[[str, Mapping[str, Any]], None]
@@ -70,6 +74,42 @@ _LEVELS: Final = {
 }
 
 logger = logging.getLogger("proletarian_ref")
+# A text value printed as it is in `key=value`: anything else is JSON-quoted, so the line stays one line.
+_BARE: Final = re.compile(r"[\w.:/@+\[\]-]+")
+
+
+def log_value(value: Any) -> Any:
+    """A log data value as JSON data: ids and instants as text, a RetryStrategy as its map, an exception
+    as {"type", "message"}. What the JSON log prints, and what the text log prints as JSON."""
+    if isinstance(value, BaseException):
+        return {"type": type(value).__name__, "message": str(value)}
+    if isinstance(value, Mapping):
+        return {str(k): log_value(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: log_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [log_value(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, BaseException):
+        value = f"{type(value).__name__}: {value}"
+    data = log_value(value)
+    if isinstance(data, str) and _BARE.fullmatch(data):
+        return data
+    return json.dumps(data, ensure_ascii=False)
+
+
+def format_event(event: str, data: Mapping[str, Any]) -> str:
+    """One readable line: the event, then key=value for each datum (ids as text, an error "Type: message")."""
+    # The error last, as in the JSON line: the job's context reads first.
+    ordered = sorted(data.items(), key=lambda item: item[0] in (EXCEPTION, THROWABLE))
+    return " ".join([event, *(f"{key}={_text(value)}" for key, value in ordered)])
 
 
 def stdlib_logger(event: str, data: Mapping[str, Any]) -> None:
@@ -86,9 +126,8 @@ def stdlib_logger(event: str, data: Mapping[str, Any]) -> None:
     exc_info = error if isinstance(error, BaseException) else None
     logger.log(
         level,
-        "%s %s",
-        event,
-        dict(data),
+        "%s",
+        format_event(event, data),
         exc_info=exc_info,
         extra={"proletarian": dict(data), "proletarian_event": event},
     )

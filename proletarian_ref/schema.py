@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from proletarian_ref.backends import dialect_of_connection
 from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.side_tables import install_statements
 from proletarian_ref.sql import read_sql_file
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
@@ -30,8 +31,21 @@ def schema_statements(
     *,
     job_table: str | TableName = DEFAULT_JOB_TABLE,
     archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    with_features: list[str] | tuple[str, ...] = (),
 ) -> list[str]:
-    """The DDL statements for `dialect`, the seed's text with the table names replaced."""
+    """The DDL statements for `dialect`, the seed's text with the table names replaced.
+
+    `with_features` ("periodic", "unique") adds the CREATE TABLE of those optional side tables, named
+    beside the job table (proletarian_ref.side_tables); without it the seed's DDL alone, as before.
+    """
+    return _seed_statements(dialect, job_table, archived_job_table) + install_statements(
+        dialect, list(with_features), job_table
+    )
+
+
+def _seed_statements(
+    dialect: str, job_table: str | TableName, archived_job_table: str | TableName
+) -> list[str]:
     job = table_name(job_table, option="job_table")
     archived = table_name(archived_job_table, option="archived_job_table")
     if job == archived:
@@ -64,8 +78,11 @@ def install(
     job_table: str | TableName = DEFAULT_JOB_TABLE,
     archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
     dialect: str | None = None,
+    with_features: list[str] | tuple[str, ...] = (),
 ) -> None:
     """Create the schema, both tables and the index on `conn` and commit; safe to run again.
+
+    `with_features` also creates those side tables (schema_statements).
 
     A qualified name is taken as it is: on MySQL the default `proletarian.job` goes to the database
     `proletarian`, whatever database `conn` uses, as Proletarian's DDL puts it.
@@ -74,6 +91,7 @@ def install(
         dialect if dialect is not None else dialect_of_connection(conn),
         job_table=job_table,
         archived_job_table=archived_job_table,
+        with_features=with_features,
     )
     with conn.cursor() as cursor:
         for statement in statements:

@@ -6,7 +6,7 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-pytest_plugins = ["fix_db", "fix_throwaway", "fix_cluster", "kill_matrix"]
+pytest_plugins = ["fix_db", "fix_throwaway", "fix_cluster", "fix_patroni", "kill_matrix"]
 
 # CI is repeatable: derandomized and bounded. PROLETARIAN_HYPOTHESIS_PROFILE=deep explores much further.
 settings.register_profile(

@@ -37,7 +37,16 @@ from conformance.harness import SqlHarness
 
 START_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 30.0
-_FIXTURE_BACKENDS: Final = {"throwaway_pg": "postgresql", "throwaway_mysql": "mysql"}
+_FIXTURE_BACKENDS: Final = {
+    "throwaway_pg": "postgresql",
+    "throwaway_mysql": "mysql",
+    "throwaway_mysql_tls": "mysql",
+}
+# The temporary directory of the TLS server; a run sweeps the ones an earlier, killed run left.
+TLS_PREFIX: Final = "proletarian-tls-mysql-"
+LEFTOVER_AGE_S: Final = 600.0
+# The TLS server's users: `tls` must use TLS, `certified` must also show a client certificate.
+TLS_PASSWORD: Final = "tls-pa55"
 
 
 class ServerError(RuntimeError):
@@ -294,6 +303,98 @@ class ThrowawayMySQL(ThrowawayServer):
         return {"fast": signal.SIGTERM, "immediate": signal.SIGKILL}[mode]
 
 
+class TlsFiles:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate it signed, and a stranger CA."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.ca = directory / "ca.pem"
+        self.server_cert, self.server_key = directory / "server.pem", directory / "server.key"
+        self.client_cert, self.client_key = directory / "client.pem", directory / "client.key"
+        self.other_ca = directory / "other-ca.pem"
+        self._make_ca("ca", "proletarian-ref test CA")
+        self._make_ca("other-ca", "proletarian-ref stranger CA")
+        self._sign("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth")
+        self._sign("client", "proletarian-ref client", "extendedKeyUsage=clientAuth")
+
+    def _openssl(self, *args: str) -> None:
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            _missing("the openssl command (Debian package openssl) to make certificates")
+        assert openssl is not None
+        _run([openssl, *args], user=None, what="openssl")
+
+    def _make_ca(self, name: str, common_name: str) -> None:
+        self._openssl(
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(self.dir / f"{name}.key"), "-out", str(self.dir / f"{name}.pem"),
+            "-days", "2", "-subj", f"/CN={common_name}",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )  # fmt: skip
+
+    def _sign(self, name: str, common_name: str, extensions: str) -> None:
+        request, ext = self.dir / f"{name}.csr", self.dir / f"{name}.ext"
+        ext.write_text(extensions + "\nbasicConstraints=CA:FALSE\n")
+        self._openssl(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", str(self.dir / f"{name}.key"), "-out", str(request), "-subj", f"/CN={common_name}",
+        )  # fmt: skip
+        self._openssl(
+            "x509", "-req", "-in", str(request), "-CA", str(self.ca), "-CAkey", str(self.dir / "ca.key"),
+            "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(self.dir / f"{name}.pem"),
+        )  # fmt: skip
+
+
+class ThrowawayTlsMySQL(ThrowawayMySQL):
+    """A MariaDB/MySQL that takes TCP connections over TLS only (require_secure_transport)."""
+
+    def __init__(self, root: Path, port: int, mysqld: str, install: list[str]) -> None:
+        super().__init__(root, port, mysqld, install)
+        self.tls = TlsFiles(root)
+
+    def _command(self) -> list[str]:
+        return [
+            *super()._command(),
+            f"--ssl-ca={self.tls.ca}",
+            f"--ssl-cert={self.tls.server_cert}",
+            f"--ssl-key={self.tls.server_key}",
+            "--require-secure-transport=ON",
+        ]
+
+    def _ping(self) -> None:
+        import pymysql
+
+        # The socket counts as secure transport, so the ping needs no certificate.
+        pymysql.connect(unix_socket=str(self.root / "mysqld.sock"), user="root", connect_timeout=2).close()
+
+    def admin(self, *statements: str) -> None:
+        """Run statements as root over the server's socket."""
+        import pymysql
+
+        conn = pymysql.connect(unix_socket=str(self.root / "mysqld.sock"), user="root", autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                for statement in statements:
+                    cursor.execute(statement)
+        finally:
+            conn.close()
+
+
+def sweep_leftovers(prefix: str) -> None:
+    """Remove the temporary directories of `prefix` whose server is gone (a killed run left them)."""
+    for leftover in Path(tempfile.gettempdir()).glob(f"{prefix}*"):
+        pid_file = leftover / "mysqld.pid"
+        try:
+            os.kill(int(pid_file.read_text().strip()), 0)
+            continue  # Still serving: another run's.
+        except (OSError, ValueError):
+            # No server yet: a run starting beside this one may still be installing it.
+            if not pid_file.exists() and time.time() - leftover.stat().st_mtime < LEFTOVER_AGE_S:
+                continue
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
 # -- helpers for the fault tests -----------------------------------------------------------------------
 
 
@@ -418,6 +519,29 @@ def _throwaway_mysql_session() -> Iterator[ThrowawayMySQL]:
     assert binaries is not None
     root = Path(tempfile.mkdtemp(prefix="fault_mysql_"))
     with running_server(lambda: ThrowawayMySQL(root, free_port(), *binaries)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def throwaway_mysql_tls() -> Iterator[ThrowawayTlsMySQL]:
+    """A throwaway MariaDB/MySQL that refuses TCP connections without TLS, its certificates, users and
+    database `app`."""
+    binaries = _mysql_binaries()
+    if binaries is None:
+        _missing(
+            "MariaDB or MySQL server binaries (mariadbd + mariadb-install-db): set PROLETARIAN_TEST_MYSQLD"
+        )
+    assert binaries is not None
+    sweep_leftovers(TLS_PREFIX)
+    root = Path(tempfile.mkdtemp(prefix=TLS_PREFIX))
+    with running_server(lambda: ThrowawayTlsMySQL(root, free_port(), *binaries)) as server:
+        server.admin(
+            "CREATE DATABASE app",
+            f"CREATE USER 'tls'@'%' IDENTIFIED BY '{TLS_PASSWORD}' REQUIRE SSL",
+            f"CREATE USER 'certified'@'%' IDENTIFIED BY '{TLS_PASSWORD}' REQUIRE X509",
+            "GRANT ALL ON *.* TO 'tls'@'%'",
+            "GRANT ALL ON *.* TO 'certified'@'%'",
+        )
         yield server
 
 

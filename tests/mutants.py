@@ -9,9 +9,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
-from proletarian_ref import sql
+from proletarian_ref import side_tables, sql
 from proletarian_ref.backend import JobRecord
 from proletarian_ref.backends._dbapi import _fetchone
 from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
@@ -19,7 +19,9 @@ from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.errors import DatabaseError, TransientDatabaseError
 from proletarian_ref.job import default_serializer
+from proletarian_ref.periodic import Advance, MemoryPeriodicStore, SqlPeriodicStore, TickRow
 from proletarian_ref.tables import TableName
+from proletarian_ref.unique import MemoryUniqueStore, SqlUniqueStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -1056,5 +1058,184 @@ MEMORY_MUTANTS: tuple[Mutant, ...] = (
         "the in-memory enqueue commits the caller's pending writes first",
         MemoryEnqueueCommitsEarlierWrites,
         ("C1",),
+    ),
+)
+
+
+# -- the side tables (conformance/side_tables.py): unique keys (U) and periodic ticks (Y) ------------------
+
+
+class _SqlCheckThenInsertStore(SqlUniqueStore):
+    """Reads the key's row without a lock, then writes it over whatever another transaction put there."""
+
+    def claim(self, conn: Any, key: str, job_id: Any, now: datetime) -> Any:
+        upsert = (
+            "ON DUPLICATE KEY UPDATE job_id = VALUES(job_id)"
+            if self.dialect == "mysql"
+            else "ON CONFLICT (unique_key) DO UPDATE SET job_id = EXCLUDED.job_id"
+        )
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT job_id FROM {self._table()} WHERE unique_key = %s", (key,))
+            row = cursor.fetchone()
+            if row is not None:
+                return row[0]
+            cursor.execute(
+                f"INSERT INTO {self._table()} (unique_key, job_id, claimed_at) VALUES (%s, %s, %s) {upsert}",
+                (key, job_id, self._time(now)),
+            )
+        return job_id
+
+    def _table(self) -> TableName:
+        return side_tables.side_table(self.job_table, "unique")
+
+
+class PgUniqueCheckThenInsert(PostgresBackend):
+    """Unique keys checked before the row is locked: two open enqueues of one key both insert."""
+
+    unique_store = _SqlCheckThenInsertStore
+
+
+class MySQLUniqueCheckThenInsert(MySQLBackend):
+    """Unique keys checked before the row is locked: two open enqueues of one key both insert."""
+
+    unique_store = _SqlCheckThenInsertStore
+
+
+class _MemoryCheckThenInsertStore(MemoryUniqueStore):
+    def claim(self, conn: Any, key: str, job_id: Any, now: datetime) -> Any:
+        with self.db.lock:
+            row = self.db.tables.get(self.table, {}).get(key)
+            if row is not None:
+                return row[0]
+            conn._write(self.table, key, (job_id, now))
+            return job_id
+
+
+class MemoryUniqueCheckThenInsert(MemoryBackend):
+    """Unique keys checked before the row is locked: two open enqueues of one key both insert."""
+
+    unique_store = _MemoryCheckThenInsertStore
+
+
+class _PgReleasedWhileRunningStore(SqlUniqueStore):
+    def holder_live(self, conn: Any, key: str, holder_id: Any, until: Any) -> bool:
+        return super().holder_live(conn, key, holder_id, "started")
+
+
+class PgKeyReleasedWhileRunning(PostgresBackend):
+    """A key is free once its job is claimed, before the archive commits: a retried job has a twin."""
+
+    unique_store = _PgReleasedWhileRunningStore
+
+
+class _MemoryReleasedWhileRunningStore(MemoryUniqueStore):
+    def holder_live(self, conn: Any, key: str, holder_id: Any, until: Any) -> bool:
+        return super().holder_live(conn, key, holder_id, "started")
+
+
+class MemoryKeyReleasedWhileRunning(MemoryBackend):
+    """A key is free once its job is claimed, before the archive commits: a retried job has a twin."""
+
+    unique_store = _MemoryReleasedWhileRunningStore
+
+
+class _SqlTickOutsideStore(SqlPeriodicStore):
+    """Reads the row unlocked and records the tick in a transaction of its own, committed at once."""
+
+    def lock(self, conn: Any, name: str) -> TickRow | None:
+        table = side_tables.side_table(self.job_table, "periodic")
+        with conn.cursor() as cursor:
+            cursor.execute(
+                f"SELECT last_tick, definition, version FROM {table} WHERE schedule_name = %s", (name,)
+            )
+            row = cursor.fetchone()
+        return None if row is None else TickRow(side_tables.from_db_time(row[0]), row[1], row[2])
+
+    def advance(self, conn: Any, step: Advance) -> None:
+        own = self.backend._data_source()  # type: ignore[attr-defined]
+        try:
+            super().advance(own, step)
+            own.commit()
+        finally:
+            own.close()
+
+
+class PgTickRecordedOutsideTheEnqueue(PostgresBackend):
+    """Records a tick apart from its jobs' transaction: a crash after it loses the tick's job."""
+
+    periodic_store = _SqlTickOutsideStore
+
+
+class MySQLTickRecordedOutsideTheEnqueue(MySQLBackend):
+    """Records a tick apart from its jobs' transaction: a crash after it loses the tick's job."""
+
+    periodic_store = _SqlTickOutsideStore
+
+
+class _MemoryTickOutsideStore(MemoryPeriodicStore):
+    def lock(self, conn: Any, name: str) -> TickRow | None:
+        with self.db.lock:
+            row = self.db.tables.get(self.table, {}).get(name)
+        return None if row is None else TickRow(row.last_tick, row.definition, row.version)
+
+    def advance(self, conn: Any, step: Advance) -> None:
+        own = self.db.connect()
+        with self.db.lock:
+            own._lock_row(self.table, step.name)
+        super().advance(own, step)
+        own.commit()
+
+
+class MemoryTickRecordedOutsideTheEnqueue(MemoryBackend):
+    """Records a tick apart from its jobs' transaction: a crash after it loses the tick's job."""
+
+    periodic_store = _MemoryTickOutsideStore
+
+
+SIDE_TABLE_MUTANTS: Final = (
+    Mutant(
+        "mysql_unique_check_then_insert",
+        MySQLUniqueCheckThenInsert.__doc__ or "",
+        MySQLUniqueCheckThenInsert,
+        ("U3",),
+    ),
+    Mutant(
+        "mysql_tick_recorded_outside_the_enqueue",
+        MySQLTickRecordedOutsideTheEnqueue.__doc__ or "",
+        MySQLTickRecordedOutsideTheEnqueue,
+        ("Y1", "Y2"),
+    ),
+    Mutant(
+        "pg_unique_check_then_insert", PgUniqueCheckThenInsert.__doc__ or "", PgUniqueCheckThenInsert, ("U3",)
+    ),
+    Mutant(
+        "memory_unique_check_then_insert",
+        MemoryUniqueCheckThenInsert.__doc__ or "",
+        MemoryUniqueCheckThenInsert,
+        ("U3",),
+    ),
+    Mutant(
+        "pg_key_released_while_running",
+        PgKeyReleasedWhileRunning.__doc__ or "",
+        PgKeyReleasedWhileRunning,
+        ("U2",),
+    ),
+    Mutant(
+        "memory_key_released_while_running",
+        MemoryKeyReleasedWhileRunning.__doc__ or "",
+        MemoryKeyReleasedWhileRunning,
+        ("U2",),
+    ),
+    Mutant(
+        "pg_tick_recorded_outside_the_enqueue",
+        PgTickRecordedOutsideTheEnqueue.__doc__ or "",
+        PgTickRecordedOutsideTheEnqueue,
+        ("Y1", "Y2"),
+    ),
+    Mutant(
+        "memory_tick_recorded_outside_the_enqueue",
+        MemoryTickRecordedOutsideTheEnqueue.__doc__ or "",
+        MemoryTickRecordedOutsideTheEnqueue,
+        ("Y1", "Y2"),
     ),
 )

@@ -6,12 +6,25 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from conformance.harness import Harness
 from proletarian_ref import enqueue
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+# The vectors and pages the tests read, in the repository (tests/data/README.md says where each came from).
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+def data_path(*parts: str) -> Path:
+    """A file or folder of tests/data; a missing one fails the test (a clone must hold every vector)."""
+    path = DATA_DIR.joinpath(*parts)
+    if not path.exists():
+        pytest.fail(f"test data missing: {path} (it belongs in the repository, see tests/data/README.md)")
+    return path
 
 
 class FakeClock:

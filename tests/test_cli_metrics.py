@@ -24,7 +24,7 @@ from cli_support import (
 
 from proletarian_ref import log as ev
 from proletarian_ref.cli import ExitCode
-from proletarian_ref.ops.metrics import WorkerMetrics
+from proletarian_ref.ops.metrics import OTHER_JOB_TYPES, WorkerMetrics
 
 pytest_generate_tests = parametrize_dialects
 
@@ -79,6 +79,8 @@ def test_one_worker_process_runs_two_queues_and_serves_their_metrics(
         "a/q",
         "--queue",
         "b/q",
+        "--queue",
+        "empty/q",
         "--retries",
         "1",
         "--polling-interval-ms",
@@ -103,14 +105,18 @@ def test_one_worker_process_runs_two_queues_and_serves_their_metrics(
     assert _sample(text, "proletarian_jobs_retried_total", **bad) == 1
     assert _sample(text, "proletarian_jobs_given_up_total", **bad) == 1
     assert _sample(text, "proletarian_handler_duration_seconds_count", **ok) == 1
-    assert _sample(text, "proletarian_queue_depth", queue="c/q", state="scheduled") == 1
+    # Series for exactly the queues served: an empty one at 0, none for c/q, which has jobs but no worker.
+    assert _sample(text, "proletarian_queue_depth", queue="empty/q", state="due") == 0
+    assert _sample(text, "proletarian_queue_lag_seconds", queue="empty/q") == 0
+    assert _sample(text, "proletarian_queue_depth", queue="a/q", state="running") == 0
+    assert 'queue="c/q"' not in text
     assert _sample(text, "proletarian_queue_stats_up") == 1
     lines = [json.loads(line) for line in result.err.splitlines()]
     events = {line["event"] for line in lines}
     assert {ev.HANDLING_JOB, ev.JOB_FINISHED, ev.RETRYING, ev.NOT_RETRYING} <= events
     handling = next(line for line in lines if line["event"] == ev.HANDLE_JOB_EXCEPTION)
     assert (handling[ev.JOB_TYPE], handling[ev.EXCEPTION]["type"]) == ("t/bad", "PlannedFailure")
-    assert any("worker running on queues a/q, b/q" in line.get("message", "") for line in lines)
+    assert any("worker running on queues a/q, b/q, empty/q" in line.get("message", "") for line in lines)
     assert lines[-1]["message"] == "worker stopped"
 
 
@@ -127,3 +133,20 @@ def test_interrupted_runs_and_polling_errors_are_counted() -> None:
     assert value("proletarian_handler_duration_seconds_count", {"queue": "q", "job_type": "t/x"}) == 1
     for kind in ("transient", "error"):
         assert value("proletarian_polling_errors_total", {"queue": "q", "kind": kind}) == 1
+
+
+def test_job_types_past_the_limit_share_one_label_value() -> None:
+    """A scrape's size must not follow the data: 10,000 job types give at most `max_job_types` + 1 series
+    per counter."""
+    metrics = WorkerMetrics(max_job_types=2)
+    for n in range(10_000):
+        job = {ev.QUEUE_WORKER_ID: "w", ev.WORKER_THREAD_ID: 1, ev.JOB_TYPE: f"t/x{n % 5}"}
+        metrics.observe(":q", ev.HANDLING_JOB, job)
+        metrics.observe(":q", ev.JOB_FINISHED, job)
+    value = metrics.registry.get_sample_value
+    assert value("proletarian_jobs_succeeded_total", {"queue": "q", "job_type": "t/x0"}) == 2000
+    assert value("proletarian_jobs_succeeded_total", {"queue": "q", "job_type": "t/x1"}) == 2000
+    assert value("proletarian_jobs_succeeded_total", {"queue": "q", "job_type": OTHER_JOB_TYPES}) == 6000
+    samples = [s for m in metrics.registry.collect() for s in m.samples if s.name.endswith("succeeded_total")]
+    assert len(samples) == 3
+    assert WorkerMetrics(max_job_types=0)._job_type_label("t/x") == OTHER_JOB_TYPES

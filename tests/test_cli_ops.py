@@ -1,19 +1,32 @@
-"""The list, show, retry, cancel, reschedule, purge and health commands on PostgreSQL and MySQL."""
+"""The list, show, retry, cancel, reschedule, purge and health commands on PostgreSQL and MySQL, and the
+CLI's clear errors for bad input."""
 
 from __future__ import annotations
 
+import io
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import Target, fail_next, isolate, parametrize_dialects, run, target
+from cli_support import (
+    Target,
+    copy_to_job_table,
+    fail_next,
+    free_port,
+    isolate,
+    parametrize_dialects,
+    run,
+    target,
+)
 
 from proletarian_ref.cli import ExitCode, build_parser
 from proletarian_ref.cli.env import apply_env_defaults
 from proletarian_ref.ops.durations import parse_duration
+from proletarian_ref.ops.jobs import jsonable
 
 pytest_generate_tests = parametrize_dialects
 
@@ -94,7 +107,7 @@ def test_a_whole_number_id_is_a_usage_error_where_ids_are_uuids(
         assert result.code == ExitCode.USAGE_ERROR and "holds UUIDs" in result.err
     else:
         # BINARY(16) compares with a number without complaint: the job is simply not there.
-        assert result.code == ExitCode.RUNTIME_ERROR and result.out == "123 not-found\n"
+        assert result.code == ExitCode.RUNTIME_ERROR and result.out.startswith("123 not-found: in neither")
 
 
 def test_a_dsn_of_no_known_database_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,7 +134,10 @@ def test_retry_by_id_moves_the_failure_back_and_bulk_retry_needs_yes_off_a_termi
     assert bulk["counts"] == {"retried": 2}
     assert (len(database.jobs()), database.archived_jobs()) == (3, [])
     again = run(capsys, "retry", ids[1], *database.args)
-    assert again.code == ExitCode.RUNTIME_ERROR and "not-found" in again.out
+    assert (again.code, again.out) == (
+        ExitCode.RUNTIME_ERROR,
+        f"{ids[1]} queued: still queued, not archived\n",
+    )
 
 
 def test_cancel_archives_as_cancelled_and_reports_a_running_job(
@@ -260,3 +276,167 @@ def test_a_repeated_option_on_the_command_line_replaces_its_variable_rather_than
 )
 def test_durations_read_as_people_write_them(text: str, seconds: float) -> None:
     assert parse_duration(text).total_seconds() == seconds
+
+
+def test_retry_reports_each_job_and_a_conflict_as_its_own_line(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    ids = []
+    for n in range(3):
+        ids.append(_enqueue(capsys, database, "a/t", f'{{"n": {n}}}'))
+        fail_next(database)
+    copy_to_job_table(database, str(ids[1]))
+    result = run(capsys, "retry", *ids, *database.args)
+    assert result.code == ExitCode.RUNTIME_ERROR
+    lines = result.out.splitlines()
+    assert [line.split()[:2] for line in lines] == [
+        [ids[0], "retried"],
+        [ids[1], "conflict:"],
+        [ids[2], "retried"],
+    ]
+    assert "Traceback" not in result.err and "1 conflict, 2 retried" in result.err
+
+
+# -- bad input the CLI once met with a traceback or a wrong exit code: each is a usage error (exit 2) that
+# names what is wrong and writes nothing, or has an exit code of its own (a port already taken).
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [
+        (DEEP, "nested too deeply"),
+        ("NaN", "NaN is not standard JSON"),
+        ('{"x": -Infinity}', "-Infinity is not standard JSON"),
+        ("1e400", "the number 1e400 is too large"),
+    ],
+)
+def test_a_payload_json_cannot_hold_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], database: Target, payload: str, named: str
+) -> None:
+    result = run(capsys, "enqueue", "a/b", payload, *database.args)
+    assert (result.code, result.out) == (ExitCode.USAGE_ERROR, "")
+    assert named in result.err and "Traceback" not in result.err
+    assert database.jobs() == []
+
+
+def test_every_bad_line_of_from_is_named_once_and_nothing_is_written(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    good = '{"job_type": "a/b", "payload": 1}'
+    source = tmp_path / "jobs.jsonl"
+    lines = [good, '{"job_type": "a/b", "payload": }', good, '{"job_type": "a/b", "payload": NaN}']
+    lines += ['{"job_type": "a/b", "payload": ' + DEEP + "}"]
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run(capsys, "enqueue", "--from", str(source), *database.args)
+    assert (result.code, result.out) == (ExitCode.USAGE_ERROR, "")
+    assert "3 bad lines, nothing was enqueued" in result.err
+    assert f"{source} line 2: not JSON: Expecting value at column 32" in result.err
+    assert f"{source} line 4: NaN is not standard JSON" in result.err
+    assert f"{source} line 5: nested too deeply" in result.err
+    assert result.err.count("line 2") == 1
+    assert database.jobs() == []
+
+
+@pytest.mark.parametrize("argv", [["enqueue", "--from", "-"], ["enqueue", "a/b", "-"]])
+def test_reading_a_closed_stdin_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, database: Target, argv: list[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", None)
+    result = run(capsys, *argv, *database.args)
+    assert result.code == ExitCode.USAGE_ERROR and "stdin is closed" in result.err
+    closed = io.StringIO()
+    closed.close()
+    monkeypatch.setattr("sys.stdin", closed)
+    result = run(capsys, *argv, *database.args)
+    assert result.code == ExitCode.USAGE_ERROR and "stdin is closed" in result.err
+
+
+@pytest.mark.parametrize(
+    ("dsn", "named"),
+    [
+        ("mysql://root@127.0.0.1:abc/test", "port 'abc' is not a port number"),
+        ("mysql://root@127.0.0.1:99999/test", "port '99999' is not a port number"),
+        ("mysql://root@127.0.0.1/test?connect_timeout=soon", "'soon'"),
+        ("postgresql://postgres@127.0.0.1:abc/test", "port 'abc' is not a port number"),
+        ("postgresql://postgres@h1:5432,h2:70000/test", "port '70000' is not a port number"),
+    ],
+)
+def test_a_malformed_dsn_is_a_usage_error_on_both_databases(
+    capsys: pytest.CaptureFixture[str], dsn: str, named: str
+) -> None:
+    result = run(capsys, "list", "--dsn", dsn)
+    assert result.code == ExitCode.USAGE_ERROR, result.err
+    assert "malformed DSN" in result.err and named in result.err and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["worker", "--handler", "json:dumps", "--metrics-port", "99999"],
+        ["dashboard", "--port", "0"],
+        ["enqueue", "a/b", "1", "--process-in", "1e12"],
+        ["reschedule", "--all", "--process-in", "3e11"],
+    ],
+)
+def test_an_option_out_of_range_is_refused_by_the_parser(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    # No DSN and no embedded server: a refusal by the parser happens before either is looked for.
+    result = run(capsys, *argv)
+    assert result.code == ExitCode.USAGE_ERROR, result.err
+    assert "Traceback" not in result.err and "embedded" not in result.err
+
+
+def test_a_dashboard_port_already_taken_is_its_own_error_and_never_claims_to_serve(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    pytest.importorskip("uvicorn")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(capsys, "dashboard", "--port", str(port), *database.args)
+    assert result.code == ExitCode.CANNOT_LISTEN and int(result.code) == 7
+    assert f"cannot listen on 127.0.0.1:{port}" in result.err
+    assert "dashboard on" not in result.err
+
+
+def test_non_finite_numbers_of_a_stored_payload_are_shown_as_strings_in_standard_json() -> None:
+    shown = jsonable({"a": float("nan"), "b": [float("inf"), -float("inf")], "c": 1.5})
+    assert json.loads(json.dumps(shown, allow_nan=False)) == {
+        "a": "NaN",
+        "b": ["Infinity", "-Infinity"],
+        "c": 1.5,
+    }
+
+
+def test_list_and_purge_status_archived_mean_every_archived_job(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    failed = _enqueue(capsys, database, "a/t", "{}")
+    fail_next(database)
+    cancelled = _enqueue(capsys, database, "a/t", "{}")
+    assert run(capsys, "cancel", cancelled, "--yes", *database.args).code == ExitCode.OK
+    listed = _json(capsys, "list", "--status", "archived", *database.args)
+    assert sorted(j["job_id"] for j in listed["jobs"]) == sorted([failed, cancelled])
+    assert sorted(j["state"] for j in listed["jobs"]) == ["cancelled", "failure"]
+    purged = run(capsys, "purge", "--older-than", "0s", "--status", "archived", "--yes", *database.args)
+    assert (purged.code, purged.out) == (ExitCode.OK, "2\n")
+    assert database.archived_jobs() == []
+
+
+def test_a_metrics_port_already_taken_exits_7_before_any_job_runs(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    pytest.importorskip("prometheus_client")
+    _enqueue(capsys, database, "a/t", "{}")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(capsys, "worker", "--handler", "json:dumps", "--metrics-port", str(port), *database.args)
+    assert result.code == ExitCode.CANNOT_LISTEN, result.err
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in result.err
+    assert len(database.jobs()) == 1

@@ -104,6 +104,11 @@ def test_install_creates_both_tables_and_is_idempotent(
     )
     second = run(capsys, *argv)
     assert second.code == ExitCode.OK, second.err
+    assert "installed" not in second.err
+    assert (
+        f"{home}.{fresh.job_table} and {home}.{fresh.archived_job_table} already existed: nothing created, "
+        "their rows kept"
+    ) in second.err
     assert len(fresh.jobs()) == 1, "running install again must keep the rows"
     assert fresh.archived_jobs() == []
 

@@ -90,6 +90,7 @@ def test_json_counts_due_scheduled_and_archived_jobs_per_queue(
     assert archived_only == {
         "queue": "only/archived",
         "due": 0,
+        "running": 0,
         "scheduled": 0,
         "oldest_due_age_seconds": None,
         "archived": {"success": 1},
@@ -103,13 +104,13 @@ def test_table_shows_readable_queue_names_and_ages(
     result = run(capsys, "stats", *populated.args)
     assert result.code == ExitCode.OK, result.err
     lines = result.out.splitlines()
-    assert lines[1].split() == ["QUEUE", "DUE", "SCHEDULED", "OLDEST", "DUE", "SUCCESS", "FAILURE"]
+    assert lines[1].split() == ["QUEUE", "DUE", "RUNNING", "SCHEDULED", "OLDEST", "DUE", "SUCCESS", "FAILURE"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[2:]}
-    assert rows["proletarian/default"][:2] == ["2", "1"]
-    assert rows["my.app/mail"][0:2] == ["2", "0"]
-    assert rows["my.app/mail"][2] in ("2m", "3m")
+    assert rows["proletarian/default"][:3] == ["2", "0", "1"]
+    assert rows["my.app/mail"][0:3] == ["2", "0", "0"]
+    assert rows["my.app/mail"][3] in ("2m", "3m")
     assert rows["my.app/mail"][-2:] == ["2", "1"]
-    assert rows["only/archived"] == ["0", "0", "-", "1", "0"]
+    assert rows["only/archived"] == ["0", "0", "0", "-", "1", "0"]
     assert ":" not in " ".join(rows)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -31,6 +32,8 @@ from cli_support import (
 from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend, notification_channel
 from proletarian_ref.cli import ExitCode
+from proletarian_ref.log import LISTENING_FOR_JOBS
+from proletarian_ref.log import logger as ev_logger
 from proletarian_ref.tables import table_name
 
 pytest_generate_tests = parametrize_dialects
@@ -434,20 +437,35 @@ def test_the_worker_listens_on_postgresql_unless_told_not_to(
         query = "SELECT count(*) FROM pg_stat_activity WHERE query = %s"
         return bool(database.harness.select(query, (statement,))[0][0])
 
-    _enqueue(capsys, database, {})
-    watcher = _stop_when(
-        lambda: len(database.archived_jobs()) == 1 and (not listens or listening()), timeout=30
-    )
-    result = run(
-        capsys,
-        "worker",
-        "--handler",
-        "cli_handlers:by_job",
-        "--handler-mode",
-        "advanced",
-        *flag,
-        *database.args,
-    )
+    # The LISTEN statement shows in pg_stat_activity before the listener's confirmation probe ends and
+    # the event is logged: a SIGTERM in between (a loaded machine) stops the worker before it says so.
+    logged = threading.Event()
+
+    class _Listened(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "proletarian_event", None) == LISTENING_FOR_JOBS:
+                logged.set()
+
+    handler = _Listened(logging.INFO)
+    ev_logger.addHandler(handler)
+    try:
+        _enqueue(capsys, database, {})
+        watcher = _stop_when(
+            lambda: len(database.archived_jobs()) == 1 and (not listens or (listening() and logged.is_set())),
+            timeout=30,
+        )
+        result = run(
+            capsys,
+            "worker",
+            "--handler",
+            "cli_handlers:by_job",
+            "--handler-mode",
+            "advanced",
+            *flag,
+            *database.args,
+        )
+    finally:
+        ev_logger.removeHandler(handler)
     watcher.join(timeout=5)
     assert result.code == ExitCode.OK, result.err
     assert ("listening-for-jobs" in result.err) == listens, result.err

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +21,7 @@ from cli_support import (
     Target,
     free_port,
     parametrize_dialects,
+    run,
     start_cli,
     subprocess_env,
     target,
@@ -28,7 +29,9 @@ from cli_support import (
 )
 
 from proletarian_ref import enqueue, process_next_job
-from proletarian_ref.ops.dashboard import COOKIE, Dashboard
+from proletarian_ref.cli.errors import ExitCode
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.ops.dashboard import COOKIE, LOCAL_HOSTS, Dashboard, allowed_hosts
 from proletarian_ref.ops.db import Tables
 from proletarian_ref.ops.stats import queue_stats
 
@@ -224,13 +227,16 @@ def _serving(board: Dashboard) -> Iterator[str]:
         thread.join(10)
 
 
-def _board(database: Target, *, allow_actions: bool) -> Dashboard:
+def _board(
+    database: Target, *, allow_actions: bool, token: str = TOKEN, hosts: Sequence[str] = LOCAL_HOSTS
+) -> Dashboard:
     return Dashboard(
         database.harness.data_source,
         Tables.of(database.job_table, database.archived_job_table),
         database.dialect,
         allow_actions=allow_actions,
-        token=TOKEN,
+        token=token,
+        hosts=hosts,
     )
 
 
@@ -269,3 +275,130 @@ def test_without_allow_actions_the_page_has_no_buttons_and_posts_are_refused(dat
         status, detail = _get(f"{base}/jobs/{_uuid(failed.job_id)}")
         assert status == 200 and "user" in detail and "@example.com" in detail
     assert len(database.archived_jobs()) == 4
+
+
+def test_a_request_naming_another_host_is_refused_so_dns_rebinding_reads_nothing(database: Target) -> None:
+    _seed(database)
+    board = _board(database, allow_actions=False)
+    with _serving(board) as base:
+        port = base.rsplit(":", 1)[1]
+        # A page of evil.example whose name was rebound to 127.0.0.1 sends its own name as the Host.
+        assert _get(base + "/", Host=f"evil.example:{port}") == (400, "Invalid host header")
+        assert _get(base + "/jobs?status=failure", Host="evil.example")[0] == 400
+        for host in ("127.0.0.1", "localhost", "LOCALHOST"):
+            assert _get(base + "/", Host=f"{host}:{port}")[0] == 200
+    named = _board(database, allow_actions=False, hosts=allowed_hosts("127.0.0.1", ["dash.internal"]))
+    with _serving(named) as base:
+        assert _get(base + "/", Host="dash.internal:8089")[0] == 200
+        assert _get(base + "/", Host="evil.example")[0] == 400
+
+
+def test_allowed_hosts_are_the_local_names_the_bound_address_and_the_added_ones() -> None:
+    assert allowed_hosts("127.0.0.1") == ["localhost", "127.0.0.1", "[::1]", "::1"]
+    assert allowed_hosts("0.0.0.0", ["Jobs.Example"]) == [
+        "localhost",
+        "127.0.0.1",
+        "[::1]",
+        "::1",
+        "jobs.example",
+    ]
+    assert allowed_hosts("10.0.0.5")[-1] == "10.0.0.5"
+    assert allowed_hosts("fd00::5")[-1] == "[fd00::5]"
+
+
+def test_a_non_ascii_token_cookie_or_csrf_field_is_refused_not_an_error(database: Target) -> None:
+    _seed(database)
+    [failed, *_] = [a for a in database.archived_jobs() if a.status == ":failure"]
+    board = _board(database, allow_actions=True)
+    with _serving(board) as base:
+        url = f"{base}/jobs/{_uuid(failed.job_id)}/retry"
+        assert _get(base + "/?token=" + urllib.parse.quote("tökén-0123456789abcdef"))[0] == 403
+        assert _post(url, {"csrf": board.csrf}, Origin=base, Cookie=f"{COOKIE}=t\xf6ken") == 403
+        assert _post(url, {"csrf": "cs\u0155f"}, Origin=base, Cookie=f"{COOKIE}={TOKEN}") == 403
+    assert len(database.archived_jobs()) == 4
+    with pytest.raises(ConfigurationError, match="ASCII"):
+        _board(database, allow_actions=True, token="tökén-0123456789abcdef")
+
+
+def test_retry_and_cancel_buttons_show_only_to_the_session_that_may_use_them(database: Target) -> None:
+    _seed(database)
+    [failed, *_] = [a for a in database.archived_jobs() if a.status == ":failure"]
+    board = _board(database, allow_actions=True)
+    with _serving(board) as base:
+        for page in ("/", f"/jobs/{_uuid(failed.job_id)}"):
+            status, html = _get(base + page)
+            assert status == 200 and "<button" not in html and "?token=" in html
+            status, html = _get(base + page, Cookie=f"{COOKIE}={TOKEN}")
+            assert status == 200 and f'id="retry-{_uuid(failed.job_id)}"' in html
+
+
+def test_the_command_refuses_a_token_that_cannot_travel_in_an_address(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = run(
+        capsys, "dashboard", "--token", "tökén-0123456789abcdef", "--dsn", "postgresql://u@127.0.0.1:1/x"
+    )
+    assert result.code == ExitCode.USAGE_ERROR
+    assert "--token: the token may hold only ASCII letters" in result.err
+
+
+def test_the_overview_pages_its_queues_and_visits_each_once(
+    database: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However many queues there are, a page shows QUEUES_SHOWN of them; the next-page links visit every
+    queue of the job table, and one whose jobs all finished lately, exactly once."""
+    monkeypatch.setattr("proletarian_ref.ops.dashboard.QUEUES_SHOWN", 2)
+    conn = database.harness.connect()
+    try:
+        for name in ("q/a", "q/b", "q/c", "q/d", "q/e"):
+            enqueue(conn, "t/x", {}, queue=name, job_table=database.job_table)
+        conn.commit()
+    finally:
+        conn.close()
+    assert process_next_job(
+        database.harness.data_source,
+        lambda job_type, payload: None,
+        queue="q/c",
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        log=lambda event, data: None,
+    )
+    board = _board(database, allow_actions=False)
+    seen: list[str] = []
+    after = None
+    pages = 0
+    while True:
+        page = board.overview(after)
+        pages += 1
+        assert len(page["queues"]) <= 2
+        seen += [row["queue"] for row in page["queues"]]
+        if page["next_url"] is None:
+            break
+        after = urllib.parse.parse_qs(urllib.parse.urlsplit(page["next_url"]).query)["after"][0]
+    assert (seen, pages) == (["q/a", "q/b", "q/c", "q/d", "q/e"], 3)
+    finished = next(row for row in board.overview("q/b")["queues"] if row["queue"] == "q/c")
+    assert (finished["due"], finished["done"][2]) == (0, 1)
+
+
+def test_the_schedules_page_lists_each_recorded_schedule_with_its_last_and_next_tick(
+    database: Target, dashboard: str
+) -> None:
+    from datetime import UTC, datetime
+
+    from conformance.side_tables import tick_once
+    from proletarian_ref import side_tables
+    from proletarian_ref.periodic import Schedule
+
+    for statement in side_tables.install_statements(database.dialect, ["periodic"], database.job_table):
+        database.harness.execute(statement)
+    database.harness.execute(f"DELETE FROM {side_tables.side_table(database.job_table, 'periodic')}")
+    schedule = Schedule("hourly-report", "0 * * * *", "app/report", zone="Europe/Oslo")
+    first_seen, now = datetime(2026, 1, 1, 9, 30, tzinfo=UTC), datetime(2026, 1, 1, 10, 1, tzinfo=UTC)
+    assert len(tick_once(database.harness, [schedule], first_seen, now)) == 1
+    status, html = _get(f"{dashboard}/schedules")
+    assert status == 200
+    row = html[html.index('data-schedule="hourly-report"') :].split("</tr>", 1)[0]
+    assert '<td class="last">2026-01-01 10:00:00Z</td>' in row
+    assert "0 * * * * | Europe/Oslo | app/report" in row
+    # The next tick is the recorded cron's first tick after now, whatever now is.
+    assert '<td class="next">' in row and '<td class="next">-</td>' not in row

@@ -332,3 +332,47 @@ def test_a_connection_limit_makes_surplus_mysql_threads_wait_not_stop(
         assert not log.named(ev.JOB_WORKER_ERROR)
     finally:
         admin.execute(f"DROP USER '{user}'@'localhost'")
+
+
+def test_a_read_only_server_is_transient_and_the_worker_connects_again(
+    pg_db: SqlHarness, pg_dsn: str
+) -> None:
+    """A primary demoted by Patroni still gets connections from HAProxy until its health check notices.
+
+    Its answer to the claim is read_only_sql_transaction (25006). The worker logs it as transient, drops
+    that connection and connects again (here, as through the proxy once it has noticed, to a server that
+    takes writes), and runs the job; it does not stop. The read-only server is made with
+    default_transaction_read_only, which answers as a standby does. tests/test_scale_patroni.py meets
+    the real thing.
+    """
+    sql = pg_db
+    log = RecordingLog()
+    ran: list[Any] = []
+    read_only = connection_factory(pg_dsn, options="-c default_transaction_read_only=on")
+    writable = connection_factory(pg_dsn)
+    handed: list[str] = []
+
+    def data_source() -> Any:
+        # The first two connections reach the read-only server, the next ones a writable one.
+        handed.append("read-only" if len(handed) < 2 else "writable")
+        return read_only() if handed[-1] == "read-only" else writable()
+
+    enqueue_committed(sql, "fault/read-only", "demoted")
+    worker = create_queue_worker(
+        data_source,
+        lambda job_type, payload: ran.append(payload),
+        worker_threads=1,
+        polling_interval_ms=10,
+        wake_on_notify=False,
+        log=log,
+        **sql.table_options,
+    )
+    with worker:
+        assert wait_until(lambda: len(sql.archived_jobs()) == 1, timeout=30), log.events
+        assert worker.running
+    assert ran == ["demoted"]
+    assert handed[:3] == ["read-only", "read-only", "writable"], "each read-only connection is dropped"
+    transient = log.named(ev.SQL_TRANSIENT_EXCEPTION)
+    assert len(transient) == 2
+    assert all("ReadOnlySqlTransaction" in str(event[ev.THROWABLE]) for event in transient)
+    assert not log.named(ev.JOB_WORKER_ERROR)

@@ -1,15 +1,14 @@
 """Interop proofs against payloads and column text written and read by Proletarian itself (Clojure).
 
-The exemplar files live outside the repository, in shared/transit-exemplars/proletarian-interop beside
-it, or wherever PROLETARIAN_INTEROP_DIR points. See shared/transit-exemplars/README.txt for how they
-were made (Proletarian 1384d7b, transit-clj 1.0.329, Clojure 1.11.1; transit-python 0.8.321).
+The exemplar files are in tests/data/transit-exemplars/proletarian-interop; its README.txt says how they
+were made (Proletarian 1384d7b, transit-clj 1.0.329, Clojure 1.11.1; transit-python 0.8.321). A missing
+file fails the tests.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
-import os
 import uuid
 from collections import OrderedDict
 from decimal import Decimal
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import DATA_DIR, data_path
 from transit.transit_types import Keyword, List, Symbol, TaggedValue, false, frozendict, true
 from transit_support import canon, utc
 
@@ -24,9 +24,7 @@ from proletarian_ref.errors import InvalidKeywordError
 from proletarian_ref.keywords import to_keyword_text
 from proletarian_ref.serializers import FrozenMap, TransitSerializer
 
-INTEROP_DIR_ENV = "PROLETARIAN_INTEROP_DIR"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_INTEROP_DIR = REPO_ROOT.parent / "shared" / "transit-exemplars" / "proletarian-interop"
+EXEMPLARS = DATA_DIR / "transit-exemplars"
 
 PLAIN = TransitSerializer()
 EXACT = TransitSerializer(exact=True)
@@ -36,24 +34,9 @@ UTC = datetime.UTC
 Row = dict[str, str]
 
 
-def configured_interop_dir() -> Path:
-    configured = os.environ.get(INTEROP_DIR_ENV)
-    return Path(configured) if configured else DEFAULT_INTEROP_DIR
-
-
 @pytest.fixture(scope="module")
 def interop_dir() -> Path:
-    path = configured_interop_dir()
-    if not path.is_dir():
-        message = (
-            f"Proletarian interop exemplars not found at {path}: the Clojure interop proofs did not run. "
-            "Put shared/transit-exemplars/proletarian-interop beside the repository "
-            f"or set {INTEROP_DIR_ENV}."
-        )
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip("!!! INTEROP NOT PROVEN !!! " + message)
-    return path
+    return data_path("transit-exemplars", "proletarian-interop")
 
 
 def read_rows(path: Path) -> list[Row]:
@@ -309,8 +292,7 @@ def test_reencoding_an_exact_decode_gives_proletarians_text_byte_for_byte(
 
 # --- the official exemplars (transit-format examples/0.8, written by transit-clj) ---------------------
 
-# transit-exemplars/examples/0.8, beside the interop folder.
-EXEMPLARS_DIR = configured_interop_dir().parent / "examples" / "0.8"
+EXEMPLARS_DIR = EXEMPLARS / "examples" / "0.8"
 # Clojure hash-set element order (see UNORDERED); every other exemplar value is of a kind we write.
 EXEMPLARS_WITH_SETS = {"simple/set_mixed.json", "simple/set_nested.json", "simple/set_simple.json"}
 
@@ -325,10 +307,8 @@ def exemplar_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def exemplars_dir(interop_dir: Path) -> Path:
-    if not EXEMPLARS_DIR.is_dir():
-        pytest.fail(f"transit exemplars not found at {EXEMPLARS_DIR}, beside {interop_dir}")
-    return EXEMPLARS_DIR
+def exemplars_dir() -> Path:
+    return data_path("transit-exemplars", "examples", "0.8")
 
 
 def test_the_exemplars_are_all_here(exemplars_dir: Path) -> None:

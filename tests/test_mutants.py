@@ -10,9 +10,10 @@ from typing import ClassVar, Final
 
 import pytest
 from kill_matrix import KILL_MATRIX_PROPERTY
-from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, Mutant, in_mode
+from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, SIDE_TABLE_MUTANTS, Mutant, in_mode
 
 from conformance import MemoryHarness, SqlHarness, load_harness
+from conformance.base import SuiteBase
 from conformance.harness import Harness
 from conformance.runner import run_suite_test
 from conformance.suite import BackendSuite, clauses
@@ -31,15 +32,20 @@ class BriefSuite(BackendSuite):
     step_timeout: ClassVar[float] = 1.5
 
 
-def _survivors(mutant: Mutant, harness: Harness, record_property: Callable[[str, object], None]) -> list[str]:
-    """The clauses named to kill `mutant` that did not; each outcome goes to the kill matrix."""
+def _survivors(
+    mutant: Mutant,
+    harness: Harness,
+    record_property: Callable[[str, object], None],
+    suite: type[SuiteBase] = BriefSuite,
+) -> list[str]:
+    """The clauses of `suite` named to kill `mutant` that did not; each outcome goes to the kill matrix."""
     harness = in_mode(harness, mutant)
-    tests = clauses()
+    tests = clauses(suite)
     survived = []
     outcomes: dict[str, str] = {}
     for clause in mutant.killed_by:
         name = tests[clause][0]
-        result = run_suite_test(BriefSuite, name, harness, max_examples=EXAMPLES)
+        result = run_suite_test(suite, name, harness, max_examples=EXAMPLES)
         outcomes[clause] = "killed" if result.outcome == "failed" else result.outcome
         if result.outcome != "failed":
             survived.append(f"{clause} {name}: {result.outcome} {result.message}".strip())
@@ -121,8 +127,15 @@ def test_the_docs_list_every_mutant_with_the_clauses_that_catch_it() -> None:
         re.findall(r"^\| `(\w+)` \|[^\n]*\| ([A-Z0-9, ]+) \|$", DOCS.read_text(encoding="utf-8"), re.M)
     )
     documented = {name: tuple(c.strip() for c in killers.split(",")) for name, killers in rows.items()}
-    expected = {m.name: m.killed_by for m in POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS}
+    everything = POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS + SIDE_TABLE_MUTANTS
+    expected = {m.name: m.killed_by for m in everything}
     assert documented == expected, "docs/conformance.md's mutant table is out of date with tests/mutants.py"
+
+
+def test_the_readme_counts_every_mutant() -> None:
+    readme = (DOCS.parent.parent / "README.md").read_text(encoding="utf-8")
+    counts = re.findall(r"(\d+) deliberately broken backends", readme)
+    assert counts == [str(len(POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS))]
 
 
 def test_the_docs_list_every_clause() -> None:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from cli_support import Target, fail_next, parametrize_dialects, target
+from cli_support import Target, copy_to_job_table, fail_next, parametrize_dialects, target
 
-from proletarian_ref import enqueue
+from proletarian_ref import enqueue, process_next_job
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.keywords import to_keyword_text
+from proletarian_ref.ops import db
+from proletarian_ref.ops import health as ops_health
+from proletarian_ref.ops import stats as ops_stats
 from proletarian_ref.ops.db import Tables, statements
+from proletarian_ref.ops.health import check_health
 from proletarian_ref.ops.jobs import (
     STATUS_CANCELLED,
     JobFilter,
@@ -27,6 +31,7 @@ from proletarian_ref.ops.jobs import (
     retry_jobs,
     show_job,
 )
+from proletarian_ref.ops.stats import queue_stats
 
 pytest_generate_tests = parametrize_dialects
 
@@ -135,7 +140,7 @@ def test_two_retries_of_one_job_at_once_leave_exactly_one_job(database: Target) 
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert sorted(outcomes) == ["not-found"] * 4 + ["retried"] * 4
+    assert sorted(outcomes) == ["queued"] * 4 + ["retried"] * 4
     assert sorted(
         str(job.job_id) for job in list_jobs(database.harness.connect(), tables=_tables(database)).jobs
     ) == sorted(str(i) for i in ids)
@@ -271,3 +276,248 @@ def test_reads_leave_the_callers_session_and_open_transaction_and_writes_refuse_
     assert _session_state(conn, database.dialect) == before
     conn.commit()  # the caller's write survived every read
     assert sorted(job.job_type for job in database.jobs()) == [":a/t", ":caller/pending"]
+
+
+def test_the_archived_status_lists_and_purges_every_archived_job(database: Target, conn: Any) -> None:
+    """docs/cli.md: `archived` is every status, never the literal keyword :archived."""
+    failed = _enqueue(database, "a/t", {"n": 1})
+    fail_next(database)
+    cancelled = _enqueue(database, "a/t", {"n": 2})
+    cancel_jobs(conn, [cancelled], tables=_tables(database))
+    listed = list_jobs(conn, JobFilter(status="archived"), tables=_tables(database))
+    assert sorted(str(job.job_id) for job in listed.jobs) == sorted([str(failed), str(cancelled)])
+    purge = PurgeFilter(older_than=timedelta(0), status="archived")
+    assert purge_count(conn, purge, tables=_tables(database)) == 2
+    assert purge_archive(conn, purge, tables=_tables(database)) == 2
+    assert database.archived_jobs() == []
+
+
+def test_a_job_a_worker_holds_is_running_not_due_in_list_show_stats_and_health(
+    database: Target, conn: Any
+) -> None:
+    """A worker's claim holds the row: list, show and stats say running, and the lag counts only the due
+    jobs no worker holds, so a busy worker is not a lagging queue."""
+    held, waiting = _enqueue(database, "a/t", {"n": 1}), _enqueue(database, "a/t", {"n": 2}, queue="q/two")
+    old = "NOW() - INTERVAL 2 HOUR" if database.dialect == "mysql" else "NOW() - INTERVAL '2 hours'"
+    database.harness.execute(f"UPDATE {database.job_table} SET process_at = {old}")
+    holder = _locked(database, held)
+    try:
+        states = {
+            str(j.job_id): j.state(datetime.now(UTC)) for j in list_jobs(conn, tables=_tables(database)).jobs
+        }
+        shown = show_job(conn, held, tables=_tables(database))
+        stats = {
+            q.queue: q
+            for q in queue_stats(
+                conn,
+                job_table=database.job_table,
+                archived_job_table=database.archived_job_table,
+                archived=False,
+            ).queues
+        }
+        report = check_health(
+            conn, tables=_tables(database), max_lag=timedelta(minutes=1), queue="proletarian/default"
+        )
+    finally:
+        holder.rollback()
+        holder.close()
+    assert states == {str(held): "running", str(waiting): "due"}
+    assert shown is not None and shown.state(datetime.now(UTC)) == "running"
+    default, other = stats["proletarian/default"], stats["q/two"]
+    assert (default.due, default.running, default.oldest_due_age) == (0, 1, None)
+    assert (other.due, other.running) == (1, 0)
+    assert other.oldest_due_age is not None and other.oldest_due_age > timedelta(hours=1)
+    assert report.healthy, report.to_json()
+    lagging = check_health(conn, tables=_tables(database), max_lag=timedelta(minutes=1))
+    assert lagging.failed("lag") and "q/two" in next(c.detail for c in lagging.checks if c.name == "lag")
+
+
+def test_a_health_probe_never_reads_the_archive(
+    database: Target, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's cost must not grow with the archive: not one of its statements names it."""
+    _enqueue(database, "a/t", {})
+    fail_next(database)
+    seen: list[str] = []
+    real = db.execute
+
+    def recording(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> Any:
+        seen.append(statement)
+        return real(conn, dialect, statement, params)
+
+    for module in (db, ops_stats, ops_health):
+        monkeypatch.setattr(module, "execute", recording, raising=False)
+    monkeypatch.setattr(db, "query", lambda c, d, s, p: recording(c, d, s, p)[0])
+    for module in (ops_stats, ops_health):
+        monkeypatch.setattr(module, "query", db.query)
+    report = check_health(conn, tables=_tables(database))
+    assert report.healthy, report.to_json()
+    assert len(seen) >= 4  # the schema's two tables, the job table's counts and its held rows, the claims
+    assert not [s for s in seen if database.archived_job_table in s]
+
+
+def _failures(database: Target, count: int) -> list[Any]:
+    """`count` archived :failure jobs, each failed before the next is enqueued (MySQL keeps whole seconds)."""
+    ids = []
+    for n in range(count):
+        ids.append(_enqueue(database, "a/t", {"n": n}))
+        fail_next(database)
+    return ids
+
+
+def test_each_retried_job_has_its_own_outcome_and_a_conflict_spoils_no_other(
+    database: Target, conn: Any
+) -> None:
+    """One id that is also queued (the INSERT's unique key refuses it) is reported as a conflict with the
+    database's reason; the jobs before and after it are retried all the same."""
+    first, clash, last = _failures(database, 3)
+    copy_to_job_table(database, str(clash))
+    seen: list[str] = []
+    results = retry_jobs(
+        conn, [first, clash, last], tables=_tables(database), on_result=lambda r: seen.append(r.outcome)
+    )
+    assert [r.outcome for r in results] == seen == ["retried", "conflict", "retried"]
+    assert "1062" in results[1].detail or "23505" in results[1].detail
+    assert [str(db.decode_job_id(job.job_id)) for job in database.archived_jobs()] == [str(clash)]
+    assert len(database.jobs()) == 3
+
+
+def test_two_retries_of_the_same_jobs_in_opposite_orders_never_deadlock(database: Target) -> None:
+    ids = _failures(database, 12) if database.dialect == "postgresql" else _failures(database, 4)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+
+    def retry_all(order: list[Any]) -> None:
+        connection = database.harness.connect()
+        try:
+            barrier.wait()
+            outcomes.extend(r.outcome for r in retry_jobs(connection, order, tables=_tables(database)))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=retry_all, args=(order,)) for order in (ids, ids[::-1])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert sorted(outcomes) == ["queued"] * len(ids) + ["retried"] * len(ids)
+    assert (len(database.jobs()), database.archived_jobs()) == (len(ids), [])
+
+
+def test_retry_says_what_a_job_it_leaves_alone_is_and_takes_back_a_cancelled_one(
+    database: Target, conn: Any
+) -> None:
+    succeeded = _enqueue(database, "a/t", {"n": 0})
+    assert process_next_job(
+        database.harness.data_source,
+        lambda job_type, payload: None,
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        log=lambda event, data: None,
+    )
+    queued, cancelled = _enqueue(database, "a/t", {"n": 1}), _enqueue(database, "a/t", {"n": 2})
+    cancel_jobs(conn, [cancelled], tables=_tables(database))
+    missing = "00000000-0000-4000-8000-000000000000"
+    results = retry_jobs(conn, [succeeded, queued, cancelled, missing], tables=_tables(database))
+    assert [(r.outcome, r.detail) for r in results] == [
+        ("not-retryable", "archived with status :success: only :failure and :cancelled are retried"),
+        ("queued", "still queued, not archived"),
+        ("retried", "was :cancelled"),
+        ("not-found", f"in neither {database.job_table} nor {database.archived_job_table}"),
+    ]
+    assert sorted(str(db.decode_job_id(job.job_id)) for job in database.jobs()) == sorted(
+        [str(queued), str(cancelled)]
+    )
+
+
+class _PausingConnection:
+    """A connection whose first commit first runs `before_commit`: a look inside a purge's open batch."""
+
+    def __init__(self, conn: Any, before_commit: Callable[[], None]) -> None:
+        self._conn = conn
+        self._before_commit: Callable[[], None] | None = before_commit
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    def commit(self) -> None:
+        hook, self._before_commit = self._before_commit, None
+        if hook is not None:
+            hook()
+        self._conn.commit()
+
+
+def test_a_worker_archives_a_job_while_a_purge_batch_is_open(database: Target, conn: Any) -> None:
+    """A purge never blocks a worker: while a batch's transaction is open (its rows deleted, not yet
+    committed), a worker claims a job and runs Proletarian's archive INSERT, which must not wait. The
+    worker's session gives up on a lock after 1 s, so waiting would be an error here, not a delay."""
+    for n in range(3):
+        _enqueue(database, "a/t", {"n": n})
+        fail_next(database)
+    old = "NOW() - INTERVAL 2 DAY" if database.dialect == "mysql" else "NOW() - INTERVAL '2 days'"
+    database.harness.execute(f"UPDATE {database.archived_job_table} SET finished_at = {old}")
+    job_id = _enqueue(database, "a/t", {"n": "new"})
+    archived: list[Any] = []
+
+    def worker_archives() -> None:
+        worker = database.harness.connect()
+        try:
+            cursor = worker.cursor()
+            timeout = (
+                "SET SESSION innodb_lock_wait_timeout = 1"
+                if database.dialect == "mysql"
+                else "SET lock_timeout = '1s'"
+            )
+            cursor.execute(timeout)
+            stored = job_id.bytes if database.dialect == "mysql" else job_id
+            cursor.execute(
+                f"SELECT job_id FROM {database.job_table} WHERE job_id = %s FOR UPDATE SKIP LOCKED", (stored,)
+            )
+            assert cursor.fetchall()
+            archive = db.render(database.dialect, "queries.sql", "archive_job", _tables(database))
+            params = {
+                "job_id": stored,
+                "status": ":success",
+                "finished_at": db.db_time(database.dialect, datetime.now(UTC)),
+            }
+            cursor.execute(archive, params)
+            archived.append(cursor.rowcount)
+            worker.rollback()
+        finally:
+            worker.close()
+
+    pausing = _PausingConnection(conn, worker_archives)
+    purge = PurgeFilter(older_than=timedelta(days=1))
+    deleted = purge_archive(
+        pausing, purge, tables=_tables(database), dialect=database.dialect, batch_size=100
+    )
+    assert (deleted, archived) == (3, [1])
+
+
+def test_a_cancel_the_archive_refuses_is_that_jobs_conflict_alone(database: Target, conn: Any) -> None:
+    """A queued job whose id the archive holds already (no operation writes that; a hand-made row can):
+    its archive INSERT is refused, it stays queued, and the job after it is cancelled all the same."""
+    clash = _enqueue(database, "a/t", {"n": 1})
+    fail_next(database)
+    copy_to_job_table(database, str(clash))
+    other = _enqueue(database, "a/t", {"n": 2})
+    results = cancel_jobs(conn, [clash, other], tables=_tables(database))
+    assert [r.outcome for r in results] == ["conflict", "cancelled"]
+    assert [str(db.decode_job_id(job.job_id)) for job in database.jobs()] == [str(clash)]
+
+
+def test_queue_stats_of_named_queues_reads_those_alone(database: Target, conn: Any) -> None:
+    _enqueue(database, "a/t", {}, queue="q/one")
+    _enqueue(database, "a/t", {}, queue="q/two")
+    stats = queue_stats(
+        conn,
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        archived=False,
+        queues=["q/two", ":q/three"],
+    )
+    assert [(q.queue, q.due) for q in stats.queues] == [("q/two", 1)]

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from support import data_path
 
 from conformance.harness import SqlHarness
 from proletarian_ref import sql
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.schema import install, schema_statements
 from proletarian_ref.tables import TableName, table_name
-
-SEED_DIR = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
 
 def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() -> None:
@@ -98,9 +96,8 @@ def _squeezed(text: str) -> str:
 
 @pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
 def test_schema_sql_is_the_seeds_ddl(dialect: str) -> None:
-    seeds = list(SEED_DIR.glob("*.txt"))
-    if not seeds:
-        pytest.skip(f"the seed page is not at {SEED_DIR}")
+    seeds = list(data_path("seeds").glob("*.txt"))
+    assert seeds, "no seed page in tests/data/seeds"
     seed = _squeezed(seeds[0].read_text(encoding="utf-8"))
     for statement in schema_statements(dialect):
         assert _squeezed(statement) + ";" in seed, f"not in the seed: {statement}"

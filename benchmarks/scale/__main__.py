@@ -17,9 +17,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scale.patroni import FAULTS as PATRONI_FAULTS
+from benchmarks.scale.patroni import UNFENCED
 from benchmarks.scale.scenario import Outcome, run_load
 
 TESTS_DIR = Path(__file__).resolve().parents[2] / "tests"
+# patroni: jobs per access path and per fault (each fault is a round of its own).
+PATRONI_JOBS = 800
 
 
 def _fixtures() -> Any:
@@ -151,6 +155,19 @@ def hosts(args: argparse.Namespace) -> dict[str, Any]:
         return figures
 
 
+def patroni(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.scale.patroni import run_rounds
+
+    _fixtures()
+    import fix_patroni
+
+    with fix_patroni.started_patroni() as cluster:
+        figures: dict[str, Any] = run_rounds(
+            cluster, args.faults.split(","), jobs=args.jobs, timeout_s=args.timeout
+        )
+        return figures
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
     "pg-failover": pg_failover,
     "galera-one-writer": lambda args: _galera(args, spread=False),
@@ -161,8 +178,13 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.scale", description=__doc__)
-    parser.add_argument("scenario", choices=sorted([*SCENARIOS, "hosts"]))
-    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("scenario", choices=sorted([*SCENARIOS, "hosts", "patroni"]))
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help=f"jobs (default 10,000; patroni: {PATRONI_JOBS} per path and fault)",
+    )
     parser.add_argument(
         "--workers", type=int, default=2, help="queue workers (in this process; hosts: processes per host)"
     )
@@ -172,8 +194,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--no-fault", action="store_true", help="galera-one-writer: kill no node")
     parser.add_argument("--direct", action="store_true", help="pgbouncer: the same run without the bouncer")
+    parser.add_argument(
+        "--faults",
+        default=",".join(PATRONI_FAULTS),
+        help=f"patroni: faults in turn, of {', '.join((*PATRONI_FAULTS, UNFENCED))} (its load per path is "
+        "fixed: --workers, --threads and --enqueuers do not apply)",
+    )
     args = parser.parse_args(argv)
-    figures = hosts(args) if args.scenario == "hosts" else SCENARIOS[args.scenario](args).figures()
+    unknown = [f for f in args.faults.split(",") if f not in (*PATRONI_FAULTS, UNFENCED)]
+    if args.scenario == "patroni" and unknown:
+        parser.error(f"unknown fault(s) {', '.join(unknown)}")
+    if args.jobs is None:
+        args.jobs = PATRONI_JOBS if args.scenario == "patroni" else 10_000
+    whole: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {"hosts": hosts, "patroni": patroni}
+    if args.scenario in whole:
+        figures = whole[args.scenario](args)
+    else:
+        figures = SCENARIOS[args.scenario](args).figures()
     command = "python -m benchmarks.scale " + shlex.join(sys.argv[1:] if argv is None else argv)
     print(json.dumps({"command": command, **figures}, indent=2))
     return 0 if not figures["problems"] else 1

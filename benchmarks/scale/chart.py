@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -36,8 +37,14 @@ def _connections(command: str) -> int:
     return per_process * option("--hosts", 4) if " hosts " in f" {command} " else per_process
 
 
-def draw(directory: Path, out: Path) -> Path:
+def _runs(directory: Path) -> list[dict[str, Any]]:
+    """The runs of one load each: the Patroni runs have a table of their own (benchmarks.scale.patroni)."""
     runs = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(directory.glob("*.json"))]
+    return [run for run in runs if "rounds" not in run]
+
+
+def draw(directory: Path, out: Path) -> Path:
+    runs = _runs(directory)
     fig, (rate_ax, gap_ax) = plt.subplots(1, 2, figsize=(12, 4.8), width_ratios=[3, 2])
     connections = range(1, 65)
     for handler_s in HANDLER_TIMES_S:
@@ -81,8 +88,7 @@ def table(directory: Path) -> str:
         "| command | load average | jobs/s | crash to next commit (s) | jobs run twice | archived once |",
         "|---|---|---|---|---|---|",
     ]
-    for path in sorted(directory.glob("*.json")):
-        run = json.loads(path.read_text(encoding="utf-8"))
+    for run in _runs(directory):
         fault = run.get("fault_to_progress_s")
         once = not run["problems"] and run["archived"] == run["jobs_committed"]
         cells = [

@@ -97,6 +97,8 @@ class Outcome:
     longest_gap_s: float = 0.0
     gap_started_after_fault_s: float | None = None
     fault_to_progress_s: float | None = None
+    stall_after_fault_s: float | None = None
+    fault_to_recovery_s: float | None = None
     workers_running: bool = True
     events: EventLog = field(default_factory=EventLog)
     drained: bool = False
@@ -162,6 +164,8 @@ class Outcome:
             "longest_gap_without_progress_s": round(self.longest_gap_s, 2),
             "gap_started_after_fault_s": _rounded(self.gap_started_after_fault_s),
             "fault_to_progress_s": _rounded(self.fault_to_progress_s),
+            "stall_after_fault_s": _rounded(self.stall_after_fault_s),
+            "fault_to_recovery_s": _rounded(self.fault_to_recovery_s),
             "transient_errors": len(transient),
             "transient_error_kinds": dict(Counter(_driver_error(text) for text in transient)),
             "transient_error_samples": sorted({text[:160] for text in transient})[:4],
@@ -187,8 +191,12 @@ def enqueuer(
     outcome: Outcome,
     lock: threading.Lock,
     deadline: float,
+    pause_s: float = 0.0,
 ) -> None:
-    """Enqueue `numbers` in batches until done or `deadline`, noting what surely or maybe committed."""
+    """Enqueue `numbers` in batches until done or `deadline`, noting what surely or maybe committed.
+
+    `pause_s` between batches spreads the enqueues over the run, so a fault finds some in flight.
+    """
     conn: Any = None
     pending = list(numbers)
     while pending and time.monotonic() < deadline:
@@ -216,6 +224,8 @@ def enqueuer(
         with lock:
             outcome.committed.update(chunk)
         del pending[: len(chunk)]
+        if pause_s and pending:
+            time.sleep(pause_s)
     if conn is not None:
         conn.close()
 
@@ -280,88 +290,148 @@ class ProgressProbe:
                 last, previous = at, count
         return gap, began
 
+    def stall_after(self, at: float) -> tuple[float, float] | None:
+        """The longest time without progress that ended after `at`, and when it ended (seconds after `at`).
+
+        Unlike the first progress after `at`, this sees a fault whose effect comes later than its start (a
+        switchover's primary serves until it is demoted), and the first commit after it.
+        """
+        found: tuple[float, float] | None = None
+        last, previous = None, -1
+        for t, count in self.samples:
+            if count > previous:
+                if last is not None and t > at and (found is None or t - last > found[0]):
+                    found = (t - last, t - at)
+                last, previous = t, count
+        return found
+
+
+class Load:
+    """One run in progress: workers, enqueuers and the progress probe started; the fault marked; the tally.
+
+    `run_load` is the whole of it for one fault; a caller that drives the fault itself (several loads at
+    once, or a fault with steps of its own) calls start(), wait_handled(), mark_fault() and finish().
+    """
+
+    def __init__(
+        self,
+        harness: SqlHarness,
+        *,
+        jobs: int,
+        worker_sources: Sequence[Any],
+        threads: int,
+        enqueue_connects: Sequence[Callable[[], Any]],
+        batch: int = 50,
+        work_s: float = 0.0005,
+        timeout_s: float = 120.0,
+        polling_interval_ms: int = 10,
+        enqueue_pause_s: float = 0.0,
+    ) -> None:
+        self.harness = harness
+        self.jobs = jobs
+        self.threads_total = threads * len(worker_sources)
+        self.outcome = Outcome(jobs)
+        self.recorder = Recorder(work_s)
+        self.start_at = time.monotonic()
+        self.deadline = self.start_at + timeout_s
+        self.archived_before = 0
+        self.workers: list[QueueWorker] = [
+            create_queue_worker(
+                source,
+                self.recorder.handler(w),
+                job_table=harness.job_table,
+                archived_job_table=harness.archived_job_table,
+                worker_threads=threads,
+                polling_interval_ms=polling_interval_ms,
+                log=self.outcome.events,
+                queue_worker_id=f"scale-{w}",
+            )
+            for w, source in enumerate(worker_sources)
+        ]
+        lock = threading.Lock()
+        shares = [range(i, jobs, len(enqueue_connects)) for i in range(len(enqueue_connects))]
+        self.enqueuers = [
+            threading.Thread(
+                target=enqueuer,
+                args=(connect, share, batch, harness.job_table, self.outcome, lock, self.deadline),
+                kwargs={"pause_s": enqueue_pause_s},
+                name=f"enqueuer-{i}",
+            )
+            for i, (connect, share) in enumerate(zip(enqueue_connects, shares, strict=True))
+        ]
+        self.probe = ProgressProbe(harness)
+
+    def start(self) -> Load:
+        for worker in self.workers:
+            worker.start()
+        self.probe.__enter__()
+        for thread in self.enqueuers:
+            thread.start()
+        return self
+
+    def wait_handled(self, fraction: float) -> None:
+        """Until `fraction` of the jobs have been handled (or the run's deadline)."""
+        while self.recorder.count() < self.jobs * fraction and time.monotonic() < self.deadline:
+            time.sleep(0.01)
+
+    def mark_fault(self) -> None:
+        """The fault strikes now: figures after it are measured from here."""
+        self.archived_before = _count(self.harness, self.harness.archived_job_table)
+        self.outcome.fault_at = time.monotonic()
+
+    def finish(self) -> Outcome:
+        """Wait for the enqueuers and the drain (up to the deadline), stop the workers, count the archive."""
+        outcome, harness = self.outcome, self.harness
+        try:
+            for thread in self.enqueuers:
+                thread.join(max(self.deadline - time.monotonic(), 0.1))
+            while time.monotonic() < self.deadline:
+                outcome.left_in_queue = _left(harness)
+                if outcome.left_in_queue == 0 and not any(t.is_alive() for t in self.enqueuers):
+                    outcome.drained = True
+                    break
+                time.sleep(0.05)
+            outcome.seconds = time.monotonic() - self.start_at
+            outcome.workers_running = all(worker.running for worker in self.workers)
+        finally:
+            self.probe.__exit__(None, None, None)
+            for worker in self.workers:
+                worker.stop()
+        outcome.runs = list(self.recorder.runs)
+        outcome.longest_gap_s, began = self.probe.longest_gap(self.start_at)
+        if outcome.fault_at is not None:
+            outcome.gap_started_after_fault_s = began - outcome.fault_at
+            # Each thread may have had one COMMIT racing the fault: progress is a commit beyond those.
+            outcome.fault_to_progress_s = self.probe.first_after(
+                outcome.fault_at, self.archived_before + self.threads_total
+            )
+            if (stall := self.probe.stall_after(outcome.fault_at)) is not None:
+                outcome.stall_after_fault_s, outcome.fault_to_recovery_s = stall
+        serializer = create_serializer()
+        rows = harness.select(f"SELECT payload, status FROM {harness.archived_job_table}")
+        outcome.archived = Counter(int(serializer.decode(payload)) for payload, _ in rows)
+        outcome.statuses = {status for _, status in rows}
+        return outcome
+
 
 def run_load(
     harness: SqlHarness,
     *,
-    jobs: int,
-    worker_sources: Sequence[Any],
-    threads: int,
-    enqueue_connects: Sequence[Callable[[], Any]],
-    batch: int = 50,
-    work_s: float = 0.0005,
     fault: Callable[[], None] | None = None,
     fault_after: float = 0.3,
-    timeout_s: float = 120.0,
-    polling_interval_ms: int = 10,
+    **load: Any,
 ) -> Outcome:
-    """Run `jobs` jobs: one enqueuer thread per connect, one queue worker per data source.
+    """Run a Load (its keyword arguments: jobs, worker_sources, threads, enqueue_connects, ...) to the end.
 
     `fault` is called (in this thread) once `fault_after` of the jobs have been handled. `harness` reads
     the tables at the end, so its connections must reach the database that survived the fault.
     """
-    outcome = Outcome(jobs)
-    recorder = Recorder(work_s)
-    lock = threading.Lock()
-    start = time.monotonic()
-    deadline = start + timeout_s
-    workers: list[QueueWorker] = [
-        create_queue_worker(
-            source,
-            recorder.handler(w),
-            job_table=harness.job_table,
-            archived_job_table=harness.archived_job_table,
-            worker_threads=threads,
-            polling_interval_ms=polling_interval_ms,
-            log=outcome.events,
-            queue_worker_id=f"scale-{w}",
-        )
-        for w, source in enumerate(worker_sources)
-    ]
-    shares = [range(i, jobs, len(enqueue_connects)) for i in range(len(enqueue_connects))]
-    enqueuers = [
-        threading.Thread(
-            target=enqueuer,
-            args=(connect, share, batch, harness.job_table, outcome, lock, deadline),
-            name=f"enqueuer-{i}",
-        )
-        for i, (connect, share) in enumerate(zip(enqueue_connects, shares, strict=True))
-    ]
-    probe = ProgressProbe(harness)
-    for worker in workers:
-        worker.start()
+    started = Load(harness, **load).start()
     try:
-        with probe:
-            for thread in enqueuers:
-                thread.start()
-            if fault is not None:
-                while recorder.count() < jobs * fault_after and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                archived_before = _count(harness, harness.archived_job_table)
-                outcome.fault_at = time.monotonic()
-                fault()
-            for thread in enqueuers:
-                thread.join(max(deadline - time.monotonic(), 0.1))
-            while time.monotonic() < deadline:
-                outcome.left_in_queue = _left(harness)
-                if outcome.left_in_queue == 0 and not any(t.is_alive() for t in enqueuers):
-                    outcome.drained = True
-                    break
-                time.sleep(0.05)
-            outcome.seconds = time.monotonic() - start
-            outcome.workers_running = all(worker.running for worker in workers)
+        if fault is not None:
+            started.wait_handled(fault_after)
+            started.mark_fault()
+            fault()
     finally:
-        for worker in workers:
-            worker.stop()
-    outcome.runs = list(recorder.runs)
-    outcome.longest_gap_s, began = probe.longest_gap(start)
-    if outcome.fault_at is not None:
-        outcome.gap_started_after_fault_s = began - outcome.fault_at
-        # Each thread may have had one COMMIT racing the fault: progress is a commit beyond those.
-        threads_total = threads * len(worker_sources)
-        outcome.fault_to_progress_s = probe.first_after(outcome.fault_at, archived_before + threads_total)
-    serializer = create_serializer()
-    rows = harness.select(f"SELECT payload, status FROM {harness.archived_job_table}")
-    outcome.archived = Counter(int(serializer.decode(payload)) for payload, _ in rows)
-    outcome.statuses = {status for _, status in rows}
+        outcome = started.finish()
     return outcome

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit
 
 from proletarian_ref.errors import ConfigurationError
 
 _PG_SCHEMES = ("postgresql", "postgres")
 _MYSQL_SCHEMES = ("mysql", "mysql+pymysql", "mariadb")
 PREPARE_THRESHOLD: Final = "prepare_threshold"
+# Query options whose value is a secret: libpq takes `?password=` and `?sslpassword=` (the client key's
+# passphrase) as well as the password in user:password@.
+_SECRET_OPTIONS: Final = frozenset({"password", "sslpassword"})
+_HIDDEN: Final = "***"
 
 
 def dialect_of_dsn(dsn: str) -> str:
@@ -24,17 +29,54 @@ def dialect_of_dsn(dsn: str) -> str:
     )
 
 
+def _is_secret(key: str) -> bool:
+    return unquote_plus(key).lower() in _SECRET_OPTIONS
+
+
+def _secret_values(query: str) -> list[str]:
+    """The raw values of the options of a DSN query that carry a secret."""
+    pieces = [piece.partition("=") for piece in query.split("&")] if query else []
+    return [value for key, _, value in pieces if value and _is_secret(key)]
+
+
 def redact(dsn: str) -> str:
-    """The DSN with its password hidden, for error messages and logs."""
+    """The DSN with every secret hidden (user:***@, ?password=***), for every message and log that shows one.
+
+    The rest stays as written (postgresql:///db keeps its empty host). An empty password is left as it
+    is: there is nothing to hide, and *** would suggest there was.
+    """
     parts = urlsplit(dsn)
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
+    head, mark, rest = dsn.partition("?")
+    if parts.password:
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        hidden = f"{userinfo.split(':', 1)[0]}:{_HIDDEN}@{hosts}"
+        head = head.replace(f"//{parts.netloc}", f"//{hidden}", 1)
+    query, hash_mark, fragment = rest.partition("#")
+    pieces = [piece.partition("=") for piece in query.split("&")]
+    query = "&".join(
+        f"{key}={_HIDDEN}" if value and _is_secret(key) else key + sep + value for key, sep, value in pieces
+    )
+    return head + mark + query + hash_mark + fragment
+
+
+def scrub(text: str, dsn: str) -> str:
+    """`text` (a driver's error, say) with every secret of `dsn` hidden, as written in it and decoded."""
+    parts = urlsplit(dsn)
+    given = [parts.password or "", *_secret_values(parts.query)]
+    secrets = {form for secret in given for form in (secret, unquote(secret), unquote_plus(secret)) if form}
+    # Longest first, so that a secret holding a shorter one is hidden whole.
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, _HIDDEN)
+    return text
 
 
 def mysql_connect_kwargs(dsn: str) -> dict[str, Any]:
-    """PyMySQL keyword arguments for mysql://user:password@host:port/database?option=value."""
+    """PyMySQL keyword arguments for mysql://user:password@host:port/database?option=value.
+
+    Options: `unix_socket`, `connect_timeout`, `read_timeout`, `write_timeout`, `charset` (default
+    utf8mb4), and TLS as MySQL's client names it (`ssl_mode`, `ssl_ca`, `ssl_cert`, `ssl_key`) or as
+    PyMySQL does (`ssl_verify_cert`, `ssl_verify_identity`, `ssl_disabled`); docs/mysql.md has the table.
+    """
     parts = urlsplit(dsn)
     kwargs: dict[str, Any] = {
         "host": parts.hostname or "127.0.0.1",
@@ -46,14 +88,106 @@ def mysql_connect_kwargs(dsn: str) -> dict[str, Any]:
     database = parts.path.lstrip("/")
     if database:
         kwargs["database"] = unquote(database)
+    tls: dict[str, str] = {}
     for key, value in parse_qsl(parts.query):
-        if key == "unix_socket":
-            kwargs["unix_socket"] = value
+        if key in ("unix_socket", "charset"):
+            kwargs[key] = value
         elif key in ("connect_timeout", "read_timeout", "write_timeout"):
             kwargs[key] = int(value)
+        elif key in _TLS_OPTIONS:
+            tls[key] = value
         else:
-            raise ConfigurationError(f"unsupported MySQL DSN option {key!r} in {redact(dsn)!r}")
+            hint = " (TLS options are ssl_mode, ssl_ca, ssl_cert and ssl_key)" if "ssl" in key else ""
+            raise ConfigurationError(f"unsupported MySQL DSN option {key!r}{hint} in {redact(dsn)!r}")
+    try:
+        kwargs.update(_mysql_tls(tls))
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc} in {redact(dsn)!r}") from None
     return kwargs
+
+
+_TLS_OPTIONS: Final = frozenset(
+    {"ssl_mode", "ssl_ca", "ssl_cert", "ssl_key", "ssl_verify_cert", "ssl_verify_identity", "ssl_disabled"}
+)
+_SSL_MODES: Final = ("disabled", "preferred", "required", "verify_ca", "verify_identity")
+# PyMySQL's boolean names, as the ssl_mode each one asks for when true, the strictest last.
+_PYMYSQL_FLAGS: Final = {
+    "ssl_disabled": "disabled",
+    "ssl_verify_cert": "verify_ca",
+    "ssl_verify_identity": "verify_identity",
+}
+
+
+def _flag(key: str, value: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigurationError(f"{key} must be true or false, got {value!r}")
+
+
+def _mysql_tls(options: dict[str, str]) -> dict[str, Any]:
+    """PyMySQL's TLS arguments for the DSN's TLS options: an `ssl` context, `ssl_disabled`, or nothing.
+
+    The modes are MySQL's client's (--ssl-mode). With a CA and no mode the server's certificate is
+    verified (verify_ca), as the mysql client does; PyMySQL alone would encrypt without verifying.
+    Without any option nothing is passed, so PyMySQL's own default holds.
+    """
+    mode = options.get("ssl_mode")
+    if mode is not None:
+        mode = mode.lower()
+        if mode not in _SSL_MODES:
+            raise ConfigurationError(
+                f"ssl_mode must be one of {', '.join(_SSL_MODES)}, got {options['ssl_mode']!r}"
+            )
+    # In the order of _PYMYSQL_FLAGS, so the last is the strictest (verify_identity implies verify_ca).
+    flagged = [(flag, asked) for flag, asked in _PYMYSQL_FLAGS.items() if _flag(flag, options.get(flag, "0"))]
+    if len(flagged) > 1 and flagged[0][1] == "disabled":
+        raise ConfigurationError(f"ssl_disabled=true contradicts {flagged[1][0]}=true")
+    if flagged:
+        flag, asked = flagged[-1]
+        if mode is not None and mode != asked:
+            raise ConfigurationError(f"{flag}=true contradicts ssl_mode={mode}")
+        mode = asked
+    ca, cert, key = options.get("ssl_ca"), options.get("ssl_cert"), options.get("ssl_key")
+    if key is not None and cert is None:
+        raise ConfigurationError("ssl_key needs ssl_cert (the client certificate it belongs to)")
+    if mode is None:
+        if ca is not None:
+            mode = "verify_ca"
+        elif cert is not None:
+            mode = "required"
+        else:
+            return {}
+    if mode == "disabled":
+        if ca or cert:
+            raise ConfigurationError("ssl_mode=disabled contradicts ssl_ca/ssl_cert")
+        return {"ssl_disabled": True}
+    if mode == "preferred":
+        if ca or cert:
+            raise ConfigurationError(
+                "ssl_mode=preferred cannot take ssl_ca/ssl_cert; use required or verify_ca"
+            )
+        return {}
+    return {"ssl": _tls_context(mode, ca, cert, key)}
+
+
+def _tls_context(mode: str, ca: str | None, cert: str | None, key: str | None) -> Any:
+    import ssl
+
+    # A CA with required is verified anyway, as the mysql client does with --ssl-mode=REQUIRED --ssl-ca.
+    verify = mode in ("verify_ca", "verify_identity") or ca is not None
+    try:
+        context = ssl.create_default_context(cafile=ca)
+        context.check_hostname = mode == "verify_identity"
+        context.verify_mode = ssl.CERT_REQUIRED if verify else ssl.CERT_NONE
+        if cert is not None:
+            context.load_cert_chain(cert, keyfile=key)
+    except (OSError, ssl.SSLError) as exc:
+        which = "ssl_ca" if ca is not None and not Path(ca).is_file() else "ssl_cert/ssl_key"
+        raise ConfigurationError(f"cannot load {which}: {exc}") from None
+    return context
 
 
 def postgresql_connect_args(dsn: str) -> tuple[str, dict[str, Any]]:

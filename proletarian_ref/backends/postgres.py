@@ -46,6 +46,14 @@ except ImportError:  # pragma: no cover - psycopg_pool is optional; without it n
 # shutdown, server restart), lock_not_available and idle_in_transaction_session_timeout.
 _TRANSIENT_CLASSES: Final = frozenset({"08", "40", "53", "57"})
 _TRANSIENT_CODES: Final = frozenset({"55P03", "25P03"})
+# read_only_sql_transaction: the server is a standby now, typically a primary just demoted by a failover
+# manager (Patroni) that a proxy (HAProxy, between two health checks) still sends connections to. A new
+# connection can reach the new primary, so the error is transient and the thread drops the connection.
+_READ_ONLY_CODE: Final = "25006"
+READ_ONLY_ADVICE: Final = (
+    "the server is read-only: a standby, such as a primary just demoted by a failover, that a proxy "
+    "still routes to; the worker connects again, which reaches the primary once the proxy has noticed"
+)
 # invalid_sql_statement_name and duplicate_prepared_statement, on a statement psycopg prepared by itself
 # (its names start with _pg3_): the sign of a pooler that moves a client between server connections.
 _LOST_PREPARED_CODES: Final = frozenset({"26000", "42P05"})
@@ -285,6 +293,8 @@ class PostgresBackend(SqlBackend):
         sqlstate = exc.sqlstate or ""
         if sqlstate in _LOST_PREPARED_CODES and _PSYCOPG_PREPARED_PREFIX in message:
             return DatabaseError(f"{message}: {PGBOUNCER_ADVICE}")
+        if sqlstate == _READ_ONLY_CODE:
+            return TransientDatabaseError(f"{message}: {READ_ONLY_ADVICE}")
         if (
             isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
             or sqlstate[:2] in _TRANSIENT_CLASSES
@@ -292,6 +302,10 @@ class PostgresBackend(SqlBackend):
         ):
             return TransientDatabaseError(message)
         return DatabaseError(message)
+
+    def _abandons_connection(self, error: BaseException) -> bool:
+        cause = error.__cause__ if isinstance(error, DatabaseError) else error
+        return isinstance(cause, psycopg.Error) and cause.sqlstate == _READ_ONLY_CODE
 
     def _cursor(self, conn: Any) -> Any:
         # The caller's connection may have a dict row factory; the backend reads rows by position.

@@ -7,7 +7,18 @@ import sys
 from collections.abc import Sequence
 
 from proletarian_ref import __version__
-from proletarian_ref.cli import dashboard, demo, embedded, enqueue, health, jobs, schema, stats, worker
+from proletarian_ref.cli import (
+    dashboard,
+    demo,
+    embedded,
+    enqueue,
+    health,
+    jobs,
+    periodic,
+    schema,
+    stats,
+    worker,
+)
 from proletarian_ref.cli.database import is_driver_error
 from proletarian_ref.cli.env import EnvError, apply_env_defaults, leaf_parsers
 from proletarian_ref.cli.errors import CliError, ExitCode
@@ -31,7 +42,7 @@ directory, schema installed, stopped when the last command using it ends).
 every option can also be set as PROLETARIAN_<OPTION> (e.g. PROLETARIAN_JOB_TABLE); the command line wins.
 
 exit codes: 0 ok, 1 runtime error, 2 usage error, 3 cannot connect to the database, 4 schema missing,
-5 and 6 (health only) lag and claims, 130 interrupted. See docs/cli.md.
+5 and 6 (health only) lag and claims, 7 cannot listen on a port, 130 interrupted. See docs/cli.md.
 """
 
 
@@ -44,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (schema, enqueue, worker, stats, health, demo, embedded):
+    for module in (schema, enqueue, worker, stats, periodic, health, demo, embedded):
         module.add_parser(subparsers)
     jobs.add_parsers(subparsers)
     dashboard.add_parser(subparsers)

@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from types import FrameType
 from typing import Any
 
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
-from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
+from proletarian_ref.cli.errors import CannotListenError, CliError, ExitCode, UsageError, port
 from proletarian_ref.cli.logs import notice
+from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.ops.db import Tables
 
 
-def _port(text: str) -> int:
+def listening_socket(host: str, port_number: int) -> socket.socket:
+    """The dashboard's socket, bound before the command says it serves: a taken port is a clear error."""
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"not a port number (1 to 65535): {text!r}")
-    return value
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port_number, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise CannotListenError(f"the dashboard cannot listen on {host}:{port_number}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise CannotListenError(f"the dashboard cannot listen on {host}:{port_number}: {exc}") from exc
+    return sock
 
 
 def _server_class() -> Any:
@@ -49,7 +59,15 @@ def add_parser(subparsers: Any) -> None:
         "that opened the address with the token printed at start (or given with --token).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    parser.add_argument("--port", type=_port, default=8089, help="(default: %(default)s)")
+    parser.add_argument("--port", type=port, default=8089, help="(default: %(default)s)")
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a further name browsers reach the dashboard by (repeatable); localhost, 127.0.0.1, [::1] and "
+        "the --host address are always allowed, any other Host header is refused (DNS rebinding)",
+    )
     parser.add_argument("--allow-actions", action="store_true", help="show retry and cancel buttons")
     parser.add_argument("--token", help="the token actions need (default: a new random one, printed)")
     add_database_options(parser)
@@ -60,13 +78,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from proletarian_ref.ops.dashboard import Dashboard
+        from proletarian_ref.ops.dashboard import Dashboard, allowed_hosts, check_token
     except ImportError as exc:
         raise CliError(
             f"the dashboard needs its extra: pip install 'proletarian-ref[dashboard]' ({exc})"
         ) from exc
-    if args.token is not None and len(args.token) < 16:
-        raise UsageError("--token must be at least 16 characters")
+    if args.token is not None:
+        if len(args.token) < 16:
+            raise UsageError("--token must be at least 16 characters")
+        try:
+            check_token(args.token)
+        except ConfigurationError as exc:
+            raise UsageError(f"--token: {exc}") from exc
     cli_tables = tables_from(args)
     with open_database(args, cli_tables) as db:
         dashboard = Dashboard(
@@ -75,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
             db.dialect,
             allow_actions=args.allow_actions,
             token=args.token,
+            hosts=allowed_hosts(args.host, args.allowed_host),
         )
+        sock = listening_socket(args.host, args.port)
         address = f"http://{args.host}:{args.port}/"
         if args.allow_actions:
             notice(f"dashboard on {address}?token={dashboard.token} (actions allowed for that browser)")
@@ -83,15 +108,19 @@ def run(args: argparse.Namespace) -> int:
             notice(f"dashboard on {address} (read-only)")
         config = uvicorn.Config(
             dashboard.app(),
-            host=args.host,
-            port=args.port,
             log_config=None,
             access_log=False,
             log_level="warning",
         )
         server = _server_class()(config)
-        server.run()
+        try:
+            server.run(sockets=[sock])
+        except SystemExit as exc:
+            # uvicorn exits on a failure to start; the command's own codes say what went wrong instead.
+            raise CliError(f"the dashboard stopped at start-up (uvicorn exit {exc.code})") from exc
+        finally:
+            sock.close()
         if not server.started:
-            raise CliError(f"the dashboard could not listen on {args.host}:{args.port}")
+            raise CliError(f"the dashboard could not start on {args.host}:{args.port}")
     notice("dashboard stopped")
     return ExitCode.OK

@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from proletarian_ref import schema
 from proletarian_ref.backend import Backend
-from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact
+from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact, scrub
 from proletarian_ref.cli.errors import CannotConnectError, CliError, SchemaMissingCliError, UsageError
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import ConfigurationError
@@ -66,18 +66,6 @@ def tables_from(args: argparse.Namespace) -> Tables:
     return Tables(job, archived)
 
 
-def shown(dsn: str) -> str:
-    """The DSN for messages: the password hidden, an empty one left as it is."""
-    return redact(dsn) if urlsplit(dsn).password else dsn
-
-
-def _scrub(text: str, dsn: str) -> str:
-    password = urlsplit(dsn).password
-    if not password:
-        return text
-    return text.replace(password, "***").replace(unquote(password), "***")
-
-
 def given_dsn(args: argparse.Namespace, *, ignore_env: bool = False) -> tuple[str | None, str]:
     """The DSN given and its origin: (dsn, "--dsn"), (dsn, "PROLETARIAN_DSN") or (None, "")."""
     if getattr(args, "dsn", None):
@@ -101,7 +89,7 @@ class Database:
 
     def describe(self) -> str:
         origin = "the embedded PostgreSQL" if self.server is not None else self.source
-        return f"{shown(self.dsn)} ({origin})"
+        return f"{redact(self.dsn)} ({origin})"
 
     def connect(self) -> Any:
         """A new connection; a failure is a CannotConnectError naming the (redacted) DSN."""
@@ -114,19 +102,19 @@ class Database:
         """The command that installs the missing tables, with the options this command was given."""
         parts = ["proletarian-ref schema install"]
         if self.source == "--dsn":
-            parts.append(f"--dsn {shlex.quote(shown(self.dsn))}")
+            parts.append(f"--dsn {shlex.quote(redact(self.dsn))}")
         if str(self.tables.job) != DEFAULT_JOB_TABLE:
             parts.append(f"--job-table {self.tables.job}")
         if str(self.tables.archived) != DEFAULT_ARCHIVED_JOB_TABLE:
             parts.append(f"--archived-job-table {self.tables.archived}")
         command = " ".join(parts)
-        if self.source == "--dsn" and shown(self.dsn) != self.dsn:
+        if self.source == "--dsn" and redact(self.dsn) != self.dsn:
             command += "   (with the real password in place of ***)"
         return command
 
 
 def cannot_connect(db: Database, exc: BaseException) -> CannotConnectError:
-    detail = _scrub(" ".join(str(exc).split()), db.dsn)
+    detail = scrub(" ".join(str(exc).split()), db.dsn)
     return CannotConnectError(f"cannot connect to {db.describe()}: {type(exc).__name__}: {detail}")
 
 
@@ -134,11 +122,29 @@ def is_driver_error(exc: BaseException) -> bool:
     return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool", "pymysql")
 
 
+def malformed_port(dsn: str) -> str | None:
+    """What is wrong with a port of the DSN (each host's, for a libpq multi-host DSN), or None.
+
+    Checked before the driver sees the DSN: PyMySQL would raise a bare ValueError, and libpq a connection
+    error that reads like a server that is down.
+    """
+    hosts = urlsplit(dsn).netloc.rpartition("@")[2]
+    for host in hosts.split(","):
+        port = host.rpartition("]")[2] if host.startswith("[") else host
+        if ":" not in port:
+            continue
+        text = port.rpartition(":")[2]
+        if text and not (text.isascii() and text.isdigit() and 0 < int(text) < 65536):
+            return f"port {text!r} is not a port number (1 to 65535)"
+    return None
+
+
 def _factory(dsn: str, dialect: str, **overrides: Any) -> Callable[[], Any]:
     try:
         return connection_factory(dsn, connect_timeout=CONNECT_TIMEOUT_S, **overrides)
-    except ConfigurationError as exc:
-        raise UsageError(str(exc)) from exc
+    except ValueError as exc:
+        # ConfigurationError, or the driver's own parsing of an option (a timeout that is not a number).
+        raise UsageError(f"a malformed DSN {redact(dsn)!r}: {exc}") from exc
     except ImportError as exc:
         package, extra = _DRIVER_EXTRAS[dialect]
         raise CliError(
@@ -240,6 +246,9 @@ def open_database(
             dialect = dialect_of_dsn(dsn)
         except ConfigurationError as exc:
             raise UsageError(f"{exc} (from {source})") from exc
+        wrong = malformed_port(dsn)
+        if wrong is not None:
+            raise UsageError(f"a malformed DSN {redact(dsn)!r} (from {source}): {wrong}")
         db = Database(dsn=dsn, dialect=dialect, source=source, tables=tables, factory=_factory(dsn, dialect))
     try:
         if check_schema:

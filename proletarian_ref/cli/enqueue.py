@@ -6,8 +6,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
@@ -33,7 +32,34 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not math.isfinite(value) or abs(value) > _MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"not a number of seconds within +-{_MAX_SECONDS:.0e}: {text!r}")
+    if value > 0:
+        try:
+            datetime.now(UTC) + timedelta(seconds=value)
+        except OverflowError:
+            raise argparse.ArgumentTypeError(
+                f"{text} seconds from now is past the year 9999, the last a time can have"
+            ) from None
     return value
+
+
+def _not_standard(name: str) -> Any:
+    raise ValueError(f"{name} is not standard JSON (no JSON parser but Python's reads it)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is too large for a 64-bit float: it would be stored as infinity")
+    return value
+
+
+def strict_json(text: str) -> Any:
+    """`text` as standard JSON: NaN, Infinity and numbers that overflow a float are refused, like text
+    nested deeper than Python's JSON reader goes, with a ValueError that says so."""
+    try:
+        return json.loads(text, parse_constant=_not_standard, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("nested too deeply for Python's JSON reader (about 1,000 levels at most)") from None
 
 
 def _instant(text: str) -> datetime:
@@ -103,20 +129,29 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def _stdin(what: str) -> IO[str]:
+    if sys.stdin is None or sys.stdin.closed:
+        raise UsageError(f"{what} is -, but stdin is closed: pipe the input in, or give it otherwise")
+    return sys.stdin
+
+
 def parse_payload(text: str) -> Any:
-    source = sys.stdin.read() if text == "-" else text
+    source = _stdin("PAYLOAD_JSON").read() if text == "-" else text
     try:
-        return json.loads(source)
-    except ValueError as exc:
+        return strict_json(source)
+    except json.JSONDecodeError as exc:
         raise UsageError(f"PAYLOAD_JSON is not JSON: {exc}: {source[:80]!r}") from exc
+    except ValueError as exc:
+        raise UsageError(f"PAYLOAD_JSON: {exc}: {source[:80]!r}") from exc
 
 
 def parse_job_line(text: str) -> JobSpec:
     """The job of one --from line; ValueError says what is wrong with it."""
     try:
-        item = json.loads(text)
-    except ValueError as exc:
-        raise ValueError(f"not JSON: {exc}: {text[:80]!r}") from None
+        item = strict_json(text)
+    except json.JSONDecodeError as exc:
+        # The line number is the caller's: the reader's own "line 1" would say it twice, and wrongly.
+        raise ValueError(f"not JSON: {exc.msg} at column {exc.colno}: {text[:80]!r}") from None
     if not isinstance(item, dict):
         raise ValueError(f"expected a JSON object with job_type and payload, got {type(item).__name__}")
     unknown = sorted(set(item) - set(_LINE_KEYS))
@@ -150,23 +185,39 @@ def _text(item: dict[str, Any], key: str) -> str:
     return value
 
 
-def read_job_lines(stream: IO[str], name: str) -> Iterator[tuple[int, JobSpec]]:
-    """(line number, job) for every line of `stream` that is not blank; a bad line is a UsageError."""
+# Enough to fix a file in one go, short enough to read; the count of the others is given.
+_BAD_LINES_SHOWN = 20
+
+
+def read_job_lines(stream: IO[str], name: str) -> list[tuple[int, JobSpec]]:
+    """(line number, job) for every line of `stream` that is not blank.
+
+    Every line is checked: bad lines make one UsageError that names each of them (the first
+    _BAD_LINES_SHOWN, and how many in all), so a file can be fixed in one go.
+    """
+    jobs: list[tuple[int, JobSpec]] = []
+    bad: list[str] = []
     for number, line in enumerate(stream, 1):
         if not line.strip():
             continue
         try:
-            yield number, parse_job_line(line)
+            jobs.append((number, parse_job_line(line)))
         except ValueError as exc:
-            raise UsageError(f"{name} line {number}: {exc}; nothing was enqueued") from None
+            bad.append(f"{name} line {number}: {exc}")
+    if bad:
+        shown = "\n  ".join(bad[:_BAD_LINES_SHOWN])
+        more = f"\n  ... and {len(bad) - _BAD_LINES_SHOWN} more" if len(bad) > _BAD_LINES_SHOWN else ""
+        lines = "1 bad line" if len(bad) == 1 else f"{len(bad)} bad lines"
+        raise UsageError(f"{lines}, nothing was enqueued:\n  {shown}{more}")
+    return jobs
 
 
 def _read_jobs(source: str) -> list[tuple[int, JobSpec]]:
     if source == "-":
-        return list(read_job_lines(sys.stdin, "stdin"))
+        return read_job_lines(_stdin("--from"), "stdin")
     try:
         with open(source, encoding="utf-8") as stream:
-            return list(read_job_lines(stream, source))
+            return read_job_lines(stream, source)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read --from {source}: {exc}") from exc
 

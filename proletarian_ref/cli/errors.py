@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from enum import IntEnum
 
 
@@ -16,6 +17,8 @@ class ExitCode(IntEnum):
     # Only `health`: a probe tells what is wrong from the code alone.
     QUEUE_LAGGING = 5
     CLAIM_HELD_TOO_LONG = 6
+    # `dashboard` and `worker --metrics-port`: the address to serve on is taken or not allowed.
+    CANNOT_LISTEN = 7
     INTERRUPTED = 130
 
 
@@ -46,3 +49,20 @@ class SchemaMissingCliError(CliError):
     """The job or archive table does not exist."""
 
     exit_code = ExitCode.SCHEMA_MISSING
+
+
+class CannotListenError(CliError):
+    """A server of the command (the dashboard, the worker's metrics) cannot listen on its address."""
+
+    exit_code = ExitCode.CANNOT_LISTEN
+
+
+def port(text: str) -> int:
+    """A TCP port option: a whole number from 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"not a port number (1 to 65535): {text!r}")
+    return value

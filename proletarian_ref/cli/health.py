@@ -10,6 +10,7 @@ from typing import Any
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import CannotConnectError, ExitCode
 from proletarian_ref.cli.jobs import duration
+from proletarian_ref.cli.terminal import printable
 from proletarian_ref.ops.db import Tables
 from proletarian_ref.ops.health import Check, HealthReport, check_health
 
@@ -49,7 +50,8 @@ def _print(report: HealthReport, as_json: bool) -> None:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
         return
     for check in report.checks:
-        sys.stdout.write(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<9} {check.detail}\n")
+        # A lagging queue's name comes from the rows.
+        sys.stdout.write(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<9} {printable(check.detail)}\n")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from proletarian_ref.cli.database import add_database_options, open_database, ta
 from proletarian_ref.cli.enqueue import _instant, _seconds
 from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
 from proletarian_ref.cli.logs import notice
+from proletarian_ref.cli.terminal import printable
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.keywords import from_keyword_text
 from proletarian_ref.ops import jobs
@@ -119,7 +120,8 @@ def _connection(args: argparse.Namespace) -> Iterator[tuple[Any, str, Tables]]:
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    # Standard JSON only: jsonable writes non-finite numbers as strings, and allow_nan=False holds to it.
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def _when(value: datetime | None) -> str:
@@ -131,8 +133,8 @@ def format_jobs(views: list[JobView], now: datetime) -> str:
     rows = [
         [
             str(v.job_id),
-            from_keyword_text(v.queue),
-            from_keyword_text(v.job_type),
+            printable(from_keyword_text(v.queue)),
+            printable(from_keyword_text(v.job_type)),
             v.state(now),
             str(v.attempts),
             _when(v.process_at),
@@ -198,12 +200,12 @@ def run_show(args: argparse.Namespace) -> int:
         "process_at",
         "finished_at",
     ):
-        sys.stdout.write(f"{key:<12} {data[key] if data[key] is not None else '-'}\n")
-    sys.stdout.write(f"{'transit':<12} {data['payload_transit']}\n")
+        sys.stdout.write(f"{key:<12} {printable(str(data[key])) if data[key] is not None else '-'}\n")
+    sys.stdout.write(f"{'transit':<12} {printable(data['payload_transit'])}\n")
     if "payload" in data:
         sys.stdout.write("payload (as a handler gets it):\n" + json.dumps(data["payload"], indent=2) + "\n")
     else:
-        sys.stdout.write(f"payload does not decode: {data['payload_error']}\n")
+        sys.stdout.write(f"payload does not decode: {printable(data['payload_error'])}\n")
     return ExitCode.OK
 
 
@@ -245,29 +247,35 @@ def _selected(
     return found, f"{len(found)} {from_keyword_text(status)} job(s) matching {_describe(job_filter)}", False
 
 
+def _line(result: Result) -> str:
+    return f"{result.job_id} {result.outcome}{': ' + result.detail if result.detail else ''}\n"
+
+
 def _report(args: argparse.Namespace, results: list[Result], by_id: bool) -> int:
+    """Each job's outcome (printed as it happened, or here as JSON); exit 1 for a job named by id that was
+    left alone, or any job the database refused."""
     counts = Counter(r.outcome for r in results)
     if args.json:
-        _print_json(
-            {"results": [{"job_id": str(r.job_id), "outcome": r.outcome} for r in results], "counts": counts}
-        )
-    else:
-        for result in results:
-            sys.stdout.write(f"{result.job_id} {result.outcome}\n")
+        _print_json({"results": [r.to_json() for r in results], "counts": counts})
     summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no jobs"
     notice(summary)
-    missed = [r for r in results if r.outcome in ("running", "not-found")]
+    missed = [r for r in results if r.outcome not in jobs.CHANGED]
     if missed and by_id:
         raise CliError(f"{len(missed)} of the jobs named were not changed: {summary}")
+    conflicts = counts.get("conflict", 0)
+    if conflicts:
+        raise CliError(f"the database refused {conflicts} of the jobs: {summary}")
     return ExitCode.OK
 
 
-def _one_line(args: argparse.Namespace) -> Callable[[Result], None] | None:
+def _progress(args: argparse.Namespace) -> Callable[[Result], None] | None:
+    """Each job's line on stdout as soon as its transaction ends (JSON waits for the end)."""
     if args.json:
         return None
 
     def progress(result: Result) -> None:
-        sys.stdout.write(f"{result.job_id} {result.outcome}\n")
+        sys.stdout.write(_line(result))
+        sys.stdout.flush()
 
     return progress
 
@@ -282,7 +290,14 @@ def run_retry(args: argparse.Namespace) -> int:
             return ExitCode.OK
         if (args.dry_run or not by_id) and not confirm(plan, args):
             return ExitCode.OK
-        results = jobs.retry_jobs(conn, ids, process_at=args.process_at, tables=tables, dialect=dialect)
+        results = jobs.retry_jobs(
+            conn,
+            ids,
+            process_at=args.process_at,
+            tables=tables,
+            dialect=dialect,
+            on_result=_progress(args),
+        )
     return _report(args, results, by_id)
 
 
@@ -295,7 +310,7 @@ def run_cancel(args: argparse.Namespace) -> int:
             return ExitCode.OK
         if not confirm(plan, args):
             return ExitCode.OK
-        results = jobs.cancel_jobs(conn, ids, tables=tables, dialect=dialect)
+        results = jobs.cancel_jobs(conn, ids, tables=tables, dialect=dialect, on_result=_progress(args))
     return _report(args, results, by_id)
 
 
@@ -311,7 +326,9 @@ def run_reschedule(args: argparse.Namespace) -> int:
         if not confirm(plan, args):
             return ExitCode.OK
         try:
-            results = jobs.reschedule_jobs(conn, ids, when, tables=tables, dialect=dialect)
+            results = jobs.reschedule_jobs(
+                conn, ids, when, tables=tables, dialect=dialect, on_result=_progress(args)
+            )
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from exc
     return _report(args, results, by_id)

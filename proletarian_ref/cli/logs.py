@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from proletarian_ref.log import EXCEPTION, THROWABLE
+from proletarian_ref.log import EXCEPTION, THROWABLE, log_value
 
 LEVELS: Final = ("debug", "info", "warning", "error")
 FORMATS: Final = ("text", "json")
@@ -38,20 +38,6 @@ def add_log_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseException):
-        return {"type": type(value).__name__, "message": str(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time, level, event and, for worker events, Proletarian's data keys."""
 
@@ -64,7 +50,7 @@ class JsonFormatter(logging.Formatter):
         event = getattr(record, "proletarian_event", None)
         if isinstance(data, Mapping) and isinstance(event, str):
             line["event"] = event
-            line.update(_jsonable({k: v for k, v in data.items() if k not in (EXCEPTION, THROWABLE)}))
+            line.update(log_value({k: v for k, v in data.items() if k not in (EXCEPTION, THROWABLE)}))
             error = data.get(EXCEPTION) or data.get(THROWABLE)
             if isinstance(error, BaseException):
                 key = EXCEPTION if EXCEPTION in data else THROWABLE

@@ -9,6 +9,7 @@ from typing import Any
 
 from proletarian_ref.cli.database import add_database_options, open_database, tables_from
 from proletarian_ref.cli.errors import ExitCode
+from proletarian_ref.cli.terminal import printable
 from proletarian_ref.ops.durations import format_duration as format_age
 from proletarian_ref.ops.stats import Stats, queue_stats
 
@@ -17,8 +18,9 @@ def add_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "stats",
         help="jobs due, scheduled and archived, per queue",
-        description="Per queue: jobs due now, jobs scheduled later, the age of the oldest due job, and "
-        "archived jobs by status. Queue and status names are shown without their EDN colon.",
+        description="Per queue: jobs due now and waiting, jobs running (held by a worker), jobs scheduled "
+        "later, the age of the oldest waiting job, and archived jobs by status. Queue and status names are "
+        "shown without their EDN colon.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_database_options(parser)
@@ -33,11 +35,19 @@ def format_table(stats: Stats) -> str:
         return f"{header}\nno jobs, queued or archived\n"
     others = sorted({status for q in stats.queues for status in q.archived} - {"success", "failure"})
     statuses = ["success", "failure", *others]
-    columns = ["QUEUE", "DUE", "SCHEDULED", "OLDEST DUE", *(s.upper() for s in statuses)]
+    columns = [
+        "QUEUE",
+        "DUE",
+        "RUNNING",
+        "SCHEDULED",
+        "OLDEST DUE",
+        *(printable(s.upper()) for s in statuses),
+    ]
     rows = [
         [
-            q.queue,
+            printable(q.queue),
             str(q.due),
+            str(q.running),
             str(q.scheduled),
             format_age(q.oldest_due_age),
             *(str(q.archived.get(s, 0)) for s in statuses),

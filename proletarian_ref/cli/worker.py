@@ -24,8 +24,16 @@ from proletarian_ref.cli.database import (
     open_database,
     tables_from,
 )
-from proletarian_ref.cli.errors import CliError, ExitCode, SchemaMissingCliError, UsageError
+from proletarian_ref.cli.errors import (
+    CannotListenError,
+    CliError,
+    ExitCode,
+    SchemaMissingCliError,
+    UsageError,
+    port,
+)
 from proletarian_ref.cli.logs import notice
+from proletarian_ref.cli.periodic import running_scheduler
 from proletarian_ref.errors import InvalidKeywordError, SchemaMissingError, ShutdownTimeoutError
 from proletarian_ref.job import Job
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
@@ -133,20 +141,42 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--metrics-port",
-        type=_positive,
+        type=port,
         metavar="PORT",
         help="serve Prometheus metrics on http://HOST:PORT/metrics (needs prometheus_client)",
     )
     parser.add_argument("--metrics-host", default="127.0.0.1", help="(default: %(default)s)")
+    parser.add_argument(
+        "--metrics-job-types",
+        type=_natural,
+        metavar="N",
+        help="job types with a job_type label of their own; later ones are counted as (other) "
+        "(default: 20; 0: every one)",
+    )
+    parser.add_argument(
+        "--schedules",
+        metavar="MODULE:OBJECT",
+        help="also run a periodic-job scheduler for this list of Schedule objects (docs/periodic.md); any "
+        "number of workers may run one",
+    )
     add_database_options(parser)
     parser.set_defaults(run=run)
 
 
 def load_handler(spec: str) -> HandlerFn:
     """The callable named by "package.module:function" (or "module:Class.method")."""
+    target = load_attribute(spec, "--handler", "function")
+    if not callable(target):
+        raise UsageError(f"--handler {spec!r} is a {type(target).__name__}, not a function")
+    handler: HandlerFn = target
+    return handler
+
+
+def load_attribute(spec: str, option: str, what: str) -> Any:
+    """The object named by "package.module:attribute" (or "module:Class.attribute") for `option`."""
     module_name, sep, attribute_path = spec.partition(":")
     if not sep or not module_name or not attribute_path:
-        raise UsageError(f"--handler {spec!r} must look like 'package.module:function'")
+        raise UsageError(f"{option} {spec!r} must look like 'package.module:{what}'")
     # A console script does not put the current directory on sys.path as `python -m` does; handlers
     # usually live in the project the command is run from.
     cwd = os.getcwd()
@@ -157,22 +187,19 @@ def load_handler(spec: str) -> HandlerFn:
     except ModuleNotFoundError as exc:
         if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise UsageError(
-                f"--handler {spec!r}: no module named {exc.name!r} (searched the current directory and "
+                f"{option} {spec!r}: no module named {exc.name!r} (searched the current directory and "
                 "sys.path; set PYTHONPATH or install the package)"
             ) from exc
-        raise UsageError(f"--handler {spec!r}: importing {module_name!r} failed: {exc}") from exc
+        raise UsageError(f"{option} {spec!r}: importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:
         raise UsageError(
-            f"--handler {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            f"{option} {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from exc
     for part in attribute_path.split("."):
         if not hasattr(target, part):
-            raise UsageError(f"--handler {spec!r}: {module_name!r} has no attribute {attribute_path!r}")
+            raise UsageError(f"{option} {spec!r}: {module_name!r} has no attribute {attribute_path!r}")
         target = getattr(target, part)
-    if not callable(target):
-        raise UsageError(f"--handler {spec!r} is a {type(target).__name__}, not a function")
-    handler: HandlerFn = target
-    return handler
+    return target
 
 
 def retry_strategy_fn(retries: int | None, delays: tuple[int, ...] | None) -> RetryStrategyFn | None:
@@ -309,13 +336,18 @@ def metrics_server(args: argparse.Namespace, db: Database) -> Iterator[Any]:
         raise CliError(
             f"--metrics-port needs prometheus_client: pip install 'proletarian-ref[metrics]' ({exc})"
         ) from exc
-    metrics = WorkerMetrics()
-    collector = QueueCollector(db.factory, Tables(db.tables.job, db.tables.archived), db.dialect)
+    limit = args.metrics_job_types
+    metrics = WorkerMetrics() if limit is None else WorkerMetrics(max_job_types=limit)
+    collector = QueueCollector(
+        db.factory, Tables(db.tables.job, db.tables.archived), db.dialect, _queues(args.queue)
+    )
     metrics.registry.register(collector)
     try:
         stop = serve(metrics.registry, args.metrics_port, args.metrics_host)
     except OSError as exc:
-        raise CliError(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}") from exc
+        raise CannotListenError(
+            f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}"
+        ) from exc
     notice(f"metrics on http://{args.metrics_host}:{args.metrics_port}/metrics")
     try:
         yield metrics
@@ -387,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
                 backend=backend,
             )
             runs.append((run_state, worker))
-        with stop_on_signals(stop):
+        with stop_on_signals(stop), running_scheduler(args.schedules, db, stop):
             for _, worker in runs:
                 start_as_daemons(worker)
             threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"

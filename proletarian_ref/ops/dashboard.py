@@ -3,6 +3,9 @@
 Read-only unless `allow_actions`. An action is a POST that must carry the session cookie set by visiting
 `/?token=TOKEN`, a CSRF field derived from the token, and an Origin (or Referer) of this very server;
 the cookie is SameSite=Strict and HttpOnly, and pages may not be framed. The pages use no JavaScript.
+Every request must name this server in its Host header (localhost, the loopback addresses, the address
+it is bound to, or a name added with `allowed_hosts`), so a page on another site that rebinds its own
+name to this address (DNS rebinding) cannot read it.
 Needs starlette, jinja2 and python-multipart (pip install 'proletarian-ref[dashboard]').
 """
 
@@ -11,8 +14,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -21,12 +25,14 @@ from urllib.parse import urlencode, urlsplit
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from proletarian_ref.errors import ConfigurationError
-from proletarian_ref.keywords import from_keyword_text
+from proletarian_ref.keywords import from_keyword_text, to_keyword_text
 from proletarian_ref.ops import jobs
 from proletarian_ref.ops.db import Tables
 from proletarian_ref.ops.durations import format_duration
@@ -34,6 +40,9 @@ from proletarian_ref.ops.stats import queue_stats, throughput
 
 COOKIE: Final = "proletarian_dashboard"
 FAILURES_SHOWN: Final = 20
+# Queues a page of the overview shows: the page's size and the time to make it stay the same however many
+# queues there are.
+QUEUES_SHOWN: Final = 100
 PAGE_SIZE: Final = 50
 REFRESH_S: Final = 10
 _PAYLOAD_EXCERPT: Final = 120
@@ -47,8 +56,35 @@ _HEADERS: Final = {
 }
 
 
+# The names a browser on this machine reaches the dashboard by; starlette compares them without the port.
+LOCAL_HOSTS: Final = ("localhost", "127.0.0.1", "[::1]", "::1")
+# A token goes into an address and a cookie: URL-safe ASCII only.
+_TOKEN: Final = re.compile(r"[A-Za-z0-9._~-]+")
+_WILDCARD_BINDS: Final = ("0.0.0.0", "::", "[::]", "")
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def allowed_hosts(bind_host: str, extra: Sequence[str] = ()) -> list[str]:
+    """The Host header values the dashboard answers: local names, the bound address, and `extra`."""
+    hosts = [*LOCAL_HOSTS]
+    if bind_host not in _WILDCARD_BINDS:
+        hosts.append(f"[{bind_host}]" if ":" in bind_host and not bind_host.startswith("[") else bind_host)
+    hosts.extend(extra)
+    return list(dict.fromkeys(h.lower() for h in hosts))
+
+
+def check_token(token: str) -> None:
+    """Refuse a token that could not travel in an address and a cookie as it is."""
+    if not _TOKEN.fullmatch(token):
+        raise ConfigurationError("the token may hold only ASCII letters, digits and - _ . ~")
+
+
+def _same(given: str, expected: str) -> bool:
+    """A constant-time comparison that takes any text: compare_digest refuses str with non-ASCII."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode("utf-8"))
 
 
 class Dashboard:
@@ -62,11 +98,15 @@ class Dashboard:
         *,
         allow_actions: bool = False,
         token: str | None = None,
+        hosts: Sequence[str] = LOCAL_HOSTS,
     ) -> None:
+        if token is not None:
+            check_token(token)
         self.connect = connect
         self.tables = tables
         self.dialect = dialect
         self.allow_actions = allow_actions
+        self.hosts = list(hosts)
         self.token = token or new_token()
         self.csrf = hmac.new(self.token.encode(), b"csrf", hashlib.sha256).hexdigest()
         self.templates = Environment(
@@ -83,14 +123,21 @@ class Dashboard:
         finally:
             conn.close()
 
-    def overview(self) -> dict[str, Any]:
+    def overview(self, after: str | None = None) -> dict[str, Any]:
+        """One page of QUEUES_SHOWN queues after the queue `after` (by name), with the recent failures.
+
+        The job table is read a page at a time (keyset, in the index's order); the throughput covers the
+        last 15 minutes only, which also brings in the queues whose jobs all finished.
+        """
+        after_text = None if after is None else to_keyword_text(after, what="queue")
+
         def read(conn: Any) -> dict[str, Any]:
             options: dict[str, Any] = {
                 "job_table": self.tables.job,
                 "archived_job_table": self.tables.archived,
                 "dialect": self.dialect,
             }
-            stats = queue_stats(conn, archived=False, **options)
+            stats = queue_stats(conn, archived=False, after=after_text, limit=QUEUES_SHOWN + 1, **options)
             done = throughput(conn, **options)
             failures = jobs.list_jobs(
                 conn,
@@ -105,9 +152,19 @@ class Dashboard:
         rows: dict[str, dict[str, Any]] = {}
         for q in data["stats"].queues:
             lag = format_duration(q.oldest_due_age) if q.oldest_due_age is not None else "-"
-            rows[q.queue] = {"queue": q.queue, "due": q.due, "scheduled": q.scheduled, "lag": lag}
+            rows[q.queue] = {
+                "queue": q.queue,
+                "due": q.due,
+                "running": q.running,
+                "scheduled": q.scheduled,
+                "lag": lag,
+            }
         for t in data["done"]:
-            row = rows.setdefault(t.queue, {"queue": t.queue, "due": 0, "scheduled": 0, "lag": "-"})
+            if after is not None and t.queue <= after:
+                continue
+            row = rows.setdefault(
+                t.queue, {"queue": t.queue, "due": 0, "running": 0, "scheduled": 0, "lag": "-"}
+            )
             done = row.setdefault("done", [0, 0, 0])
             row["done"] = [done[0] + t.last_1m, done[1] + t.last_5m, done[2] + t.last_15m]
             if t.status == "failure":
@@ -115,20 +172,62 @@ class Dashboard:
         for row in rows.values():
             row.setdefault("done", [0, 0, 0])
             row.setdefault("failed15", 0)
+        ordered = sorted(rows.values(), key=lambda r: r["queue"])
+        # Past the job table's page, a queue of the throughput alone may belong to a later page.
+        page = ordered[:QUEUES_SHOWN]
+        more = len(ordered) > QUEUES_SHOWN
         now = data["stats"].now
         failures = [{**view.to_json(now), "payload": _excerpt(view)} for view in data["failures"]]
         return {
             "now": now.strftime("%Y-%m-%d %H:%M:%SZ"),
-            "queues": sorted(rows.values(), key=lambda r: r["queue"]),
+            "queues": page,
+            "next_url": "/?" + urlencode({"after": page[-1]["queue"]}) if more else None,
             "failures": failures,
         }
 
+    def schedules(self) -> dict[str, Any]:
+        """The periodic side table's rows with their next tick, or why there are none (docs/periodic.md)."""
+        from proletarian_ref import side_tables
+        from proletarian_ref.backends import backend_for_connection
+        from proletarian_ref.periodic import recorded_next_tick, store_for
+
+        def read(conn: Any) -> list[Any] | None:
+            backend = backend_for_connection(conn)
+            try:
+                if not side_tables.exists(backend, conn, "periodic", self.tables.job):
+                    return None
+                return store_for(backend, self.tables.job).states(conn)
+            finally:
+                conn.rollback()
+
+        states = self._with_connection(read)
+        now = datetime.now(UTC)
+        shown = "%Y-%m-%d %H:%M:%SZ"
+        rows = [
+            {
+                "name": state.name,
+                "definition": state.definition,
+                "version": state.version,
+                "last_tick": state.last_tick.strftime(shown) if state.last_job_id is not None else "-",
+                "next_tick": next_at.strftime(shown) if (next_at := recorded_next_tick(state, now)) else "-",
+                "updated_at": state.updated_at.strftime(shown),
+            }
+            for state in states or []
+        ]
+        return {"now": now.strftime(shown), "installed": states is not None, "schedules": rows}
+
     # -- HTTP ------------------------------------------------------------------------------------------
 
+    def _has_session(self, request: Request) -> bool:
+        return _same(request.cookies.get(COOKIE, ""), self.token)
+
     def _render(self, name: str, request: Request, status_code: int = 200, **context: Any) -> HTMLResponse:
+        session = self._has_session(request)
         html = self.templates.get_template(name).render(
             tables=self.tables,
-            actions=self.allow_actions,
+            # Buttons only for the browser whose POSTs would be accepted.
+            actions=self.allow_actions and session,
+            actions_allowed=self.allow_actions,
             csrf=self.csrf,
             flash=request.query_params.get("done"),
             **context,
@@ -139,13 +238,21 @@ class Dashboard:
         given = request.query_params.get("token")
         if given is not None:
             # Trade the token in the address for a cookie, and drop it from the address bar and history.
-            if not hmac.compare_digest(given, self.token):
+            if not _same(given, self.token):
                 return PlainTextResponse("wrong token", status_code=403, headers=_HEADERS)
             response = RedirectResponse("/", status_code=303, headers=_HEADERS)
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
             return response
-        data = await run_in_threadpool(self.overview)
+        after = request.query_params.get("after") or None
+        try:
+            data = await run_in_threadpool(self.overview, after)
+        except ConfigurationError as exc:
+            return PlainTextResponse(str(exc), status_code=400, headers=_HEADERS)
         return self._render("overview.html", request, title="Queues", refresh=REFRESH_S, **data)
+
+    async def schedules_page(self, request: Request) -> Response:
+        data = await run_in_threadpool(self.schedules)
+        return self._render("schedules.html", request, title="Schedules", refresh=REFRESH_S, **data)
 
     async def job_list(self, request: Request) -> Response:
         status = request.query_params.get("status", "queued")
@@ -210,9 +317,9 @@ class Dashboard:
         """Why this POST is not an action the person at this dashboard asked for, or None."""
         if not self.allow_actions:
             return "actions are off: start the dashboard with --allow-actions"
-        if not hmac.compare_digest(request.cookies.get(COOKIE, ""), self.token):
+        if not self._has_session(request):
             return "no valid session: open the address with ?token=... that the dashboard printed"
-        if not hmac.compare_digest(str(form.get("csrf", "")), self.csrf):
+        if not _same(str(form.get("csrf", "")), self.csrf):
             return "the form's CSRF field is missing or wrong"
         site = request.headers.get("sec-fetch-site")
         if site is not None and site not in ("same-origin", "none"):
@@ -255,10 +362,12 @@ class Dashboard:
             routes=[
                 Route("/", self.home),
                 Route("/jobs", self.job_list),
+                Route("/schedules", self.schedules_page),
                 Route("/jobs/{job_id}", self.job),
                 Route("/jobs/{job_id}/retry", self._action("retry", retry), methods=["POST"]),
                 Route("/jobs/{job_id}/cancel", self._action("cancel", cancel), methods=["POST"]),
-            ]
+            ],
+            middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=self.hosts, www_redirect=False)],
         )
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -132,6 +134,26 @@ def execute(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> 
         cursor.close()
 
 
+# PostgreSQL's classes of integrity violations and of transaction rollbacks (deadlock, serialization), and
+# lock_not_available; MySQL's duplicate key, lock wait timeout and deadlock.
+_PG_CONFLICT_CLASSES: Final = frozenset({"23", "40"})
+_PG_CONFLICT_CODES: Final = frozenset({"55P03"})
+_MYSQL_CONFLICT_CODES: Final = frozenset({1062, 1205, 1213, 1451, 1452})
+
+
+def conflict_reason(exc: BaseException) -> str | None:
+    """The database's reason when it refused one job's transaction over its rows; None for other errors."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        if sqlstate[:2] in _PG_CONFLICT_CLASSES or sqlstate in _PG_CONFLICT_CODES:
+            return f"{type(exc).__name__} ({sqlstate}): {' '.join(str(exc).split())}"
+        return None
+    args = getattr(exc, "args", ())
+    if type(exc).__module__.startswith("pymysql") and args and args[0] in _MYSQL_CONFLICT_CODES:
+        return f"{type(exc).__name__} ({args[0]}): {' '.join(str(args[1:] and args[1]).split())}"
+    return None
+
+
 def in_transaction(conn: Any, dialect: str) -> bool:
     """Whether `conn` has a transaction open (psycopg's transaction status, PyMySQL's server status)."""
     if dialect == "mysql":
@@ -157,6 +179,38 @@ def query(conn: Any, dialect: str, statement: str, params: dict[str, Any]) -> li
 def ended(conn: Any) -> None:
     """The operation committed or rolled back the transaction its statements began."""
     _begun.discard(conn)
+
+
+def can_tell_held(conn: Any, dialect: str) -> bool:
+    """Whether this connection can tell the rows a worker holds from the others.
+
+    PostgreSQL reads it without a lock. MySQL shows it only to a locking read (SKIP LOCKED), whose locks
+    must not outlive the read: never inside a transaction the caller has open.
+    """
+    return dialect != "mysql" or not in_transaction(conn, dialect)
+
+
+@contextmanager
+def held_rows_read(conn: Any, dialect: str) -> Iterator[None]:
+    """A read that tells held rows, ended with the block; on MySQL a READ COMMITTED transaction of its own
+    (no gap locks), whose locks the rollback at the end releases at once."""
+    read_committed_next(conn, dialect)
+    try:
+        yield
+    finally:
+        end_read(conn)
+
+
+def read_committed_next(conn: Any, dialect: str) -> None:
+    """On MySQL, run the next transaction at READ COMMITTED: its locking statements take record locks on
+    the rows they change or return and no gap locks, so workers' INSERTs never wait for them. The session's
+    own level is unchanged. Call it with no transaction open."""
+    if dialect == "mysql":
+        cursor = conn.cursor()
+        try:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+        finally:
+            cursor.close()
 
 
 def end_read(conn: Any) -> None:

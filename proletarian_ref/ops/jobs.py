@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -26,6 +27,8 @@ from proletarian_ref.job import to_process_at
 from proletarian_ref.keywords import from_keyword_text, to_keyword_text
 from proletarian_ref.ops.db import (
     Tables,
+    can_tell_held,
+    conflict_reason,
     db_time,
     decode_job_id,
     dialect_of,
@@ -34,8 +37,10 @@ from proletarian_ref.ops.db import (
     ended,
     execute,
     from_db_time,
+    held_rows_read,
     parse_job_id,
     query,
+    read_committed_next,
     render,
     require_no_transaction,
 )
@@ -46,15 +51,33 @@ STATUS_FAILURE: Final = ":failure"
 # happened. Readers that only know :success and :failure see neither.
 STATUS_CANCELLED: Final = ":cancelled"
 QUEUED_STATUSES: Final = ("queued", "due", "scheduled")
+# Every archived job, whatever its status: a word of ours, never stored, so it cannot name a status.
+ARCHIVED: Final = "archived"
 DEFAULT_PAGE_SIZE: Final = 50
 DEFAULT_BATCH_SIZE: Final = 500
 
-Outcome = Literal["retried", "cancelled", "rescheduled", "running", "not-found"]
+Outcome = Literal[
+    "retried",
+    "cancelled",
+    "rescheduled",
+    # Left alone: a worker holds it; it is queued, not archived (retry); it is archived, not queued (cancel,
+    # reschedule); archived as :success or another status retry does not take; in neither table; or the
+    # database refused this job's transaction (Result.detail says why).
+    "running",
+    "queued",
+    "archived",
+    "not-retryable",
+    "not-found",
+    "conflict",
+]
+# The outcomes that change the job; a job named by id with any other makes the CLI exit 1.
+CHANGED: Final = frozenset(("retried", "cancelled", "rescheduled"))
 
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """Which jobs: `status` is queued, due or scheduled (the job table) or an archive status."""
+    """Which jobs: `status` is queued, due or scheduled (the job table), archived (every archived job) or
+    one archive status."""
 
     queue: str | None = None
     job_type: str | None = None
@@ -78,7 +101,7 @@ class JobFilter:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, to_keyword_text(value, what=name))
-        if not self.queued:
+        if not self.queued and self.status != ARCHIVED:
             object.__setattr__(self, "status", to_keyword_text(self.status, what="status"))
 
     @property
@@ -92,7 +115,7 @@ class JobFilter:
         values = {
             "queue": self.queue,
             "job_type": self.job_type,
-            "status": None if self.queued else self.status,
+            "status": None if self.queued or self.status == ARCHIVED else self.status,
             "min_attempts": self.min_attempts,
             "max_attempts": self.max_attempts,
             "enqueued_before": time(self.older_than),
@@ -116,15 +139,20 @@ class JobView:
     process_at: datetime
     status: str | None = None
     finished_at: datetime | None = None
+    # A worker holds the row (its claim's lock): the job is being run right now.
+    running: bool = False
 
     @property
     def archived(self) -> bool:
         return self.status is not None
 
     def state(self, now: datetime) -> str:
-        """queued jobs: due or scheduled; archived ones: their status without the colon."""
+        """queued jobs: running (a worker holds it), due (waiting) or scheduled; archived ones: their status
+        without the colon."""
         if self.status is not None:
             return from_keyword_text(self.status)
+        if self.running:
+            return "running"
         return "due" if self.process_at <= now else "scheduled"
 
     def payload(self, serializer: Serializer | None = None) -> Any:
@@ -156,17 +184,26 @@ class Page:
 
 @dataclass(frozen=True, slots=True)
 class Result:
-    """What an operation did to one job."""
+    """What an operation did to one job, and why it was left alone (empty when it was changed)."""
 
     job_id: Any
     outcome: Outcome
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"job_id": str(self.job_id), "outcome": self.outcome}
+        return {**data, "detail": self.detail} if self.detail else data
 
 
 _SERIALIZER: Final = create_serializer()
 
 
 def jsonable(value: Any) -> Any:
-    """A decoded payload in JSON's types: sets and tuples as lists, other values as their text."""
+    """A decoded payload in standard JSON's types: sets and tuples as lists, a non-finite number (Transit
+    carries NaN and the infinities) as the string "NaN", "Infinity" or "-Infinity", other values as their
+    text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict) or (hasattr(value, "items") and hasattr(value, "keys")):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
@@ -236,8 +273,28 @@ def list_jobs(
         rows = query(conn, active, render(active, "ops.sql", name, tables), params)
     finally:
         end_read(conn)
-    views = [_view(row) for row in rows[:limit]]
+    views = _with_running(conn, active, tables, [_view(row) for row in rows[:limit]], now)
     return Page(views, _cursor_of(views[-1]) if len(rows) > limit else None)
+
+
+def _with_running(
+    conn: Any, dialect: str, tables: Tables, views: list[JobView], now: datetime
+) -> list[JobView]:
+    """The views with `running` set on the due jobs a worker holds (ops.db.can_tell_held says when)."""
+    due = [v.job_id for v in views if not v.archived and v.process_at <= now]
+    if not due or not can_tell_held(conn, dialect):
+        return views
+    stored = [encode_job_id(dialect, job_id) for job_id in due]
+    with held_rows_read(conn, dialect):
+        rows = query(
+            conn,
+            dialect,
+            render(dialect, "ops.sql", "free_jobs", tables),
+            {"job_ids": stored if dialect == "postgresql" else tuple(stored)},
+        )
+    free = {decode_job_id(row[0]) for row in rows}
+    held = set(due) - free
+    return [replace(v, running=True) if v.job_id in held else v for v in views]
 
 
 def iter_jobs(
@@ -280,107 +337,140 @@ def _id_kind_checked(job_ids: Iterable[Any]) -> Iterator[None]:
 
 
 def show_job(
-    conn: Any, job_id: Any, *, tables: Tables | None = None, dialect: str | None = None
+    conn: Any,
+    job_id: Any,
+    *,
+    tables: Tables | None = None,
+    dialect: str | None = None,
+    clock: Clock | None = None,
 ) -> JobView | None:
     """The job with this id, queued or archived, or None."""
     active = dialect_of(conn, dialect)
     tables = tables or Tables.of()
     parsed = parse_job_id(job_id)
     params = {"job_id": encode_job_id(active, parsed)}
+    found: JobView | None = None
     try:
         with _id_kind_checked([parsed]):
             for name in ("show_queued", "show_archived"):
                 rows = query(conn, active, render(active, "ops.sql", name, tables), params)
                 if rows:
-                    return _view(rows[0])
+                    found = _view(rows[0])
+                    break
     finally:
         end_read(conn)
-    return None
+    if found is None:
+        return None
+    [view] = _with_running(conn, active, tables, [found], now_from(clock or system_utc))
+    return view
 
 
 def _run(conn: Any, dialect: str, tables: Tables, name: str, params: dict[str, Any]) -> Any:
     return execute(conn, dialect, render(dialect, "ops.sql", name, tables), params)
 
 
-def _retry_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, process_at: Any) -> Outcome:
-    params = {"job_id": stored_id, "status": STATUS_FAILURE, "process_at": process_at}
-    if not _run(conn, dialect, tables, "lock_archived", params)[0]:
-        return "not-found"
+# What one job's own transaction did: an outcome and, when the job was left alone, why.
+Done = tuple[Outcome, str]
+
+
+def _elsewhere(conn: Any, dialect: str, tables: Tables, params: dict[str, Any]) -> Done:
+    """Why a job the operation did not find in the state it acts on was left alone: where it is instead."""
+    if _run(conn, dialect, tables, "show_queued", params)[0]:
+        return "queued", "still queued, not archived"
+    archived = _run(conn, dialect, tables, "show_archived", params)[0]
+    if archived:
+        return "archived", f"archived with status {archived[0][7]}"
+    return "not-found", f"in neither {tables.job} nor {tables.archived}"
+
+
+def _retry_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, process_at: Any) -> Done:
+    params = {
+        "job_id": stored_id,
+        "status": STATUS_FAILURE,
+        "other_status": STATUS_CANCELLED,
+        "process_at": process_at,
+    }
+    locked = _run(conn, dialect, tables, "lock_archived", params)[0]
+    if not locked:
+        outcome, why = _elsewhere(conn, dialect, tables, params)
+        if outcome == "archived":
+            return "not-retryable", f"{why}: only {STATUS_FAILURE} and {STATUS_CANCELLED} are retried"
+        return outcome, why
     _run(conn, dialect, tables, "requeue_archived", params)
     _run(conn, dialect, tables, "delete_archived", params)
-    return "retried"
+    return "retried", "" if locked[0][1] == STATUS_FAILURE else f"was {locked[0][1]}"
 
 
-def _lock_queued(conn: Any, dialect: str, tables: Tables, params: dict[str, Any]) -> Outcome | None:
-    """None once the queued job is locked here; else why it cannot be: a worker runs it, or it is gone."""
+def _lock_queued(conn: Any, dialect: str, tables: Tables, params: dict[str, Any]) -> Done | None:
+    """None once the queued job is locked here; else why not: a worker runs it, or it is not queued."""
     if _run(conn, dialect, tables, "lock_queued", params)[0]:
         return None
     rows = _run(conn, dialect, tables, "queued_exists", params)[0]
-    return "running" if rows and int(rows[0][0]) else "not-found"
+    if rows and int(rows[0][0]):
+        return "running", ""
+    return _elsewhere(conn, dialect, tables, params)
 
 
-def _cancel_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, finished_at: Any) -> Outcome:
+def _cancel_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, finished_at: Any) -> Done:
     params = {"job_id": stored_id, "status": STATUS_CANCELLED, "finished_at": finished_at}
     refused = _lock_queued(conn, dialect, tables, params)
     if refused is not None:
         return refused
     _run(conn, dialect, tables, "archive_cancelled", params)
     _run(conn, dialect, tables, "delete_queued", params)
-    return "cancelled"
+    return "cancelled", ""
 
 
-def _reschedule_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, process_at: Any) -> Outcome:
+def _reschedule_one(conn: Any, dialect: str, tables: Tables, stored_id: Any, process_at: Any) -> Done:
     params = {"job_id": stored_id, "process_at": process_at}
     refused = _lock_queued(conn, dialect, tables, params)
     if refused is not None:
         return refused
     _run(conn, dialect, tables, "reschedule_queued", params)
-    return "rescheduled"
-
-
-def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    return "rescheduled", ""
 
 
 def _apply(
     conn: Any,
     job_ids: Iterable[Any],
-    one: Callable[[Any, str, Tables, Any, Any], Outcome],
+    one: Callable[[Any, str, Tables, Any, Any], Done],
     value: Any,
     *,
     tables: Tables,
     dialect: str,
-    batch_size: int,
     on_result: Callable[[Result], None] | None,
 ) -> list[Result]:
-    """`one` on each job, a transaction per batch: a batch that fails is rolled back whole and raised."""
+    """`one` on each job in a transaction of its own, so that each job's outcome is its own.
+
+    A transaction holds the rows of one job only, so two operators working on the same jobs in any order
+    wait for each other a job at a time and never deadlock. A job the database refuses (a conflict: the id
+    is queued already, a deadlock with a worker, a lock wait timeout) is rolled back alone and reported as
+    "conflict" with the database's reason; any other error stops the operation and is raised, every job
+    before it done and committed.
+    """
     results: list[Result] = []
-    parsed = [parse_job_id(job_id) for job_id in job_ids]  # every id checked before anything changes
+    parsed = list(dict.fromkeys(parse_job_id(job_id) for job_id in job_ids))  # all checked first
     require_no_transaction(conn, dialect, "changing jobs")
-    for batch in _batches(parsed, batch_size):
+    for job_id in parsed:
         try:
-            with _id_kind_checked(batch):
-                done = [
-                    Result(job_id, one(conn, dialect, tables, encode_job_id(dialect, job_id), value))
-                    for job_id in batch
-                ]
+            with _id_kind_checked([job_id]):
+                outcome, detail = one(conn, dialect, tables, encode_job_id(dialect, job_id), value)
             conn.commit()
+        except Exception as exc:
+            conn.rollback()
+            reason = conflict_reason(exc)
+            if reason is None:
+                raise
+            outcome, detail = "conflict", reason
         except BaseException:
             conn.rollback()
             raise
         finally:
             ended(conn)
-        results.extend(done)
+        result = Result(job_id, outcome, detail)
+        results.append(result)
         if on_result is not None:
-            for result in done:
-                on_result(result)
+            on_result(result)
     return results
 
 
@@ -392,13 +482,14 @@ def retry_jobs(
     tables: Tables | None = None,
     dialect: str | None = None,
     clock: Clock | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     on_result: Callable[[Result], None] | None = None,
 ) -> list[Result]:
-    """Move archived :failure jobs back to the job table (same id, attempts 0, due at `process_at` or now).
+    """Move archived :failure (or :cancelled) jobs back to the job table: same id, attempts 0, due at
+    `process_at` or now.
 
-    A job that is not an archived failure (never was, or a concurrent retry moved it first) is
-    "not-found"; two retries of one job at once leave exactly one queued job.
+    A :cancelled job is taken too, which undoes a cancel. A job that is not archived as either is left
+    alone and says where it is ("queued", "not-retryable" with its status, "not-found": a concurrent retry
+    may have moved it first); two retries of one job at once leave exactly one queued job.
     """
     active = dialect_of(conn, dialect)
     now = now_from(clock or system_utc)
@@ -410,7 +501,6 @@ def retry_jobs(
         when,
         tables=tables or Tables.of(),
         dialect=active,
-        batch_size=batch_size,
         on_result=on_result,
     )
 
@@ -422,7 +512,6 @@ def cancel_jobs(
     tables: Tables | None = None,
     dialect: str | None = None,
     clock: Clock | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     on_result: Callable[[Result], None] | None = None,
 ) -> list[Result]:
     """Archive queued jobs as :cancelled (attempts unchanged) and remove them from the job table.
@@ -438,7 +527,6 @@ def cancel_jobs(
         finished_at,
         tables=tables or Tables.of(),
         dialect=active,
-        batch_size=batch_size,
         on_result=on_result,
     )
 
@@ -451,7 +539,6 @@ def reschedule_jobs(
     tables: Tables | None = None,
     dialect: str | None = None,
     clock: Clock | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     on_result: Callable[[Result], None] | None = None,
 ) -> list[Result]:
     """Set process_at of queued jobs (a past time means now); jobs being run are skipped as "running"."""
@@ -465,14 +552,14 @@ def reschedule_jobs(
         when,
         tables=tables or Tables.of(),
         dialect=active,
-        batch_size=batch_size,
         on_result=on_result,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class PurgeFilter:
-    """Archived rows finished more than `older_than` ago, optionally of one queue or status."""
+    """Archived rows finished more than `older_than` ago, optionally of one queue or status ("archived",
+    like None, is every status)."""
 
     older_than: timedelta
     queue: str | None = None
@@ -483,6 +570,8 @@ class PurgeFilter:
             raise ConfigurationError(f"older_than must be a timedelta >= 0, got {self.older_than!r}")
         if self.queue is not None:
             object.__setattr__(self, "queue", to_keyword_text(self.queue, what="queue"))
+        if self.status == ARCHIVED:
+            object.__setattr__(self, "status", None)
         if self.status is not None:
             object.__setattr__(self, "status", to_keyword_text(self.status, what="status"))
 
@@ -526,18 +615,32 @@ def purge_archive(
 ) -> int:
     """Delete the rows `purge` selects, `batch_size` at a time, each batch its own short transaction.
 
-    The cut-off is fixed when the call starts. Returns the rows deleted; `on_batch` gets the running total.
+    The batches walk the archive's primary key once: each finds its rows by key order after the last
+    batch's, then deletes them by key. On MySQL each batch runs at READ COMMITTED and locks only the rows it
+    deletes, so workers archiving meanwhile never wait for it; on PostgreSQL rows another purge is deleting
+    are skipped. The cut-off is fixed when the call starts. Returns the rows deleted; `on_batch` gets the
+    running total.
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigurationError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
     active = dialect_of(conn, dialect)
-    params = {**purge.params(active, now_from(clock or system_utc)), "batch": batch_size}
-    statement = render(active, "ops.sql", "purge_batch", tables or Tables.of())
+    tables = tables or Tables.of()
+    params: dict[str, Any] = {
+        **purge.params(active, now_from(clock or system_utc)),
+        "batch": batch_size,
+        "first_batch": True,
+        "after_id": None,
+    }
     total = 0
     require_no_transaction(conn, active, "purge")
     while True:
+        read_committed_next(conn, active)
         try:
-            deleted = int(execute(conn, active, statement, params)[1])
+            found = [row[0] for row in _run(conn, active, tables, "purge_ids", params)[0]]
+            deleted = 0
+            if found:
+                ids = found if active == "postgresql" else tuple(found)
+                deleted = int(_run(conn, active, tables, "purge_batch", {**params, "job_ids": ids})[1])
             conn.commit()
         except BaseException:
             conn.rollback()
@@ -547,5 +650,6 @@ def purge_archive(
         total += max(deleted, 0)
         if on_batch is not None:
             on_batch(total)
-        if deleted < batch_size:
+        if len(found) < batch_size:
             return total
+        params.update(first_batch=False, after_id=found[-1])

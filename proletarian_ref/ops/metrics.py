@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -16,12 +16,18 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from proletarian_ref import log as ev
-from proletarian_ref.keywords import from_keyword_text
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.keywords import from_keyword_text, to_keyword_text
 from proletarian_ref.log import LogFn
 from proletarian_ref.ops.db import Tables
-from proletarian_ref.ops.stats import queue_stats
+from proletarian_ref.ops.stats import QueueStats, queue_stats
 
 _LABELS: Final = ("queue", "job_type")
+# The job types that get a label value of their own; the rest share OTHER_JOB_TYPES, so that a scrape stays
+# small however many job types the jobs carry.
+DEFAULT_MAX_JOB_TYPES: Final = 20
+# Parentheses end a Clojure keyword, so no job type is ever spelt so.
+OTHER_JOB_TYPES: Final = "(other)"
 # Handler times from a few milliseconds to several minutes.
 _BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _ENDS: Final = frozenset(
@@ -30,10 +36,20 @@ _ENDS: Final = frozenset(
 
 
 class WorkerMetrics:
-    """The counters and histogram a worker's events feed, in a registry of their own."""
+    """The counters and histogram a worker's events feed, in a registry of their own.
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    The first `max_job_types` job types seen get a `job_type` label value of their own; later ones are
+    counted under OTHER_JOB_TYPES (0: every job type is).
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, max_job_types: int = DEFAULT_MAX_JOB_TYPES
+    ) -> None:
+        if isinstance(max_job_types, bool) or not isinstance(max_job_types, int) or max_job_types < 0:
+            raise ConfigurationError(f"max_job_types must be a whole number >= 0, got {max_job_types!r}")
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.max_job_types = max_job_types
+        self._job_types: set[str] = set()
 
         def counter(name: str, doc: str, labels: tuple[str, ...] = _LABELS) -> Counter:
             return Counter(name, doc, labels, registry=self.registry)
@@ -66,7 +82,7 @@ class WorkerMetrics:
     def observe(self, queue: str, event: str, data: Mapping[str, Any]) -> None:
         """Count one event of a worker on `queue` (keyword text or name)."""
         name = from_keyword_text(queue)
-        job_type = str(data.get(ev.JOB_TYPE, ""))
+        job_type = self._job_type_label(str(data.get(ev.JOB_TYPE, "")))
         thread = (data.get(ev.QUEUE_WORKER_ID), data.get(ev.WORKER_THREAD_ID))
         if event == ev.HANDLING_JOB:
             with self._lock:
@@ -91,6 +107,15 @@ class WorkerMetrics:
         elif event == ev.JOB_WORKER_ERROR:
             self.polling_errors.labels(name, "error").inc()
 
+    def _job_type_label(self, job_type: str) -> str:
+        with self._lock:
+            if job_type in self._job_types:
+                return job_type
+            if len(self._job_types) < self.max_job_types:
+                self._job_types.add(job_type)
+                return job_type
+        return OTHER_JOB_TYPES
+
     def log_for(self, queue: str, log: LogFn) -> LogFn:
         """A worker `log` that counts each event, then hands it to `log`."""
 
@@ -102,24 +127,29 @@ class WorkerMetrics:
 
 
 class QueueCollector(Collector):
-    """Queue depth (due and scheduled jobs) and lag (the oldest due job's age), queried at each scrape."""
+    """Queue depth (due, running and scheduled jobs) and lag (the oldest waiting job's age), queried at
+    each scrape, for exactly the `queues` served (keyword text or names): a served queue with no jobs has
+    its series at 0, and no other queue has any."""
 
-    def __init__(self, connect: Callable[[], Any], tables: Tables, dialect: str) -> None:
+    def __init__(
+        self, connect: Callable[[], Any], tables: Tables, dialect: str, queues: Iterable[str]
+    ) -> None:
         self._connect = connect
         self._tables = tables
         self._dialect = dialect
+        self._queues = sorted({from_keyword_text(to_keyword_text(q, what="queue")) for q in queues})
         self._conn: Any = None
         self._lock = threading.Lock()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         depth = GaugeMetricFamily(
             "proletarian_queue_depth",
-            "Queued jobs, due now or scheduled",
+            "Queued jobs: due now and waiting, running (held by a worker), or scheduled",
             labels=["queue", "state"],
         )
         lag = GaugeMetricFamily(
             "proletarian_queue_lag_seconds",
-            "Age of the oldest due job (0: none)",
+            "Age of the oldest due job no worker holds (0: none)",
             labels=["queue"],
         )
         up = GaugeMetricFamily("proletarian_queue_stats_up", "1 if the last scrape could read the job table")
@@ -129,11 +159,14 @@ class QueueCollector(Collector):
             up.add_metric([], 0)
         else:
             up.add_metric([], 1)
-            for q in stats.queues:
-                depth.add_metric([q.queue, "due"], q.due)
-                depth.add_metric([q.queue, "scheduled"], q.scheduled)
+            found = {q.queue: q for q in stats.queues}
+            for name in self._queues:
+                q = found.get(name, QueueStats(queue=name))
+                depth.add_metric([name, "due"], q.due)
+                depth.add_metric([name, "running"], q.running)
+                depth.add_metric([name, "scheduled"], q.scheduled)
                 age = q.oldest_due_age
-                lag.add_metric([q.queue], 0.0 if age is None else age.total_seconds())
+                lag.add_metric([name], 0.0 if age is None else age.total_seconds())
         yield from (depth, lag, up)
 
     def _stats(self) -> Any:
@@ -147,6 +180,7 @@ class QueueCollector(Collector):
                     archived_job_table=self._tables.archived,
                     dialect=self._dialect,
                     archived=False,
+                    queues=self._queues,
                 )
             except Exception:
                 self.close_locked()

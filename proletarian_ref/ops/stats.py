@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 from proletarian_ref.clock import Clock, now_from, system_utc
-from proletarian_ref.keywords import from_keyword_text
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.keywords import from_keyword_text, to_keyword_text
 from proletarian_ref.ops.db import (
     Tables,
+    can_tell_held,
     db_time,
     dialect_of,
     end_read,
     from_db_time,
+    held_rows_read,
     query,
     render,
     statements,
 )
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
+# LIMIT takes no NULL on MySQL: "every queue" is a limit no table reaches.
+_NO_LIMIT: Final = 2**62
 # Any constant will do, as long as it is the same for every proletarian-ref process.
 _SCHEMA_LOCK_KEY: Final = 0x70726F6C
 _SCHEMA_LOCK_NAME: Final = "proletarian_ref_schema"
@@ -30,13 +35,18 @@ _SCHEMA_LOCK_TIMEOUT_S: Final = 60
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """One queue: jobs waiting in the job table and jobs archived, by readable status."""
+    """One queue: jobs in the job table and jobs archived, by readable status.
+
+    `due` jobs wait for a worker; `running` ones are due and held by a worker (its claim's row lock);
+    `oldest_due_age` is the age of the oldest due job no worker holds: how far behind the workers are.
+    """
 
     queue: str
     due: int = 0
     scheduled: int = 0
     oldest_due_age: timedelta | None = None
     archived: dict[str, int] = field(default_factory=dict)
+    running: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +75,7 @@ class Stats:
                 {
                     "queue": q.queue,
                     "due": q.due,
+                    "running": q.running,
                     "scheduled": q.scheduled,
                     "oldest_due_age_seconds": (
                         None if q.oldest_due_age is None else round(q.oldest_due_age.total_seconds(), 3)
@@ -156,6 +167,14 @@ def missing_tables(conn: Any, tables: list[TableName], *, dialect: str | None = 
     return [t for t in tables if not table_exists(conn, t, dialect=dialect)]
 
 
+def _queue_list(dialect: str, queues: Iterable[str] | None) -> Any:
+    """The queues as keyword text, bound as PostgreSQL's array or PyMySQL's IN list (never empty)."""
+    texts = [to_keyword_text(q, what="queue") for q in queues or ()]
+    if dialect == "postgresql":
+        return texts
+    return tuple(texts) or ("",)
+
+
 def queue_stats(
     conn: Any,
     *,
@@ -164,35 +183,70 @@ def queue_stats(
     dialect: str | None = None,
     clock: Clock | None = None,
     archived: bool = True,
+    after: str | None = None,
+    limit: int | None = None,
+    queues: Iterable[str] | None = None,
 ) -> Stats:
-    """Per queue: jobs due now, scheduled later, the age of the oldest due job, archived jobs by status.
+    """Per queue: jobs due now and waiting, running (held by a worker), scheduled later, the age of the
+    oldest waiting job, and archived jobs by status.
 
     `archived=False` leaves out the archive (a scan of its every row), for frequent callers such as a
-    metrics scrape.
+    metrics scrape or a health probe. Inside a transaction the caller has open, MySQL cannot tell running
+    jobs from waiting ones (see ops.db.can_tell_held): every due job counts as waiting there.
+
+    `limit` queues of the job table after the queue `after` (keyword text), in order, make a page: the
+    queues of the archive alone are then left out. `queues` (keyword text or names) reads those queues
+    alone, and locks no other queue's rows on MySQL.
     """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigurationError(f"limit must be a whole number >= 1, got {limit!r}")
     job = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
     active = dialect_of(conn, dialect)
     now = now_from(clock if clock is not None else system_utc)
+    params: dict[str, Any] = {
+        "now": db_time(active, now),
+        "from_first": after is None,
+        "after": after,
+        "limit": _NO_LIMIT if limit is None else limit,
+        "to_last": True,
+        "through": None,
+        "every_queue": queues is None,
+        "queues": _queue_list(active, queues),
+    }
     try:
-        waiting = query(conn, active, _render(active, "queue_stats", job), {"now": db_time(active, now)})
+        totals = query(conn, active, _render(active, "queue_stats", job), params)
+        if limit is not None and len(totals) == limit:
+            # The held rows of this page's queues alone.
+            params.update(to_last=False, through=totals[-1][0])
         done = query(conn, active, _render(active, "archive_stats", job, archive), {}) if archived else []
     finally:
         end_read(conn)
-    queues: dict[str, QueueStats] = {}
-    for queue_text, due, scheduled, oldest_due in waiting:
-        oldest = from_db_time(oldest_due)
-        queues[queue_text] = QueueStats(
+    free: dict[str, tuple[int, Any]] | None = None
+    if can_tell_held(conn, active):
+        with held_rows_read(conn, active):
+            rows = query(conn, active, _render(active, "waiting_stats", job), params)
+        free = {queue_text: (int(n), oldest) for queue_text, n, oldest in rows}
+    found: dict[str, QueueStats] = {}
+    for queue_text, due, scheduled, oldest_due in totals:
+        due_all = int(due or 0)
+        # A job claimed between the two reads is held in the second only; one finished meanwhile is gone
+        # from it: neither makes a count negative.
+        waiting, oldest_at = (due_all, oldest_due) if free is None else free.get(queue_text, (0, None))
+        waiting = min(waiting, due_all)
+        oldest = from_db_time(oldest_at)
+        found[queue_text] = QueueStats(
             queue=from_keyword_text(queue_text),
-            due=int(due or 0),
+            due=waiting,
+            running=due_all - waiting,
             scheduled=int(scheduled or 0),
             oldest_due_age=None if oldest is None else max(now - oldest, timedelta(0)),
         )
     for queue_text, status, count in done:
-        entry = queues.setdefault(queue_text, QueueStats(queue=from_keyword_text(queue_text)))
+        entry = found.setdefault(queue_text, QueueStats(queue=from_keyword_text(queue_text)))
         readable = from_keyword_text(status)
         entry.archived[readable] = entry.archived.get(readable, 0) + int(count)
-    ordered = tuple(sorted(queues.values(), key=lambda q: q.queue))
+    ordered = tuple(sorted(found.values(), key=lambda q: q.queue))
     return Stats(job_table=job, archived_job_table=archive, now=now, queues=ordered)
 
 

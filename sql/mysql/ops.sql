@@ -36,6 +36,11 @@ WHERE (%(any_queue)s OR queue = %(queue)s)
 ORDER BY finished_at DESC, job_id DESC
 LIMIT %(limit)s
 
+-- name: free_jobs
+-- Which of these queued jobs no worker holds: SKIP LOCKED passes over the others, which are running. Run
+-- at READ COMMITTED in a transaction of its own, rolled back at once.
+SELECT job_id FROM {job_table} WHERE job_id IN %(job_ids)s FOR UPDATE SKIP LOCKED
+
 -- name: show_queued
 SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
 FROM {job_table}
@@ -47,8 +52,12 @@ FROM {archived_job_table}
 WHERE job_id = %(job_id)s
 
 -- name: lock_archived
--- Retry, step 1: lock the archived row. A second retry of the same job waits here, then finds it gone.
-SELECT job_id FROM {archived_job_table} WHERE job_id = %(job_id)s AND status = %(status)s FOR UPDATE
+-- Retry, step 1: lock the archived row, a failure or a cancelled job. A second retry of the same job waits
+-- here, then finds it gone.
+SELECT job_id, status
+FROM {archived_job_table}
+WHERE job_id = %(job_id)s AND status IN (%(status)s, %(other_status)s)
+FOR UPDATE
 
 -- name: requeue_archived
 -- Retry, step 2: the row Proletarian's enqueue! wrote, copied column for column (same id, queue, job
@@ -92,13 +101,28 @@ WHERE finished_at < %(before)s
   AND (%(any_queue)s OR queue = %(queue)s)
   AND (%(any_status)s OR status = %(status)s)
 
--- name: purge_batch
--- One short transaction's worth: at most %(batch)s archived rows finished before %(before)s.
-DELETE FROM {archived_job_table}
-WHERE finished_at < %(before)s
+-- name: purge_ids
+-- A purge batch, step 1: the next %(batch)s archived rows finished before %(before)s, in primary key order
+-- after %(after_id)s. A plain read at READ COMMITTED locks nothing, and the batches walk the primary key
+-- once (the archive has no index on finished_at, and none is needed): a DELETE ... LIMIT with that filter
+-- would scan and, at REPEATABLE READ, lock every row and gap it passes, making workers' archive INSERTs
+-- wait.
+SELECT job_id
+FROM {archived_job_table}
+WHERE (%(first_batch)s OR job_id > %(after_id)s)
+  AND finished_at < %(before)s
   AND (%(any_queue)s OR queue = %(queue)s)
   AND (%(any_status)s OR status = %(status)s)
+ORDER BY job_id
 LIMIT %(batch)s
+
+-- name: purge_batch
+-- Step 2: delete those rows by primary key (record locks on them alone), still matching the filter.
+DELETE FROM {archived_job_table}
+WHERE job_id IN %(job_ids)s
+  AND finished_at < %(before)s
+  AND (%(any_queue)s OR queue = %(queue)s)
+  AND (%(any_status)s OR status = %(status)s)
 
 -- name: table_columns
 -- The columns of a table; an unqualified name is looked up in the connection's current database.

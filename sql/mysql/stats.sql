@@ -19,14 +19,34 @@ SELECT GET_LOCK(%(name)s, %(timeout_s)s)
 SELECT RELEASE_LOCK(%(name)s)
 
 -- name: queue_stats
--- Per queue: jobs due at %(now)s, jobs scheduled after it, and the process_at of the oldest due job.
+-- Per queue: jobs due at %(now)s, jobs scheduled after it, and the process_at of the oldest due job; a page
+-- of %(limit)s queues after %(after)s (the dashboard's), read in the order of the (queue, process_at) index,
+-- of the %(queues)s given only (a worker's metrics), or of every queue.
 SELECT queue,
        SUM(CASE WHEN process_at <= %(now)s THEN 1 ELSE 0 END) AS due,
        SUM(CASE WHEN process_at > %(now)s THEN 1 ELSE 0 END) AS scheduled,
        MIN(CASE WHEN process_at <= %(now)s THEN process_at END) AS oldest_due
 FROM {job_table}
+WHERE (%(from_first)s OR queue > %(after)s)
+  AND (%(every_queue)s OR queue IN %(queues)s)
 GROUP BY queue
 ORDER BY queue
+LIMIT %(limit)s
+
+-- name: waiting_stats
+-- Per queue of those after %(after)s up to %(through)s, and of %(queues)s if given: due jobs no worker holds, and the process_at of the
+-- oldest of them. MySQL shows which rows
+-- are held only to a locking read: SKIP LOCKED passes over the rows workers hold. Run at READ COMMITTED
+-- (no gap locks) in a transaction of its own, rolled back at once.
+SELECT queue, COUNT(*) AS waiting, MIN(process_at) AS oldest_waiting
+FROM (SELECT queue, process_at
+      FROM {job_table}
+      WHERE process_at <= %(now)s
+        AND (%(from_first)s OR queue > %(after)s)
+        AND (%(to_last)s OR queue <= %(through)s)
+        AND (%(every_queue)s OR queue IN %(queues)s)
+      FOR UPDATE SKIP LOCKED) AS free
+GROUP BY queue
 
 -- name: archive_stats
 -- Archived jobs per queue and status.

@@ -36,6 +36,14 @@ WHERE (%(any_queue)s OR queue = %(queue)s)
 ORDER BY finished_at DESC, job_id DESC
 LIMIT %(limit)s
 
+-- name: free_jobs
+-- Which of these queued jobs no worker holds (see stats.sql, waiting_stats): the others are running.
+SELECT job_id
+FROM {job_table}
+WHERE job_id = ANY(%(job_ids)s)
+  AND NOT (xmax <> '0'::xid
+           AND xmax IN (SELECT transactionid FROM pg_locks WHERE locktype = 'transactionid' AND granted))
+
 -- name: show_queued
 SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
 FROM {job_table}
@@ -47,8 +55,12 @@ FROM {archived_job_table}
 WHERE job_id = %(job_id)s
 
 -- name: lock_archived
--- Retry, step 1: lock the archived row. A second retry of the same job waits here, then finds it gone.
-SELECT job_id FROM {archived_job_table} WHERE job_id = %(job_id)s AND status = %(status)s FOR UPDATE
+-- Retry, step 1: lock the archived row, a failure or a cancelled job. A second retry of the same job waits
+-- here, then finds it gone.
+SELECT job_id, status
+FROM {archived_job_table}
+WHERE job_id = %(job_id)s AND status IN (%(status)s, %(other_status)s)
+FOR UPDATE
 
 -- name: requeue_archived
 -- Retry, step 2: the row Proletarian's enqueue! wrote, copied column for column (same id, queue, job
@@ -92,19 +104,24 @@ WHERE finished_at < %(before)s
   AND (%(any_queue)s OR queue = %(queue)s)
   AND (%(any_status)s OR status = %(status)s)
 
+-- name: purge_ids
+-- A purge batch, step 1: the next %(batch)s archived rows finished before %(before)s, in primary key order
+-- after %(after_id)s, so that the batches walk the key once instead of rescanning what earlier ones passed
+-- over (the archive has no index on finished_at, and none is needed). Rows another purge is deleting are
+-- skipped, not waited for.
+SELECT job_id
+FROM {archived_job_table}
+WHERE (%(first_batch)s OR job_id > %(after_id)s)
+  AND finished_at < %(before)s
+  AND (%(any_queue)s OR queue = %(queue)s)
+  AND (%(any_status)s OR status = %(status)s)
+ORDER BY job_id
+LIMIT %(batch)s
+FOR UPDATE SKIP LOCKED
+
 -- name: purge_batch
--- One short transaction's worth: at most %(batch)s archived rows finished before %(before)s; rows another
--- purge is deleting are skipped, not waited for.
-DELETE FROM {archived_job_table}
-WHERE job_id IN (
-    SELECT job_id
-    FROM {archived_job_table}
-    WHERE finished_at < %(before)s
-      AND (%(any_queue)s OR queue = %(queue)s)
-      AND (%(any_status)s OR status = %(status)s)
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-)
+-- Step 2: delete those rows, locked by step 1.
+DELETE FROM {archived_job_table} WHERE job_id = ANY(%(job_ids)s)
 
 -- name: table_columns
 -- The columns of a table, found on the search_path as the core's SQL finds it.
