@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from proletarian_ref.backend import Backend
+from proletarian_ref.backend import Backend, is_async_backend
 from proletarian_ref.backends._dbapi import SqlBackend
 from proletarian_ref.errors import ConfigurationError
 
@@ -14,6 +14,7 @@ __all__ = [
     "backend_for_connection",
     "backend_for_data_source",
     "dialect_of_connection",
+    "refuse_async",
 ]
 
 
@@ -21,9 +22,22 @@ def _driver_of(obj: Any) -> str:
     return type(obj).__module__.split(".", 1)[0]
 
 
+ASYNC_ADVICE = (
+    "is an asyncio one: the threaded API takes the driver's blocking connections; await "
+    "proletarian_ref.aio's enqueue, enqueue_many and create_queue_worker instead (docs/worker.md, asyncio)"
+)
+
+
+def refuse_async(obj: Any, what: str) -> None:
+    """Refuse, naming it, an asyncio connection, pool or backend handed to the threaded API."""
+    if type(obj).__name__.startswith("Async") or is_async_backend(obj):
+        raise ConfigurationError(f"{what} {type(obj).__module__}.{type(obj).__qualname__} {ASYNC_ADVICE}")
+
+
 def dialect_of_connection(conn: Any) -> str:
     driver = _driver_of(conn)
     if driver in ("psycopg", "psycopg_pool"):
+        refuse_async(conn, "the connection")
         return "postgresql"
     if driver == "pymysql":
         return "mysql"
@@ -56,6 +70,7 @@ def backend_for_data_source(data_source: Any) -> Backend:
     A callable is called once here to learn which driver it returns; that connection is kept for the
     first worker thread, not wasted.
     """
+    refuse_async(data_source, "the data source")
     if isinstance(data_source, Backend):
         return data_source
     own = getattr(data_source, "proletarian_backend", None)

@@ -11,6 +11,7 @@ import selectors
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, ClassVar, Final
 from uuid import UUID
@@ -19,7 +20,7 @@ import psycopg
 import psycopg.errors
 from psycopg import postgres
 from psycopg.abc import AdaptContext, Buffer
-from psycopg.adapt import Loader, Transformer
+from psycopg.adapt import AdaptersMap, Loader, Transformer
 from psycopg.pq import Format, TransactionStatus
 from psycopg.rows import tuple_row
 
@@ -647,19 +648,29 @@ class PostgresListener:
 
 
 def _lenient_row(cursor: Any) -> Any:
-    """Row 0 of `cursor`'s result, its timestamps read by the lenient loaders, on a cursor of its own.
+    """Row 0 of `cursor`'s result, its timestamps read by the lenient loaders (a cursor of either kind)."""
+    return lenient_row(cursor.pgresult, cursor.connection)
 
-    On that cursor only, so callers' connections keep their own adapters.
+
+@dataclass(frozen=True, slots=True)
+class _LenientContext:
+    """An AdaptContext of its own, so callers' connections keep their own adapters."""
+
+    adapters: AdaptersMap
+    connection: Any
+
+
+def lenient_row(pgresult: Any, connection: Any) -> Any:
+    """Row 0 of `pgresult`, its timestamps read by the lenient loaders, the rest as `connection` reads it.
+
+    Shared by the threaded and the asyncio backend: it reads a result already received, no I/O.
     """
-    lenient = cursor.connection.cursor(row_factory=tuple_row)
-    try:
-        lenient.adapters.register_loader("timestamptz", _LenientTimestamptzLoader)
-        lenient.adapters.register_loader("timestamp", _LenientTimestampLoader)
-        transformer = Transformer(lenient)
-        transformer.set_pgresult(cursor.pgresult)
-        return transformer.load_row(0, tuple)
-    finally:
-        lenient.close()
+    adapters = AdaptersMap(connection.adapters)
+    adapters.register_loader("timestamptz", _LenientTimestamptzLoader)
+    adapters.register_loader("timestamp", _LenientTimestampLoader)
+    transformer = Transformer(_LenientContext(adapters, connection))
+    transformer.set_pgresult(pgresult)
+    return transformer.load_row(0, tuple)
 
 
 # COPY's text format: these characters in a value are written as backslash escapes (psycopg's _dump_re).
