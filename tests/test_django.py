@@ -12,12 +12,18 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import test_docs_examples as doc_tests
 from fix_db import table_suffix
+from test_docs_examples import Servers, _fresh_default_tables, blocks_of, run_block
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ROOT / "tests" / "django_project"
 
 pytestmark = pytest.mark.sql_only
+
+# The doc examples' databases and one-file-at-a-time lock, as fixtures of this module too.
+servers = doc_tests.servers
+one_file_at_a_time = doc_tests.one_file_at_a_time
 
 
 def _django_python() -> str:
@@ -56,3 +62,16 @@ def test_the_django_project_enqueues_in_atomic_and_its_worker_runs_the_tasks(
     assert run.returncode == 0, run.stdout + run.stderr
     checks = [line for line in run.stdout.splitlines() if line.startswith("ok ")]
     assert len(checks) == 6, run.stdout
+
+
+def test_the_docs_django_example_runs_in_the_django_python(
+    servers: Servers, one_file_at_a_time: None
+) -> None:
+    # docs/django.md marks its project example doc-test: skip, as the doc tests' Python (3.11) has no
+    # Django; it runs here, as written, on the examples' database, with .venv-django's python first on PATH.
+    examples = [block for block in blocks_of(ROOT / "docs" / "django.md") if block.skip]
+    assert len(examples) == 1, [block.where for block in examples]
+    env = dict(servers.env)
+    env["PATH"] = os.pathsep.join([str(Path(_django_python()).parent), env["PATH"]])
+    _fresh_default_tables(servers)
+    assert run_block(examples[0], env) is None
