@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import test_docs_examples as doc_tests
-from fix_db import table_suffix
+from fix_db import selected_backends, table_suffix
 from test_docs_examples import Servers, _fresh_default_tables, blocks_of, run_block
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,13 @@ def _django_python() -> str:
     return python
 
 
-@pytest.mark.parametrize("dialect", ["postgresql", "mysql"])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # The dialects --backends chose (tox runs one an env), as the `db` fixture's parametrization does.
+    if "dialect" in metafunc.fixturenames:
+        chosen = [d for d in ("postgresql", "mysql") if d in selected_backends(metafunc.config)]
+        metafunc.parametrize("dialect", chosen)
+
+
 def test_the_django_project_enqueues_in_atomic_and_its_worker_runs_the_tasks(
     dialect: str, request: pytest.FixtureRequest
 ) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fix_db import selected_backends
 from sqlalchemy import Engine, Integer, MetaData, String, create_engine, event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -39,7 +40,14 @@ def _url(dsn: str, dialect: str) -> str:
     return _URL_SCHEMES[dialect] + dsn[dsn.index("://") :]
 
 
-@pytest.fixture(params=["postgresql", "mysql"])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # The dialects --backends chose (tox runs one an env), as the `db` fixture's parametrization does.
+    if "app" in metafunc.fixturenames:
+        chosen = [d for d in _URL_SCHEMES if d in selected_backends(metafunc.config)]
+        metafunc.parametrize("app", chosen, indirect=True)
+
+
+@pytest.fixture
 def app(request: pytest.FixtureRequest) -> Iterator[tuple[SqlHarness, Engine]]:
     dialect = request.param
     db: SqlHarness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
