@@ -20,9 +20,14 @@ py="$venv/bin/python"
 django_venv="${PROLETARIAN_DJANGO_VENV:-.venv-django}"
 if [ ! -x "$django_venv/bin/python" ]; then
   base=""
-  for candidate in python3.13 python3.12 "$(pyenv root 2>/dev/null)"/versions/3.1[2-9]*/bin/python \
-    /root/.pyenv/versions/3.1[2-9]*/bin/python; do
-    if command -v "$candidate" >/dev/null 2>&1; then base="$candidate"; break; fi
+  # pyenv's own 3.12 first; a pyenv shim on PATH may exist without the version it names being active,
+  # so each candidate is run, not just looked up.
+  for candidate in "$(pyenv root 2>/dev/null || echo /root/.pyenv)"/versions/3.1[2-9]*/bin/python \
+    python3.12 python3.13; do
+    if "$candidate" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1; then
+      base="$candidate"
+      break
+    fi
   done
   if [ -n "$base" ]; then
     "$base" -m venv "$django_venv"
