@@ -73,6 +73,13 @@ def a_task_enqueued_in_a_rolled_back_atomic_is_gone_with_it() -> None:
     else:
         raise AssertionError("a rolled back task has a result")
     assert run_worker() == "ran 0 task(s)\n"
+    for unknown in ("not-a-job-id", "00000000-0000-0000-0000-000000000000"):
+        try:
+            backend.get_result(unknown)
+        except TaskResultDoesNotExist:
+            pass
+        else:
+            raise AssertionError(f"{unknown!r} has a result")
 
 
 def run_after_is_process_at_and_queue_name_is_the_queue() -> None:
