@@ -15,6 +15,32 @@ py="$venv/bin/python"
 "$py" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps .
 "$py" -m pip install --quiet --disable-pip-version-check '.[test,lint]'
 
+# Django 6 needs Python >= 3.12 and the run above is 3.11: tests/test_django.py drives the Django test
+# project (tests/django_project) in this second venv, made with pyenv's 3.12 (the same on CI's machine).
+django_venv="${PROLETARIAN_DJANGO_VENV:-.venv-django}"
+if [ ! -x "$django_venv/bin/python" ]; then
+  base=""
+  # pyenv's own 3.12 first; a pyenv shim on PATH may exist without the version it names being active,
+  # so each candidate is run, not just looked up.
+  for candidate in "$(pyenv root 2>/dev/null || echo /root/.pyenv)"/versions/3.1[2-9]*/bin/python \
+    python3.12 python3.13; do
+    if "$candidate" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1; then
+      base="$candidate"
+      break
+    fi
+  done
+  if [ -n "$base" ]; then
+    "$base" -m venv "$django_venv"
+  else
+    echo "no Python >= 3.12 for $django_venv: tests/test_django.py fails"
+  fi
+fi
+if [ -x "$django_venv/bin/python" ]; then
+  "$django_venv/bin/python" -m pip install --quiet --disable-pip-version-check '.[postgresql,mysql,django]'
+  PROLETARIAN_DJANGO_PYTHON="$(cd "$django_venv" && pwd)/bin/python"
+  export PROLETARIAN_DJANGO_PYTHON
+fi
+
 eval "$(bash ci/services.sh)"
 
 # Debian packages some tests drive, installed once where missing; without them those tests fail in CI,

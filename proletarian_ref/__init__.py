@@ -99,9 +99,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # proletarian_ref.aio on first use: it imports asyncio, which a threaded program need not load.
-    if name == "aio":
+    # proletarian_ref.aio on first use: it imports asyncio, which a threaded program need not load; the
+    # framework integrations (proletarian_ref.integrations.sqlalchemy, .django) likewise.
+    if name in ("aio", "integrations"):
         import importlib
 
-        return importlib.import_module("proletarian_ref.aio")
+        return importlib.import_module(f"proletarian_ref.{name}")
     raise AttributeError(f"module 'proletarian_ref' has no attribute {name!r}")

@@ -15,6 +15,7 @@ from proletarian_ref import log as ev
 from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
+from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.clock import Clock
 from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
 from proletarian_ref.job import (
@@ -65,6 +66,10 @@ def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
     own = getattr(data_source, "proletarian_backend", None)
     if callable(own):
         return _checked(own()), False
+    if is_sqlalchemy(data_source):
+        from proletarian_ref.integrations.sqlalchemy import async_data_source
+
+        data_source = async_data_source(data_source)
     if isinstance(data_source, Backend) or (
         type(data_source).__name__ == "ConnectionPool" and not hasattr(data_source, "__aenter__")
     ):
@@ -81,6 +86,16 @@ def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
     return AsyncPostgresBackend(data_source), True
+
+
+async def _caller_connection(conn: Any) -> Any:
+    """`conn`, or the driver connection under a SQLAlchemy AsyncSession or AsyncConnection (in its
+    transaction)."""
+    if is_sqlalchemy(conn):
+        from proletarian_ref.integrations.sqlalchemy import async_driver_connection
+
+        return await async_driver_connection(conn)
+    return conn
 
 
 def _checked(backend: object) -> AsyncBackend:
@@ -110,8 +125,11 @@ async def enqueue(
 ) -> Any:
     """proletarian_ref.enqueue, awaited, on the caller's async connection and transaction, never committing.
 
+    `conn` is a psycopg AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection (docs/sqlalchemy.md).
+
     The same options, checks, errors and row: everything is checked and encoded before the INSERT.
     """
+    conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
     setup = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
@@ -138,6 +156,7 @@ async def enqueue_many(
 ) -> list[Any]:
     """proletarian_ref.enqueue_many, awaited: every job is checked and encoded before any SQL runs, so a
     bad one (its error's `index` set) writes no job of the batch."""
+    conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
     setup = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify

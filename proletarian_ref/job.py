@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple, cast
 
 from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications, StreamEnqueue
-from proletarian_ref.backends import backend_for_connection
+from proletarian_ref.backends import backend_for_connection, caller_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
 from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy, random_uuids
@@ -92,8 +92,9 @@ def enqueue(
 ) -> Any:
     """Insert one job on `conn` within its current transaction, never committing; return the job id.
 
-    `conn` is an open DB-API connection (psycopg 3 or PyMySQL), or any connection a backend accepts with
-    `backend=`. Everything is checked before the INSERT, so bad input never leaves a half-written job.
+    `conn` is an open DB-API connection (psycopg 3 or PyMySQL), a SQLAlchemy Session or Connection (the
+    job joins its transaction, docs/sqlalchemy.md), or any connection a backend accepts with `backend=`.
+    Everything is checked before the INSERT, so bad input never leaves a half-written job.
     `archived_job_table` is the archive the queue's workers use (the worker's default unless given): a
     backend with limited columns (MySQL) refuses a payload that either table's payload column cannot hold.
     With `notify`, a job due now is announced to listening workers in the same transaction (PostgreSQL
@@ -102,6 +103,7 @@ def enqueue(
     caller's transaction, and a key a live job holds returns that job's id instead (or raises
     UniqueKeyHeldError, per UniqueKey.conflict); docs/unique.md.
     """
+    conn = caller_connection(conn)
     setup = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
     )
@@ -158,6 +160,7 @@ def enqueue_many(
     `enqueue_many`). A backend with neither gets an `enqueue` per job. With `notify`, one announcement
     for the batch (per queue with a job due now) follows the INSERT, as for enqueue.
     """
+    conn = caller_connection(conn)
     setup = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
     )

@@ -13,6 +13,7 @@ __all__ = [
     "SqlBackend",
     "backend_for_connection",
     "backend_for_data_source",
+    "caller_connection",
     "dialect_of_connection",
     "refuse_async",
 ]
@@ -32,6 +33,21 @@ def refuse_async(obj: Any, what: str) -> None:
     """Refuse, naming it, an asyncio connection, pool or backend handed to the threaded API."""
     if type(obj).__name__.startswith("Async") or is_async_backend(obj):
         raise ConfigurationError(f"{what} {type(obj).__module__}.{type(obj).__qualname__} {ASYNC_ADVICE}")
+
+
+def is_sqlalchemy(obj: Any) -> bool:
+    """Whether `obj` is a SQLAlchemy Session, Connection or Engine (sync or async), not importing it."""
+    return _driver_of(obj) == "sqlalchemy"
+
+
+def caller_connection(conn: Any) -> Any:
+    """The driver connection enqueue writes on: `conn` itself, or the one under a SQLAlchemy Session or
+    Connection, in its transaction (proletarian_ref.integrations.sqlalchemy)."""
+    if _driver_of(conn) == "sqlalchemy":
+        from proletarian_ref.integrations.sqlalchemy import driver_connection
+
+        return driver_connection(conn)
+    return conn
 
 
 def dialect_of_connection(conn: Any) -> str:
@@ -65,7 +81,8 @@ def backend_for_connection(conn: Any) -> Backend:
 
 
 def backend_for_data_source(data_source: Any) -> Backend:
-    """The backend for a worker: a psycopg_pool pool, or a zero-argument callable returning connections.
+    """The backend for a worker: a psycopg_pool pool, a SQLAlchemy Engine, or a zero-argument callable
+    returning connections.
 
     A callable is called once here to learn which driver it returns; that connection is kept for the
     first worker thread, not wasted.
@@ -78,10 +95,14 @@ def backend_for_data_source(data_source: Any) -> Backend:
         return _checked(own())
     if _driver_of(data_source) == "psycopg_pool":
         return _backend_class("postgresql")(data_source)
+    if _driver_of(data_source) == "sqlalchemy":
+        from proletarian_ref.integrations.sqlalchemy import data_source as engine_connections
+
+        data_source = engine_connections(data_source)
     if not callable(data_source):
         raise ConfigurationError(
-            f"data_source must be a psycopg_pool.ConnectionPool or a zero-argument callable returning a "
-            f"DB-API connection, got {type(data_source).__name__}"
+            f"data_source must be a psycopg_pool.ConnectionPool, a SQLAlchemy Engine or a zero-argument "
+            f"callable returning a DB-API connection, got {type(data_source).__name__}"
         )
     probe = data_source()
     try:

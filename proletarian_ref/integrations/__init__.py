@@ -1,0 +1,1 @@
+"""Integrations with application frameworks: SQLAlchemy sessions and engines, Django's tasks framework."""

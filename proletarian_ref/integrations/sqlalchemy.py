@@ -1,0 +1,102 @@
+"""SQLAlchemy 2: jobs in a Session or Connection transaction, a worker on an Engine (docs/sqlalchemy.md)"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
+
+from proletarian_ref.errors import ConfigurationError
+
+__all__ = ["async_data_source", "async_driver_connection", "data_source", "driver_connection"]
+
+
+def driver_connection(obj: Any) -> Any:
+    """The driver connection in whose transaction a job enqueued on `obj` (a Session or Connection) commits.
+
+    Nothing is flushed and nothing committed: a Session or Connection in a transaction is left exactly as
+    it was; one that has none begins it, as its own first statement would (its autobegin), so the job
+    commits and rolls back with what the application does next.
+    """
+    if isinstance(obj, Session):
+        # Session.connection() joins (or autobegins) the session's transaction and never autoflushes.
+        return _driver_of(obj.connection())
+    if isinstance(obj, Connection):
+        if not obj.in_transaction():
+            obj.begin()
+        return _driver_of(obj)
+    if isinstance(obj, AsyncSession | AsyncConnection):
+        raise ConfigurationError(
+            f"a SQLAlchemy {type(obj).__name__} enqueues with proletarian_ref.aio (await aio.enqueue(...))"
+        )
+    raise ConfigurationError(
+        f"proletarian_ref enqueues on a SQLAlchemy Session or Connection, got {type(obj).__name__}"
+    )
+
+
+async def async_driver_connection(obj: Any) -> Any:
+    """driver_connection for proletarian_ref.aio: an AsyncSession's or AsyncConnection's driver connection."""
+    if isinstance(obj, AsyncSession):
+        obj = await obj.connection()
+    if isinstance(obj, AsyncConnection):
+        if not obj.in_transaction():
+            await obj.begin()
+        return (await obj.get_raw_connection()).driver_connection
+    if isinstance(obj, Session | Connection):
+        raise ConfigurationError(
+            f"a SQLAlchemy {type(obj).__name__} enqueues with proletarian_ref.enqueue, "
+            "not proletarian_ref.aio"
+        )
+    raise ConfigurationError(
+        "proletarian_ref.aio enqueues on a SQLAlchemy AsyncSession or AsyncConnection, "
+        f"got {type(obj).__name__}"
+    )
+
+
+def _driver_of(conn: Connection) -> Any:
+    return conn.connection.driver_connection
+
+
+def data_source(engine: Any) -> Callable[[], Any]:
+    """A threaded worker's connection factory on `engine`: its URL, connect_args, creator and connect events.
+
+    Each connection is checked out of the engine's pool and detached from it, as a worker thread keeps
+    its connection for its whole life and closes it itself: it never holds a slot of the pool's size.
+    """
+    if isinstance(engine, AsyncEngine):
+        raise ConfigurationError(
+            "a SQLAlchemy AsyncEngine feeds proletarian_ref.aio's create_queue_worker; the threaded worker "
+            "takes a (sync) Engine"
+        )
+    if not isinstance(engine, Engine):
+        raise ConfigurationError(
+            f"a worker's SQLAlchemy data source is an Engine, got {type(engine).__name__}"
+        )
+
+    def connect() -> Any:
+        pooled = engine.raw_connection()
+        driver = pooled.driver_connection  # read first: a detached connection no longer names it
+        pooled.detach()
+        return driver
+
+    return connect
+
+
+def async_data_source(engine: Any) -> Callable[[], Awaitable[Any]]:
+    """data_source for proletarian_ref.aio's worker: an AsyncEngine's driver connections (AsyncConnection)."""
+    if not isinstance(engine, AsyncEngine):
+        raise ConfigurationError(
+            f"proletarian_ref.aio's worker takes a SQLAlchemy AsyncEngine, got {type(engine).__name__}: "
+            "a sync Engine feeds proletarian_ref's threaded create_queue_worker"
+        )
+
+    async def connect() -> Any:
+        pooled = await engine.raw_connection()
+        driver = pooled.driver_connection  # read first: a detached connection no longer names it
+        pooled.detach()
+        return driver
+
+    return connect
