@@ -13,16 +13,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
+from conformance.faults import BlockedError
 from proletarian_ref.backend import Backend
 
 T = TypeVar("T")
 
 DEFAULT_STEP_TIMEOUT: Final = 3.0
 _counter = itertools.count(1)
-
-
-class BlockedError(AssertionError):
-    """A transaction step did not return within its time limit: the backend blocked on a lock."""
 
 
 class _Rollback(Exception):

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from conformance import profiles
 from conformance.base import SUPPRESSED, SuiteBase, no_log, property_test, scaled_examples
 from conformance.capabilities import NEEDS_FACTORY, NEEDS_SIGKILL, capability, requires
 from conformance.clocks import EPOCH, ManualClock, VirtualClock
@@ -24,6 +25,7 @@ from conformance.drain import (
     drain_in_threads,
     process_context,
 )
+from conformance.faults import DoubleClaim
 from conformance.harness import Harness
 from conformance.model import model_machine
 from conformance.strategies import process_workloads, thread_workloads
@@ -37,6 +39,8 @@ THREAD_WEIGHT: Final = 2.0
 PROCESS_WEIGHT: Final = 0.7
 MODEL_WEIGHT: Final = 3.0
 MODEL_STEPS: Final = 40
+# The invariants whose breach means one job was held by two workers at once.
+DOUBLE_RUNS: Final = ("P-overlap", "P-once")
 # Set by conformance.runner to run the model test briefly against a mutant.
 model_settings_override: contextvars.ContextVar[settings | None] = contextvars.ContextVar(
     "model_settings_override", default=None
@@ -65,6 +69,12 @@ class PropertyTests(SuiteBase):
         problems = check_outcome(
             outcome, workload, harness.job_id_strategy(), self.precision(harness), ordered=ordered
         )
+        if any(problem.startswith(DOUBLE_RUNS) for problem in problems):
+            # Two workers ran one job: the claim's lock is missing, which no smaller workload explains better.
+            raise DoubleClaim(
+                "get_next_job let two workers hold one job (its row lock is missing or released early): "
+                + _report(problems, outcome)
+            )
         assert not problems, _report(problems, outcome)
 
     @property_test(THREAD_WEIGHT, workload=thread_workloads())
@@ -167,7 +177,7 @@ class PropertyTests(SuiteBase):
         transactions leave the backend and the in-memory reference with the same claims and tables."""
         override = model_settings_override.get()
         chosen = settings(
-            parent=override,
+            parent=override if override is not None else profiles.active(),
             max_examples=_MODEL_EXAMPLES if override is None else override.max_examples,
             stateful_step_count=MODEL_STEPS,
             deadline=None,
