@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from conformance.agents import AgentPool, TxAgent
 from conformance.capabilities import capability
 from conformance.clocks import EPOCH, ManualClock, frozen
-from conformance.faults import DoubleClaim
+from conformance.faults import DoubleClaim, Fault
 from conformance.harness import Harness, MemoryHarness
 from proletarian_ref.backend import STATUS_FAILURE, STATUS_SUCCESS, ArchivedJobRecord, Backend, JobRecord
 from proletarian_ref.backends.memory import MemoryConnection
@@ -344,8 +344,9 @@ def model_machine(harness: Harness, step_timeout: float) -> type[RuleBasedStateM
 
         def teardown(self) -> None:
             for tx in list(self.open):
-                # The step that failed already reported why; this is only cleaning up.
-                with contextlib.suppress(Exception):
+                # The step that failed already reported why (a blocked agent refuses with a Fault); this is
+                # only cleaning up.
+                with contextlib.suppress(Exception, Fault):
                     tx.agent.rollback()
                 tx.model_conn.rollback()
             self.open = []

@@ -131,18 +131,28 @@ class PropertyTests(SuiteBase):
             except queue_module.Empty:
                 pytest.fail(f"T5: the worker process did not start the job within {PROCESS_START_S:g} s")
             assert message[0] == "started", f"T5: the worker process failed: {message}"
-            assert tuple(message[1:]) == (str(job_id), 1)
+            assert tuple(message[1:]) == (str(job_id), 1), (
+                f"T5: the worker process ran job {message[1]} as attempt {message[2]}; expected job {job_id} "
+                "as attempt 1 (get_next_job's row)"
+            )
             os.kill(process.pid, signal.SIGKILL)
             process.join(10)
-            assert process.exitcode == -signal.SIGKILL
+            assert process.exitcode == -signal.SIGKILL, (
+                f"T5: the worker process ended with exit code {process.exitcode}, not killed by SIGKILL"
+            )
         finally:
             if process.is_alive():
                 process.kill()
                 process.join(5)
             outbox.close()
         left = self.only_job(harness)
-        assert left.attempts == 0, f"T5: the killed attempt was counted: attempts {left.attempts}"
-        assert harness.archived_jobs() == [], "T5: the killed worker archived its job"
+        assert left.attempts == 0, (
+            f"T5: the job has attempts {left.attempts} after its worker was killed mid-handler; expected 0: "
+            "something the killed transaction wrote (retry_at, archive_job) was committed"
+        )
+        assert harness.archived_jobs() == [], (
+            "T5: the job of a worker killed mid-handler is archived: archive_job committed outside the claim"
+        )
 
         taken = threading.Event()
         seen: list[int] = []
@@ -166,11 +176,18 @@ class PropertyTests(SuiteBase):
             **harness.worker_options,
         )
         with worker:
-            assert taken.wait(15), "T5: no other worker got the job of the killed worker within 15 s"
+            assert taken.wait(15), (
+                "T5: get_next_job gave no other worker the job of the killed worker within 15 s: its row "
+                "lock outlived the killed process's connection"
+            )
         assert seen == [1], f"T5: the next worker saw attempts {seen}, expected [1]"
         row = self.only_archived(harness)
-        assert (row.status, row.attempts, row.payload) == (STATUS_SUCCESS, 1, stored.payload)
-        assert harness.jobs() == []
+        assert (row.status, row.attempts, row.payload) == (STATUS_SUCCESS, 1, stored.payload), (
+            f"T5: archive_job wrote status {row.status!r}, attempts {row.attempts} and a payload "
+            f"{'equal to' if row.payload == stored.payload else 'unlike'} the stored one; expected "
+            f"{STATUS_SUCCESS!r}, 1 and the stored payload"
+        )
+        assert harness.jobs() == [], "T5: delete_job left the finished job in the job table"
 
     def test_the_backend_matches_the_memory_model(self, harness: Harness) -> None:
         """M1 (model): random enqueue/claim/retry/archive/delete/commit/rollback over up to three open
