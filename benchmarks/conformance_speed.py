@@ -20,9 +20,14 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Final
 
+from conformance.suite import clauses
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 DOCS: Final = ROOT / "docs"
 THIRD_PARTY: Final = ROOT / "tests" / "third_party"
+# Clause families in the order docs/conformance.md lists them, and how much of a failure's line to show.
+_CLAUSE_ORDER: Final = "ESADRTKCIZBPMN"
+_SAID: Final = 160
 PG_DSN: Final = "postgresql://postgres@127.0.0.1:5432/test"
 MYSQL_DSN: Final = "mysql://root@127.0.0.1:3306/test"
 _PG8000_CONNECT: Final = f'''
@@ -141,8 +146,13 @@ class RecipeRun:
         return re.sub(r"\s*in [\d.]+s.*$", "", lines[-1].strip("= ")) if lines else "(no summary)"
 
     @property
-    def failed_clauses(self) -> list[str]:
-        return sorted(set(re.findall(r"^FAILED \S+::(test_\w+)", self.output, re.M)))
+    def failures(self) -> dict[str, str]:
+        """Clause id -> the first line of its failure, from pytest's short summary (-rf)."""
+        by_test = {test: clause for clause, (test, _) in clauses().items()}
+        found: dict[str, str] = {}
+        for test, message in re.findall(r"^FAILED \S+::(test_\w+)(?: - (.*))?$", self.output, re.M):
+            found[by_test.get(test, test)] = message.strip()
+        return dict(sorted(found.items(), key=lambda item: _CLAUSE_ORDER.find(item[0][0])))
 
 
 def run_recipe(
@@ -157,6 +167,8 @@ def run_recipe(
     path = [str(project / "src"), str(THIRD_PARTY), str(ROOT)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")])}
     env["PYTEST_XDIST_WORKER"] = os.environ.get("PROLETARIAN_TEST_TABLE_PREFIX", "") + table_tag
+    # Wide enough that pytest's short summary keeps each failure's message (it cuts to the terminal's width).
+    env["COLUMNS"] = "400"
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *options],
@@ -186,18 +198,20 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---:|---|---|",
     ]
     ok = True
+    said: list[str] = []
     runs = {"pg8000, as docs/backends.md prints it": MY_PACKAGES["pg8000"]}
     for what, (name, old, new) in PLANTED.items():
         runs[what] = _PLANTED_PACKAGE.format(what=what, name=name, old=old, new=new)
     for index, (what, package) in enumerate(runs.items()):
         with TemporaryDirectory(prefix="proletarian-conformance-speed-") as tmp:
             run = run_recipe(Path(tmp), package, "-p", "no:xdist", table_tag=f"speed{index}")
-        failed = ", ".join(name.removeprefix("test_") for name in run.failed_clauses) or "none"
-        lines.append(f"| {what} | {run.seconds:.0f} | {run.summary} | {failed} |")
+        failures = run.failures
+        lines.append(f"| {what} | {run.seconds:.0f} | {run.summary} | {', '.join(failures) or 'none'} |")
         print(lines[-1], flush=True)
+        said.extend(f"- {what}, {clause}: {message[:_SAID]}" for clause, message in failures.items())
         # The backend as printed must pass, and every planted bug must fail.
         ok = ok and (run.returncode == 0) == (index == 0)
-    report = "\n".join(lines)
+    report = "\n".join([*lines, "", "What each failure said first:", "", *said])
     print("\n" + report)
     if args.out is not None:
         args.out.write_text(report + "\n", encoding="utf-8")

@@ -244,7 +244,10 @@ class ContractTests(SuiteBase):
                 EPOCH,
                 "S5: claiming while another transaction holds the only job",
             )
-            assert other is None, "S5: a second transaction claimed a job another transaction holds"
+            assert other is None, (
+                "S5: get_next_job in a second transaction returned the job another open transaction holds; "
+                "expected None: the claim neither locked the row (FOR UPDATE) nor skipped locked ones"
+            )
             first.rollback()
             again = self.claim_in(second, job_table, DEFAULT_QUEUE_TEXT, EPOCH, "claim")
             assert again is not None, "S5: the job was not claimable once the holder rolled back"
@@ -276,7 +279,10 @@ class ContractTests(SuiteBase):
                 claimed.append(self.key(harness, job.job_id))
             for agent in agents:
                 agent.rollback()
-        assert len(set(claimed)) == len(claimed), f"S6: open transactions claimed the same job: {claimed}"
+        assert len(set(claimed)) == len(claimed), (
+            f"S6: get_next_job gave open transactions the same job: {claimed}; expected a job each: the claim "
+            "did not lock the row it returned"
+        )
         assert claimed == [str(i) for i in ids], "S6: the transactions did not get the oldest free job each"
 
     @requires(skip_locked=True, claim_locks_only_the_claimed_row=True)
