@@ -280,8 +280,8 @@ class ContractTests(SuiteBase):
             for agent in agents:
                 agent.rollback()
         assert len(set(claimed)) == len(claimed), (
-            f"S6: get_next_job gave open transactions the same job: {claimed}; expected a job each: the claim "
-            "did not lock the row it returned"
+            f"S6: get_next_job gave open transactions the same job: {claimed}; expected a job each: the "
+            "claim did not lock the row it returned"
         )
         assert claimed == [str(i) for i in ids], "S6: the transactions did not get the oldest free job each"
 
