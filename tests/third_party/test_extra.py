@@ -52,3 +52,11 @@ def test_the_readme_and_the_conformance_docs_say_how_to_install_the_suite() -> N
         assert "pip install 'proletarian-ref[conformance]'" in document.read_text(encoding="utf-8"), (
             document.name
         )
+
+
+def test_the_suites_modules_are_loaded_by_pytests_assertion_rewriter() -> None:
+    """So a clause's plain assert shows the values it compared, installed package or not."""
+    import conformance.contract
+
+    loader = type(conformance.contract.__loader__).__name__
+    assert loader == "AssertionRewritingHook", f"conformance.contract was loaded by {loader}"

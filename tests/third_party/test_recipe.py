@@ -13,7 +13,7 @@ from typing import Final
 
 import pytest
 
-from benchmarks.conformance_speed import MY_PACKAGES, RecipeRun, run_recipe
+from benchmarks.conformance_speed import MY_PACKAGES, ROOT, RecipeRun, run_recipe
 
 # psycopg2 runs one clause of each family the recipe has to carry (its whole suite runs in-process in
 # test_psycopg2_backend.py); the others run every clause, under xdist as the docs say they may.
@@ -51,3 +51,10 @@ def test_the_docs_recipe_runs_on_the_psycopg2_backend(tmp_path: Path) -> None:
         tmp_path, MY_PACKAGES["psycopg2"], "-p", "no:xdist", "-k", SELECTED, table_tag="psycopg2"
     )
     assert passed(run, "psycopg2") >= 8, run.output[-3000:]
+
+
+def test_the_docs_quote_the_named_speed_run() -> None:
+    """docs/conformance.md pastes benchmarks/results/conformance-speed.md, the run its figures come from."""
+    results = (ROOT / "benchmarks" / "results" / "conformance-speed.md").read_text(encoding="utf-8")
+    docs = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
+    assert results.strip() in docs, "docs/conformance.md does not paste the named conformance-speed run"
