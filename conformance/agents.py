@@ -13,12 +13,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
-from conformance.faults import BlockedError
+from conformance.faults import BlockedError, note
 from proletarian_ref.backend import Backend
 
 T = TypeVar("T")
 
 DEFAULT_STEP_TIMEOUT: Final = 3.0
+BEGIN_TIMEOUT: Final = 15.0
 _counter = itertools.count(1)
 
 
@@ -45,7 +46,9 @@ class TxAgent:
 
     def _send(self, kind: str, fn: Callable[[Any], Any] | None, what: str, timeout: float | None) -> Any:
         if self.stuck:
-            raise BlockedError(f"{self.name} is still blocked in an earlier step; cannot {what}")
+            raise note(
+                self.backend, BlockedError(f"{self.name} is still blocked in an earlier step; cannot {what}")
+            )
         self._seq += 1
         seq = self._seq
         self._inbox.put((seq, kind, fn))
@@ -55,9 +58,12 @@ class TxAgent:
                 got, ok, value = self._outbox.get(timeout=limit)
             except queue.Empty:
                 self.stuck = True
-                raise BlockedError(
-                    f"{what} in {self.name} did not return within {limit:g} s: the backend waited for a lock "
-                    "held by another open transaction instead of skipping it"
+                raise note(
+                    self.backend,
+                    BlockedError(
+                        f"{what} in {self.name} did not return within {limit:g} s: the backend waited for a "
+                        "lock held by another open transaction instead of skipping it"
+                    ),
                 ) from None
             if got != seq:
                 continue  # The late answer of a step that timed out earlier.
@@ -66,7 +72,9 @@ class TxAgent:
             return value
 
     def begin(self) -> None:
-        self._send("begin", None, "begin", None)
+        # A begin waits for no row lock, but may connect, which takes seconds on a loaded machine: only a
+        # step inside the transaction counts as blocked after `timeout`.
+        self._send("begin", None, "begin", max(self.timeout, BEGIN_TIMEOUT))
         self.in_transaction = True
 
     def run(self, fn: Callable[[Any], T], what: str = "a statement", timeout: float | None = None) -> T:

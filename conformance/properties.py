@@ -14,7 +14,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from conformance import profiles
+from conformance import faults, profiles
 from conformance.base import SUPPRESSED, SuiteBase, no_log, property_test, scaled_examples
 from conformance.capabilities import NEEDS_FACTORY, NEEDS_SIGKILL, capability, requires
 from conformance.clocks import EPOCH, ManualClock, VirtualClock
@@ -25,7 +25,7 @@ from conformance.drain import (
     drain_in_threads,
     process_context,
 )
-from conformance.faults import DoubleClaim
+from conformance.faults import DoubleClaim, KnownFault
 from conformance.harness import Harness
 from conformance.model import model_machine
 from conformance.strategies import process_workloads, thread_workloads
@@ -69,13 +69,25 @@ class PropertyTests(SuiteBase):
         problems = check_outcome(
             outcome, workload, harness.job_id_strategy(), self.precision(harness), ordered=ordered
         )
+        if not problems:
+            return
+        backend = harness.make_backend()
+        backend.close()
         if any(problem.startswith(DOUBLE_RUNS) for problem in problems):
             # Two workers ran one job: the claim's lock is missing, which no smaller workload explains better.
-            raise DoubleClaim(
-                "get_next_job let two workers hold one job (its row lock is missing or released early): "
-                + _report(problems, outcome)
+            raise faults.note(
+                backend,
+                DoubleClaim(
+                    "get_next_job let two workers hold one job (its row lock is missing or released early): "
+                    + _report(problems, outcome)
+                ),
             )
-        assert not problems, _report(problems, outcome)
+        earlier = faults.known(type(backend))
+        if earlier is not None:
+            raise KnownFault(
+                f"{_report(problems, outcome)}\n(not shrunk: this backend already failed with {earlier})"
+            )
+        raise AssertionError(_report(problems, outcome))
 
     @property_test(THREAD_WEIGHT, workload=thread_workloads())
     def test_competing_worker_threads_run_every_job_as_planned(
