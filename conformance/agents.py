@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
-from conformance.faults import BlockedError, note
+from conformance.faults import BlockedError
 from proletarian_ref.backend import Backend
 
 T = TypeVar("T")
@@ -46,9 +46,7 @@ class TxAgent:
 
     def _send(self, kind: str, fn: Callable[[Any], Any] | None, what: str, timeout: float | None) -> Any:
         if self.stuck:
-            raise note(
-                self.backend, BlockedError(f"{self.name} is still blocked in an earlier step; cannot {what}")
-            )
+            raise BlockedError(f"{self.name} is still blocked in an earlier step; cannot {what}")
         self._seq += 1
         seq = self._seq
         self._inbox.put((seq, kind, fn))
@@ -58,12 +56,9 @@ class TxAgent:
                 got, ok, value = self._outbox.get(timeout=limit)
             except queue.Empty:
                 self.stuck = True
-                raise note(
-                    self.backend,
-                    BlockedError(
-                        f"{what} in {self.name} did not return within {limit:g} s: the backend waited for a "
-                        "lock held by another open transaction instead of skipping it"
-                    ),
+                raise BlockedError(
+                    f"{what} in {self.name} did not return within {limit:g} s: the backend waited for a lock "
+                    "held by another open transaction instead of skipping it"
                 ) from None
             if got != seq:
                 continue  # The late answer of a step that timed out earlier.

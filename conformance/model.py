@@ -11,7 +11,6 @@ from typing import Any, Final
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from conformance import faults
 from conformance.agents import AgentPool, TxAgent
 from conformance.capabilities import capability
 from conformance.clocks import EPOCH, ManualClock, frozen
@@ -233,12 +232,9 @@ def model_machine(harness: Harness, step_timeout: float) -> type[RuleBasedStateM
             model = self.model_backend.get_next_job(tx.model_conn, job_table, queue_text, now)
             held = None if real is None else uuid.UUID(str(strategy.decode_id(real.job_id)))
             if held is not None and any(held in other.claimed for other in self.open if other is not tx):
-                raise faults.note(
-                    backend,
-                    DoubleClaim(
-                        f"M-claim (get_next_job): claiming {queue_text} at {now} returned job {held}, which "
-                        "another open transaction holds: the claim neither locked nor skipped locked rows"
-                    ),
+                raise DoubleClaim(
+                    f"M-claim (get_next_job): claiming {queue_text} at {now} returned job {held}, which "
+                    "another open transaction holds: the claim neither locked nor skipped locked rows"
                 )
             difference = describe_job_difference(real, model, self.sides)
             assert difference is None, f"M-claim: claiming {queue_text} at {now} differs: {difference}"

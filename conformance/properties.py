@@ -14,7 +14,8 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from conformance import faults, profiles
+from conformance import profiles
+from conformance.agents import AgentPool
 from conformance.base import SUPPRESSED, SuiteBase, no_log, property_test, scaled_examples
 from conformance.capabilities import NEEDS_FACTORY, NEEDS_SIGKILL, capability, requires
 from conformance.clocks import EPOCH, ManualClock, VirtualClock
@@ -25,7 +26,7 @@ from conformance.drain import (
     drain_in_threads,
     process_context,
 )
-from conformance.faults import DoubleClaim, KnownFault
+from conformance.faults import BlockedError, DoubleClaim
 from conformance.harness import Harness
 from conformance.model import model_machine
 from conformance.strategies import process_workloads, thread_workloads
@@ -39,6 +40,9 @@ THREAD_WEIGHT: Final = 2.0
 PROCESS_WEIGHT: Final = 0.7
 MODEL_WEIGHT: Final = 3.0
 MODEL_STEPS: Final = 40
+# The queue of the diagnosis a drain's failure gets before it is shrunk (_diagnose_blocking).
+PROBE_QUEUE: Final = "conformance/probe"
+PROBE_QUEUE_TEXT: Final = ":conformance/probe"
 # The invariants whose breach means one job was held by two workers at once.
 DOUBLE_RUNS: Final = ("P-overlap", "P-once")
 # Set by conformance.runner to run the model test briefly against a mutant.
@@ -71,23 +75,43 @@ class PropertyTests(SuiteBase):
         )
         if not problems:
             return
-        backend = harness.make_backend()
-        backend.close()
+        report = _report(problems, outcome)
         if any(problem.startswith(DOUBLE_RUNS) for problem in problems):
             # Two workers ran one job: the claim's lock is missing, which no smaller workload explains better.
-            raise faults.note(
-                backend,
-                DoubleClaim(
-                    "get_next_job let two workers hold one job (its row lock is missing or released early): "
-                    + _report(problems, outcome)
-                ),
+            raise DoubleClaim(
+                "get_next_job let two workers hold one job (its row lock is missing or released early): "
+                + report
             )
-        earlier = faults.known(type(backend))
-        if earlier is not None:
-            raise KnownFault(
-                f"{_report(problems, outcome)}\n(not shrunk: this backend already failed with {earlier})"
-            )
-        raise AssertionError(_report(problems, outcome))
+        self._diagnose_blocking(harness, report)
+        raise AssertionError(report)
+
+    def _diagnose_blocking(self, harness: Harness, report: str) -> None:
+        """Before a drain's failure is shrunk, see whether a claim waits for a row another transaction
+        holds, as S5 does: workers that queue behind each other's locks break the drain in ways no smaller
+        workload explains better, so that failure is raised as found (BlockedError, not shrunk)."""
+        if not capability(harness, "skip_locked"):
+            return
+        job_table, _ = self.tables(harness)
+        harness.clear()
+        self.enqueue_job(harness, EPOCH, queue=PROBE_QUEUE)
+        with AgentPool(harness.make_backend, self.step_timeout) as pool:
+            holder, other = pool.agent(), pool.agent()
+            holder.begin()
+            other.begin()
+            self.claim_in(holder, job_table, PROBE_QUEUE_TEXT, EPOCH)
+            try:
+                self.claim_in(
+                    other,
+                    job_table,
+                    PROBE_QUEUE_TEXT,
+                    EPOCH,
+                    "get_next_job beside a job another transaction holds",
+                )
+            except BlockedError as exc:
+                raise BlockedError(f"{exc}; which explains this drain's failure: {report}") from None
+            finally:
+                holder.rollback()
+        harness.clear()
 
     @property_test(THREAD_WEIGHT, workload=thread_workloads())
     def test_competing_worker_threads_run_every_job_as_planned(
