@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -343,13 +342,20 @@ def model_machine(harness: Harness, step_timeout: float) -> type[RuleBasedStateM
                 assert difference is None, f"M-tables: archived job {key} differs: {difference}"
 
         def teardown(self) -> None:
+            blocked: Fault | None = None
             for tx in list(self.open):
-                # The step that failed already reported why (a blocked agent refuses with a Fault); this is
-                # only cleaning up.
-                with contextlib.suppress(Exception, Fault):
+                # A step that failed already reported why; this is only cleaning up. A rollback that blocks
+                # is a fault of its own, reported once every agent is closed, so no lock outlives the test.
+                try:
                     tx.agent.rollback()
+                except Exception:
+                    pass
+                except Fault as exc:
+                    blocked = blocked or exc
                 tx.model_conn.rollback()
             self.open = []
             self.pool.close()
+            if blocked is not None:
+                raise blocked
 
     return BackendMatchesModel
