@@ -41,10 +41,8 @@ def test_the_conformance_extra_is_what_the_suite_imports_and_nothing_else() -> N
     assert declared == {DISTRIBUTIONS.get(name, name) for name in third_party} | RUNNERS, (
         f"the conformance extra declares {sorted(declared)}; the suite imports {sorted(third_party)}"
     )
-    assert (
-        "proletarian-ref[postgresql,mysql,cli,bench,bench-peers,metrics,dashboard,conformance]"
-        in extras["test"]
-    )
+    own = re.fullmatch(r"proletarian-ref\[([a-z,-]+)\]", extras["test"][0])
+    assert own is not None and "conformance" in own.group(1).split(","), "the test extra includes the suite's"
 
 
 def test_the_readme_and_the_conformance_docs_say_how_to_install_the_suite() -> None:
