@@ -1,11 +1,31 @@
-"""The proletarian-ref conformance suite: proof that a backend behaves as Proletarian's database does."""
+"""The proletarian-ref conformance suite: proof that a backend behaves as Proletarian's database does.
+
+PYTEST_DONT_REWRITE: this file only (it has no asserts); the submodules' asserts are rewritten, see below.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+try:
+    import pytest
+except ImportError:  # the harnesses alone (the benchmarks' backends) run without the suite's extra
+    pass
+else:
+    # Installed packages' asserts are not rewritten unless asked before their modules are imported: the
+    # clauses' plain asserts would fail as a bare AssertionError. This file is being imported already
+    # (its docstring's marker keeps pytest from warning so); the submodules, which hold the asserts, are not.
+    pytest.register_assert_rewrite("conformance")
+
 from conformance.capabilities import requires
-from conformance.harness import Harness, HarnessFactory, MemoryHarness, SqlHarness, installed, load_harness
+from conformance.harness import (
+    Harness,
+    HarnessFactory,
+    MemoryHarness,
+    SqlHarness,
+    installed,
+    load_harness,
+)
 
 if TYPE_CHECKING:
     from conformance.side_tables import SideTableTests

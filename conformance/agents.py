@@ -13,16 +13,14 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
+from conformance.faults import BlockedError
 from proletarian_ref.backend import Backend
 
 T = TypeVar("T")
 
 DEFAULT_STEP_TIMEOUT: Final = 3.0
+BEGIN_TIMEOUT: Final = 15.0
 _counter = itertools.count(1)
-
-
-class BlockedError(AssertionError):
-    """A transaction step did not return within its time limit: the backend blocked on a lock."""
 
 
 class _Rollback(Exception):
@@ -69,7 +67,9 @@ class TxAgent:
             return value
 
     def begin(self) -> None:
-        self._send("begin", None, "begin", None)
+        # A begin waits for no row lock, but may connect, which takes seconds on a loaded machine: only a
+        # step inside the transaction counts as blocked after `timeout`.
+        self._send("begin", None, "begin", max(self.timeout, BEGIN_TIMEOUT))
         self.in_transaction = True
 
     def run(self, fn: Callable[[Any], T], what: str = "a statement", timeout: float | None = None) -> T:

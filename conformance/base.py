@@ -9,6 +9,7 @@ from typing import Any, ClassVar, Final, TypeVar
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from conformance import profiles
 from conformance.agents import TxAgent
 from conformance.capabilities import unmet_need
 from conformance.clocks import ManualClock, frozen
@@ -32,10 +33,8 @@ SUPPRESSED: Final = (
 
 
 def scaled_examples(weight: float) -> int:
-    """A share of the active profile's max_examples (read when the suite is imported), at least one."""
-    profile = settings.default
-    assert profile is not None
-    return max(1, round(profile.max_examples * weight))
+    """A share of the chosen profile's max_examples (read when the suite is imported), at least one."""
+    return max(1, round(profiles.active().max_examples * weight))
 
 
 def property_test(weight: float, **strategies: Any) -> Callable[[F], F]:
@@ -43,7 +42,10 @@ def property_test(weight: float, **strategies: Any) -> Callable[[F], F]:
 
     def decorate(test: F) -> F:
         wrapped: Any = settings(
-            max_examples=scaled_examples(weight), deadline=None, suppress_health_check=SUPPRESSED
+            parent=profiles.active(),
+            max_examples=scaled_examples(weight),
+            deadline=None,
+            suppress_health_check=SUPPRESSED,
         )(given(**strategies)(test))
         setattr(wrapped, STRATEGIES_ATTRIBUTE, strategies)
         result: F = wrapped

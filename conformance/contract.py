@@ -131,7 +131,10 @@ class ContractTests(SuiteBase):
                 **harness.enqueue_options,
             }
             enqueue(conn, "conformance/job", None, **options)
-            assert harness.jobs() == [], "E7: the job is visible to others before the caller committed"
+            assert harness.jobs() == [], (
+                "E7: the job is committed before the caller committed; expected it invisible until then: "
+                "enqueue committed the caller's transaction"
+            )
             with AgentPool(harness.make_backend, self.step_timeout) as pool:
                 agent = pool.agent()
                 agent.begin()
@@ -139,7 +142,9 @@ class ContractTests(SuiteBase):
                 agent.rollback()
             assert claimed is None, "E7: a worker claimed a job whose enqueue was not committed"
             conn.rollback()
-            assert harness.jobs() == [], "E7: the caller rolled back, but the job stayed"
+            assert harness.jobs() == [], (
+                "E7: the job stayed after the caller rolled back; expected it gone: enqueue committed it"
+            )
             enqueue(conn, "conformance/job", None, **options)
             conn.commit()
             self.only_job(harness)
@@ -239,7 +244,10 @@ class ContractTests(SuiteBase):
                 EPOCH,
                 "S5: claiming while another transaction holds the only job",
             )
-            assert other is None, "S5: a second transaction claimed a job another transaction holds"
+            assert other is None, (
+                "S5: get_next_job in a second transaction returned the job another open transaction holds; "
+                "expected None: the claim neither locked the row (FOR UPDATE) nor skipped locked ones"
+            )
             first.rollback()
             again = self.claim_in(second, job_table, DEFAULT_QUEUE_TEXT, EPOCH, "claim")
             assert again is not None, "S5: the job was not claimable once the holder rolled back"
@@ -271,7 +279,10 @@ class ContractTests(SuiteBase):
                 claimed.append(self.key(harness, job.job_id))
             for agent in agents:
                 agent.rollback()
-        assert len(set(claimed)) == len(claimed), f"S6: open transactions claimed the same job: {claimed}"
+        assert len(set(claimed)) == len(claimed), (
+            f"S6: get_next_job gave open transactions the same job: {claimed}; expected a job each: the "
+            "claim did not lock the row it returned"
+        )
         assert claimed == [str(i) for i in ids], "S6: the transactions did not get the oldest free job each"
 
     @requires(skip_locked=True, claim_locks_only_the_claimed_row=True)
@@ -286,15 +297,23 @@ class ContractTests(SuiteBase):
             polls = [pool.agent() for _ in ("conformance/a", "conformance/c")]
             for agent, queue in zip(polls, (":conformance/a", ":conformance/c"), strict=True):
                 agent.begin()
-                assert self.claim_in(agent, job_table, queue, EPOCH) is None
+                polled = self.claim_in(agent, job_table, queue, EPOCH)
+                assert polled is None, (
+                    f"S7: get_next_job of {queue}, a queue with no jobs, returned job "
+                    f"{self.key(harness, polled.job_id)} of queue {polled.queue}; expected None"
+                )
             worker = pool.agent()
             worker.begin()
             job = self.claim_in(worker, job_table, ":conformance/b", EPOCH, "S7: claiming beside empty polls")
             for agent in (*polls, worker):
                 agent.rollback()
-        assert job is not None, "S7: an open empty poll of another queue hid every job of this one"
+        assert job is not None, (
+            "S7: get_next_job of :conformance/b returned None beside open empty polls of other queues; "
+            "expected its oldest job: the empty polls' claims locked rows they did not return"
+        )
         assert self.key(harness, job.job_id) == str(oldest), (
-            "S7: an open empty poll of another queue hid this queue's oldest job; the worker took a later one"
+            f"S7: get_next_job of :conformance/b returned job {self.key(harness, job.job_id)} beside open "
+            f"empty polls of other queues; expected its oldest job {oldest}, which the empty polls locked"
         )
 
     # -- A: archive ------------------------------------------------------------------------------------
@@ -314,13 +333,13 @@ class ContractTests(SuiteBase):
         queue = ":conformance/archive"
         with backend.transaction() as conn:
             job = backend.get_next_job(conn, job_table, queue, EPOCH + timedelta(seconds=40))
-            assert job is not None
+            assert job is not None, "A1: get_next_job returned None for a due job"
             backend.retry_at(conn, job_table, job.job_id, EPOCH + timedelta(seconds=100))
         stored = self.only_job(harness)
         finished = EPOCH + timedelta(seconds=101)
         with backend.transaction() as conn:
             job = backend.get_next_job(conn, job_table, queue, EPOCH + timedelta(seconds=100))
-            assert job is not None
+            assert job is not None, "A1: get_next_job returned None for a job due at its retry_at"
             backend.archive_job(conn, job_table, archived_job_table, job.job_id, STATUS_SUCCESS, finished)
             backend.delete_job(conn, job_table, job.job_id)
         row = self.only_archived(harness)
@@ -329,12 +348,17 @@ class ContractTests(SuiteBase):
             "A1: queue or job_type not copied"
         )
         assert row.payload == stored.payload, "A1: payload text not copied"
-        assert row.attempts == stored.attempts + 1 == 2, f"A1: archived attempts {row.attempts}, expected 2"
-        assert row.status == STATUS_SUCCESS
+        assert row.attempts == stored.attempts + 1 == 2, (
+            f"A1: archive_job wrote attempts {row.attempts} for a job stored with {stored.attempts} "
+            "(after one retry_at); expected 2: archive_job adds one"
+        )
+        assert row.status == STATUS_SUCCESS, (
+            f"A1: archive_job wrote status {row.status!r}; expected {STATUS_SUCCESS!r}, the one it was given"
+        )
         self.assert_instant(harness, row.enqueued_at, stored.enqueued_at, "A1: archived enqueued_at")
         self.assert_instant(harness, row.process_at, stored.process_at, "A1: archived process_at")
         self.assert_instant(harness, row.finished_at, finished, "A1: archived finished_at")
-        assert harness.jobs() == []
+        assert harness.jobs() == [], "A1: delete_job left the archived job in the job table"
 
     def test_archive_keeps_the_payload_text_byte_for_byte(self, harness: Harness) -> None:
         """A2: the archive copies the stored text; it never decodes and re-encodes the payload."""
@@ -352,8 +376,10 @@ class ContractTests(SuiteBase):
         clock = ManualClock(EPOCH + timedelta(seconds=5, milliseconds=500))
         assert self.run_next(harness, clock, _ok) is True
         row = self.only_archived(harness)
-        assert row.status == ":success", f"A3: status {row.status!r}, expected ':success'"
-        assert row.attempts == 1
+        assert row.status == ":success", (
+            f"A3: archive_job wrote status {row.status!r} for a finished job; expected ':success'"
+        )
+        assert row.attempts == 1, f"A3: archive_job wrote attempts {row.attempts} for a first run; expected 1"
         self.assert_instant(harness, row.finished_at, clock(), "A3: finished_at")
         assert harness.jobs() == [], "A3: the archived job is still in the job table"
 
@@ -367,8 +393,10 @@ class ContractTests(SuiteBase):
 
         assert self.run_next(harness, ManualClock(EPOCH), fail, failed_job_fn=lambda j, e: failed.append(j))
         row = self.only_archived(harness)
-        assert row.status == ":failure", f"A4: status {row.status!r}, expected ':failure'"
-        assert row.attempts == 1
+        assert row.status == ":failure", (
+            f"A4: archive_job wrote status {row.status!r} for a failed job; expected ':failure'"
+        )
+        assert row.attempts == 1, f"A4: archive_job wrote attempts {row.attempts} for a first run; expected 1"
         assert [j.attempts for j in failed] == [1]
         assert harness.jobs() == []
 
@@ -401,7 +429,7 @@ class ContractTests(SuiteBase):
             assert job is not None
             backend.retry_at(conn, job_table, job.job_id, retry_at)
         after = self.only_job(harness)
-        assert after.attempts == 1, f"R1: attempts {after.attempts} after one retry, expected 1"
+        assert after.attempts == 1, f"R1: retry_at left attempts {after.attempts}; expected 1 (it adds one)"
         self.assert_instant(harness, after.process_at, retry_at, "R1: process_at after retry")
         assert (after.queue, after.job_type, after.payload) == (before.queue, before.job_type, before.payload)
         self.assert_instant(harness, after.enqueued_at, before.enqueued_at, "R1: enqueued_at after retry")
@@ -420,18 +448,27 @@ class ContractTests(SuiteBase):
                 raise RuntimeError("first attempt fails")
 
         options: dict[str, Any] = {"handler_fn_mode": "advanced", "retry_strategy_fn": lambda j, e: strategy}
-        assert self.run_next(harness, clock, fail_once, **options) is True
+        assert self.run_next(harness, clock, fail_once, **options) is True, (
+            "R2: get_next_job returned no job for a job due now"
+        )
         row = self.only_job(harness)
-        assert row.attempts == 1, f"R2: attempts {row.attempts} after a failed attempt, expected 1"
+        assert row.attempts == 1, (
+            f"R2: retry_at left attempts {row.attempts} after a failed attempt; expected 1"
+        )
         retry_at = EPOCH + timedelta(seconds=61)
         self.assert_instant(harness, row.process_at, retry_at, "R2: process_at after the failure")
         clock.set(retry_at - self.precision(harness))
         assert self.run_next(harness, clock, fail_once, **options) is None, "R2: the job ran before its delay"
         clock.set(retry_at)
-        assert self.run_next(harness, clock, fail_once, **options) is True
-        assert seen == [1, 2]
+        assert self.run_next(harness, clock, fail_once, **options) is True, (
+            "R2: get_next_job returned no job at the retry's process_at (retry_at moves process_at)"
+        )
+        assert seen == [1, 2], f"R2: the handler saw attempts {seen}; expected [1, 2] (retry_at adds one)"
         archived = self.only_archived(harness)
-        assert (archived.status, archived.attempts) == (STATUS_SUCCESS, 2)
+        assert (archived.status, archived.attempts) == (STATUS_SUCCESS, 2), (
+            f"R2: archive_job wrote status {archived.status!r} and attempts {archived.attempts} after the "
+            f"second run; expected {STATUS_SUCCESS!r} and 2"
+        )
         self.assert_instant(
             harness, archived.process_at, retry_at, "R2: archived process_at (the last run's)"
         )

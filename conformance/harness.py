@@ -258,6 +258,19 @@ def _driver_state(conn: Any) -> dict[str, str]:
     return state
 
 
+def _execute(cursor: Any, statement: str, params: Any) -> None:
+    """DB-API's execute, with no parameters argument at all when there are none.
+
+    Drivers differ on `execute(statement, None)`: psycopg and PyMySQL take it, pg8000 refuses it. Every
+    statement of the harness uses the format paramstyle (%s), which PostgreSQL's and MySQL's DB-API
+    drivers share (psycopg, psycopg2, pg8000, PyMySQL, mysql-connector-python).
+    """
+    if params is None:
+        cursor.execute(statement)
+    else:
+        cursor.execute(statement, params)
+
+
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
@@ -492,7 +505,7 @@ class SqlHarness(Harness):
         with self._own_connection() as conn:
             cursor = conn.cursor()
             try:
-                cursor.execute(statement, params)
+                _execute(cursor, statement, params)
             finally:
                 cursor.close()
             conn.commit()
@@ -502,7 +515,7 @@ class SqlHarness(Harness):
         with self._own_connection() as conn:
             cursor = conn.cursor()
             try:
-                cursor.execute(statement, params)
+                _execute(cursor, statement, params)
                 rows = [tuple(row) for row in cursor.fetchall()]
             finally:
                 cursor.close()

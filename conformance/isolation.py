@@ -163,6 +163,12 @@ class IsolationTests(SuiteBase):
                 EPOCH - timedelta(seconds=30),
                 "enqueue",
             )
+            # Read by another session before any claim: a job already committed is enqueue's doing.
+            visible = {self.key(harness, row.job_id) for row in harness.jobs()}
+            assert str(pending) not in visible, (
+                f"I3: job {pending} is committed while its enqueuer's transaction is still open; expected it "
+                "invisible until that commit: enqueue committed the caller's transaction (not a dirty read)"
+            )
             worker.begin()
             job = self.claim_in(
                 worker, job_table, QUEUE_TEXT, EPOCH, "I3: claiming beside an uncommitted job"
@@ -170,7 +176,8 @@ class IsolationTests(SuiteBase):
             worker.rollback()
             assert job is not None, "I3: an uncommitted job hid the committed one from the claim"
             assert self.key(harness, job.job_id) == str(committed), (
-                "I3: a claim took a job whose enqueuing transaction has not committed (a dirty read)"
+                f"I3: get_next_job returned job {self.key(harness, job.job_id)}, whose enqueuing transaction "
+                f"has not committed; expected the committed job {committed} (the claim read uncommitted rows)"
             )
             enqueuer.commit()
             worker.begin()

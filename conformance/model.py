@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -14,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from conformance.agents import AgentPool, TxAgent
 from conformance.capabilities import capability
 from conformance.clocks import EPOCH, ManualClock, frozen
+from conformance.faults import DoubleClaim, Fault
 from conformance.harness import Harness, MemoryHarness
 from proletarian_ref.backend import STATUS_FAILURE, STATUS_SUCCESS, ArchivedJobRecord, Backend, JobRecord
 from proletarian_ref.backends.memory import MemoryConnection
@@ -229,6 +229,12 @@ def model_machine(harness: Harness, step_timeout: float) -> type[RuleBasedStateM
             backend = tx.agent.backend
             real = tx.agent.run(lambda conn: backend.get_next_job(conn, job_table, queue_text, now), "claim")
             model = self.model_backend.get_next_job(tx.model_conn, job_table, queue_text, now)
+            held = None if real is None else uuid.UUID(str(strategy.decode_id(real.job_id)))
+            if held is not None and any(held in other.claimed for other in self.open if other is not tx):
+                raise DoubleClaim(
+                    f"M-claim (get_next_job): claiming {queue_text} at {now} returned job {held}, which "
+                    "another open transaction holds: the claim neither locked nor skipped locked rows"
+                )
             difference = describe_job_difference(real, model, self.sides)
             assert difference is None, f"M-claim: claiming {queue_text} at {now} differs: {difference}"
             if real is None and not precise_locks:
@@ -238,12 +244,8 @@ def model_machine(harness: Harness, step_timeout: float) -> type[RuleBasedStateM
                 tx.model_conn.commit()
                 self._close(tx)
                 return
-            if real is not None:
-                job_id = uuid.UUID(str(strategy.decode_id(real.job_id)))
-                holders = [other for other in self.open if job_id in other.claimed and other is not tx]
-                assert not holders, f"M-claim: job {job_id} was claimed by two open transactions at once"
-                if job_id not in tx.claimed:
-                    tx.claimed.append(job_id)
+            if held is not None and held not in tx.claimed:
+                tx.claimed.append(held)
 
         @precondition(lambda self: any(tx.claimed for tx in self.open))
         @rule(
@@ -340,12 +342,21 @@ def model_machine(harness: Harness, step_timeout: float) -> type[RuleBasedStateM
                 assert difference is None, f"M-tables: archived job {key} differs: {difference}"
 
         def teardown(self) -> None:
+            blocked: Fault | None = None
             for tx in list(self.open):
-                # The step that failed already reported why; this is only cleaning up.
-                with contextlib.suppress(Exception):
-                    tx.agent.rollback()
+                # A step that failed already reported why; this is only cleaning up. A rollback that blocks
+                # is a fault of its own, reported once every agent is closed, so no lock outlives the test.
+                try:
+                    if not tx.agent.stuck:  # a stuck agent's step has failed the test already
+                        tx.agent.rollback()
+                except Exception:
+                    pass
+                except Fault as exc:
+                    blocked = blocked or exc
                 tx.model_conn.rollback()
             self.open = []
             self.pool.close()
+            if blocked is not None:
+                raise blocked
 
     return BackendMatchesModel

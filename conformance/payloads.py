@@ -96,6 +96,11 @@ class PayloadTests(SuiteBase):
                 self._enqueue_text(harness, conn, transit_text_of(limit + 1))
             except expected:
                 pass
+            except Exception as exc:
+                pytest.fail(
+                    f"B1: enqueue of a payload one byte over the limit raised {type(exc).__name__}: {exc}; "
+                    f"expected {expected.__name__}"
+                )
             else:
                 pytest.fail(
                     f"B1: enqueue took a payload one byte over the limit without raising {expected.__name__}"

@@ -14,6 +14,8 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from conformance import profiles
+from conformance.agents import AgentPool
 from conformance.base import SUPPRESSED, SuiteBase, no_log, property_test, scaled_examples
 from conformance.capabilities import NEEDS_FACTORY, NEEDS_SIGKILL, capability, requires
 from conformance.clocks import EPOCH, ManualClock, VirtualClock
@@ -24,6 +26,7 @@ from conformance.drain import (
     drain_in_threads,
     process_context,
 )
+from conformance.faults import BlockedError, DoubleClaim
 from conformance.harness import Harness
 from conformance.model import model_machine
 from conformance.strategies import process_workloads, thread_workloads
@@ -37,6 +40,11 @@ THREAD_WEIGHT: Final = 2.0
 PROCESS_WEIGHT: Final = 0.7
 MODEL_WEIGHT: Final = 3.0
 MODEL_STEPS: Final = 40
+# The queue of the diagnosis a drain's failure gets before it is shrunk (_diagnose_blocking).
+PROBE_QUEUE: Final = "conformance/probe"
+PROBE_QUEUE_TEXT: Final = ":conformance/probe"
+# The invariants whose breach means one job was held by two workers at once.
+DOUBLE_RUNS: Final = ("P-overlap", "P-once")
 # Set by conformance.runner to run the model test briefly against a mutant.
 model_settings_override: contextvars.ContextVar[settings | None] = contextvars.ContextVar(
     "model_settings_override", default=None
@@ -65,7 +73,45 @@ class PropertyTests(SuiteBase):
         problems = check_outcome(
             outcome, workload, harness.job_id_strategy(), self.precision(harness), ordered=ordered
         )
-        assert not problems, _report(problems, outcome)
+        if not problems:
+            return
+        report = _report(problems, outcome)
+        if any(problem.startswith(DOUBLE_RUNS) for problem in problems):
+            # Two workers ran one job: the claim's lock is missing, which no smaller workload explains better.
+            raise DoubleClaim(
+                "get_next_job let two workers hold one job (its row lock is missing or released early): "
+                + report
+            )
+        self._diagnose_blocking(harness, report)
+        raise AssertionError(report)
+
+    def _diagnose_blocking(self, harness: Harness, report: str) -> None:
+        """Before a drain's failure is shrunk, see whether a claim waits for a row another transaction
+        holds, as S5 does: workers that queue behind each other's locks break the drain in ways no smaller
+        workload explains better, so that failure is raised as found (BlockedError, not shrunk)."""
+        if not capability(harness, "skip_locked"):
+            return
+        job_table, _ = self.tables(harness)
+        harness.clear()
+        self.enqueue_job(harness, EPOCH, queue=PROBE_QUEUE)
+        with AgentPool(harness.make_backend, self.step_timeout) as pool:
+            holder, other = pool.agent(), pool.agent()
+            holder.begin()
+            other.begin()
+            self.claim_in(holder, job_table, PROBE_QUEUE_TEXT, EPOCH)
+            try:
+                self.claim_in(
+                    other,
+                    job_table,
+                    PROBE_QUEUE_TEXT,
+                    EPOCH,
+                    "get_next_job beside a job another transaction holds",
+                )
+            except BlockedError as exc:
+                raise BlockedError(f"{exc}; which explains this drain's failure: {report}") from None
+            finally:
+                holder.rollback()
+        harness.clear()
 
     @property_test(THREAD_WEIGHT, workload=thread_workloads())
     def test_competing_worker_threads_run_every_job_as_planned(
@@ -121,18 +167,28 @@ class PropertyTests(SuiteBase):
             except queue_module.Empty:
                 pytest.fail(f"T5: the worker process did not start the job within {PROCESS_START_S:g} s")
             assert message[0] == "started", f"T5: the worker process failed: {message}"
-            assert tuple(message[1:]) == (str(job_id), 1)
+            assert tuple(message[1:]) == (str(job_id), 1), (
+                f"T5: the worker process ran job {message[1]} as attempt {message[2]}; expected job {job_id} "
+                "as attempt 1 (get_next_job's row)"
+            )
             os.kill(process.pid, signal.SIGKILL)
             process.join(10)
-            assert process.exitcode == -signal.SIGKILL
+            assert process.exitcode == -signal.SIGKILL, (
+                f"T5: the worker process ended with exit code {process.exitcode}, not killed by SIGKILL"
+            )
         finally:
             if process.is_alive():
                 process.kill()
                 process.join(5)
             outbox.close()
         left = self.only_job(harness)
-        assert left.attempts == 0, f"T5: the killed attempt was counted: attempts {left.attempts}"
-        assert harness.archived_jobs() == [], "T5: the killed worker archived its job"
+        assert left.attempts == 0, (
+            f"T5: the job has attempts {left.attempts} after its worker was killed mid-handler; expected 0: "
+            "something the killed transaction wrote (retry_at, archive_job) was committed"
+        )
+        assert harness.archived_jobs() == [], (
+            "T5: the job of a worker killed mid-handler is archived: archive_job committed outside the claim"
+        )
 
         taken = threading.Event()
         seen: list[int] = []
@@ -156,18 +212,25 @@ class PropertyTests(SuiteBase):
             **harness.worker_options,
         )
         with worker:
-            assert taken.wait(15), "T5: no other worker got the job of the killed worker within 15 s"
+            assert taken.wait(15), (
+                "T5: get_next_job gave no other worker the job of the killed worker within 15 s: its row "
+                "lock outlived the killed process's connection"
+            )
         assert seen == [1], f"T5: the next worker saw attempts {seen}, expected [1]"
         row = self.only_archived(harness)
-        assert (row.status, row.attempts, row.payload) == (STATUS_SUCCESS, 1, stored.payload)
-        assert harness.jobs() == []
+        assert (row.status, row.attempts, row.payload) == (STATUS_SUCCESS, 1, stored.payload), (
+            f"T5: archive_job wrote status {row.status!r}, attempts {row.attempts} and a payload "
+            f"{'equal to' if row.payload == stored.payload else 'unlike'} the stored one; expected "
+            f"{STATUS_SUCCESS!r}, 1 and the stored payload"
+        )
+        assert harness.jobs() == [], "T5: delete_job left the finished job in the job table"
 
     def test_the_backend_matches_the_memory_model(self, harness: Harness) -> None:
         """M1 (model): random enqueue/claim/retry/archive/delete/commit/rollback over up to three open
         transactions leave the backend and the in-memory reference with the same claims and tables."""
         override = model_settings_override.get()
         chosen = settings(
-            parent=override,
+            parent=override if override is not None else profiles.active(),
             max_examples=_MODEL_EXAMPLES if override is None else override.max_examples,
             stateful_step_count=MODEL_STEPS,
             deadline=None,

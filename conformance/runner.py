@@ -14,6 +14,7 @@ from hypothesis.errors import HypothesisWarning
 
 from conformance.base import STRATEGIES_ATTRIBUTE, SuiteBase
 from conformance.capabilities import unmet_need
+from conformance.faults import Fault
 from conformance.harness import Harness
 from conformance.properties import model_settings_override
 
@@ -32,6 +33,11 @@ class Result:
             return ""
         lines = str(self.error).strip().splitlines()
         return f"{type(self.error).__name__}: {lines[0] if lines else ''}"
+
+    @property
+    def text(self) -> str:
+        """The whole failure message, as pytest would show it after the exception's name."""
+        return "" if self.error is None else f"{type(self.error).__name__}: {self.error}"
 
 
 def brief_settings(max_examples: int) -> settings:
@@ -78,7 +84,7 @@ def run_suite_test(suite: type[SuiteBase], name: str, harness: Harness, *, max_e
             test(suite(), harness)
     except pytest.skip.Exception as exc:
         return Result(name, "skipped", exc)
-    except (Exception, pytest.fail.Exception) as exc:
+    except (Exception, pytest.fail.Exception, Fault) as exc:
         return Result(name, "failed", exc)
     finally:
         harness.close()

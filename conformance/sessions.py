@@ -190,10 +190,17 @@ class SessionTests(SuiteBase):
         assert sorted(archived) == sorted(ids), (
             f"K1: archived {sorted(archived)}, expected each of {ids} once"
         )
-        assert all(row.attempts == 1 and row.status == STATUS_SUCCESS for row in harness.archived_jobs()), (
-            "K1: a job's attempts counted a killed transaction"
-        )
-        assert harness.jobs() == []
+        for row in harness.archived_jobs():
+            key = self.key(harness, row.job_id)
+            assert row.attempts == 1, (
+                f"K1: job {key} is archived with attempts {row.attempts}; expected 1: a killed transaction's "
+                "retry_at or archive_job was counted"
+            )
+            assert row.status == STATUS_SUCCESS, (
+                f"K1: archive_job wrote status {row.status!r} for job {key}, which succeeded; "
+                f"expected {STATUS_SUCCESS!r}"
+            )
+        assert harness.jobs() == [], "K1: delete_job left archived jobs in the job table"
 
     # -- C: the caller's transaction and session -------------------------------------------------------
 

@@ -139,7 +139,9 @@ class ZoneTests(SuiteBase):
                 "Z2: the worker ran a job clamped to the enqueuer's now before its own clock reached it"
             )
             worker.set(ahead + timedelta(seconds=2))
-            assert self.run_next(zoned, worker, fail_first, **options) is True
+            assert self.run_next(zoned, worker, fail_first, **options) is True, (
+                "Z2: get_next_job returned no job once the worker's clock passed the enqueuer's now"
+            )
             retry = ahead + timedelta(seconds=62)
             self.assert_instant(
                 harness, self.only_job(harness).process_at, retry, "Z2: the retry's process_at"
@@ -147,8 +149,10 @@ class ZoneTests(SuiteBase):
             worker.set(retry - timedelta(seconds=30))
             assert self.run_next(zoned, worker, fail_first, **options) is None, "Z2: the retry ran early"
             worker.set(retry)
-            assert self.run_next(zoned, worker, fail_first, **options) is True
-            assert seen == [1, 2]
+            assert self.run_next(zoned, worker, fail_first, **options) is True, (
+                "Z2: get_next_job returned no job at the retry's process_at, the delay after the worker's now"
+            )
+            assert seen == [1, 2], f"Z2: the handler saw attempts {seen}; expected [1, 2]"
             archived = self.only_archived(harness)
             self.assert_instant(harness, archived.finished_at, retry, "Z2: finished_at (the worker's now)")
             self.assert_instant(harness, archived.enqueued_at, ahead, "Z2: enqueued_at (the enqueuer's now)")

@@ -34,6 +34,9 @@ class Mutant:
     killed_by: tuple[str, ...]
     # > 1: a batch-mode mutant, run against the harness with_worker_options(batch_size=...).
     batch_size: int = 1
+    # Words that name the fault (the verb at fault, the column it gets wrong): the failure of each clause
+    # of killed_by but the property ones (P1, P2, M1, whose reports list broken invariants) must say them.
+    fault: tuple[str, ...] = ()
 
 
 def in_mode(harness: Any, mutant: Mutant) -> Any:
@@ -729,6 +732,7 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         "FOR UPDATE without SKIP LOCKED: a second worker waits for the first",
         _rewrite("get_next_job", "FOR UPDATE SKIP LOCKED", "FOR UPDATE"),
         ("S5", "S6", "M1"),
+        fault=("claim", "lock"),
     ),
     Mutant(
         "commit_before_handler",
@@ -750,7 +754,8 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         "status_without_colon",
         'status "success" / "failure" instead of ":success" / ":failure"',
         StatusWithoutColon,
-        ("A3", "A4", "P1"),
+        ("A3", "A4", "K1", "P1"),
+        fault=("archive_job", "status"),
     ),
     Mutant(
         "claim_ignores_process_at",
@@ -777,6 +782,7 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         "retry_at never adds one to attempts",
         _rewrite("retry_at", ", attempts = attempts + 1", ""),
         ("R1", "R2", "P1"),
+        fault=("retry_at", "attempts"),
     ),
     Mutant(
         "retry_keeps_process_at",
@@ -789,6 +795,7 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         "the archive copies attempts without adding one",
         _rewrite("archive_job", "attempts + 1,", "attempts,"),
         ("A1", "A3", "P1"),
+        fault=("archive_job", "attempts"),
     ),
     Mutant(
         "archive_loses_process_at",
@@ -836,7 +843,13 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         ArchiveReencodesPayload,
         ("A2",),
     ),
-    Mutant("enqueue_commits", "enqueue commits the caller's transaction", EnqueueCommits, ("E7", "M1")),
+    Mutant(
+        "enqueue_commits",
+        "enqueue commits the caller's transaction",
+        EnqueueCommits,
+        ("E7", "I3", "M1"),
+        fault=("enqueue", "commit"),
+    ),
     Mutant(
         "enqueue_mangles_unicode",
         "the payload loses what ASCII cannot hold (as a latin1 column or connection would)",
@@ -1046,6 +1059,7 @@ MEMORY_MUTANTS: tuple[Mutant, ...] = (
         "the in-memory claim takes jobs other transactions have not committed",
         MemoryDirtyReads,
         ("I3",),
+        fault=("get_next_job", "uncommitted"),
     ),
     Mutant(
         "memory_enqueue_rolls_back_on_error",
