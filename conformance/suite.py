@@ -7,8 +7,11 @@ import re
 from typing import Final
 
 from conformance.contract import ContractTests
+from conformance.contract_batch import BatchClaimTests
+from conformance.contract_enqueue_many import EnqueueManyTests
+from conformance.contract_release import ReleaseTests
 from conformance.isolation import IsolationTests
-from conformance.notifications import NotificationTests
+from conformance.notifications import NotificationProtocolTests, NotificationTests
 from conformance.payloads import PayloadTests
 from conformance.properties import PropertyTests
 from conformance.sessions import SessionTests
@@ -16,7 +19,18 @@ from conformance.zones import ZoneTests
 
 
 class BackendSuite(
-    ContractTests, SessionTests, IsolationTests, ZoneTests, PayloadTests, NotificationTests, PropertyTests
+    ContractTests,
+    SessionTests,
+    IsolationTests,
+    ZoneTests,
+    PayloadTests,
+    NotificationTests,
+    # The optional protocols' sections: each clause skips, saying so, for a backend without its protocol.
+    BatchClaimTests,
+    EnqueueManyTests,
+    ReleaseTests,
+    NotificationProtocolTests,
+    PropertyTests,
 ):
     """Proof that a backend behaves as Proletarian's database does.
 
