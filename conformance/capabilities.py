@@ -38,7 +38,8 @@ def requires(*facts: str, **capabilities: object) -> Callable[[F], F]:
     bad_facts = set(facts) - {NEEDS_FACTORY, NEEDS_SIGKILL, *PROTOCOLS}
     if bad_facts:
         raise TypeError(
-            f"unknown facts {sorted(bad_facts)}; use {NEEDS_FACTORY!r}, {NEEDS_SIGKILL!r} or one of {sorted(PROTOCOLS)}"
+            f"unknown facts {sorted(bad_facts)}; use {NEEDS_FACTORY!r}, {NEEDS_SIGKILL!r} "
+            f"or a protocol of {sorted(PROTOCOLS)}"
         )
 
     def decorate(test: F) -> F:

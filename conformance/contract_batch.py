@@ -1,4 +1,4 @@
-"""Batch mode's clauses (BatchClaim): get_next_jobs itself, alone and concurrently, and one savepoint per job."""
+"""Batch mode's clauses (BatchClaim): get_next_jobs alone and concurrently, and one savepoint per job."""
 
 from __future__ import annotations
 
@@ -52,9 +52,7 @@ class BatchClaimTests(SuiteBase):
             for offset in offsets
         }
         for offset in (2, 3):
-            self.enqueue_job(
-                harness, EPOCH - timedelta(seconds=offset), queue=OTHER_QUEUE, payload=-offset
-            )
+            self.enqueue_job(harness, EPOCH - timedelta(seconds=offset), queue=OTHER_QUEUE, payload=-offset)
         # Fresh statistics: PostgreSQL then reads a table this small in heap order unless told the order.
         harness.analyze()
         return keys
@@ -197,7 +195,9 @@ class BatchClaimTests(SuiteBase):
             f"{first.process_at.isoformat()}; expected attempts 1 (savepoint: rolling back a later job's "
             "block undid an earlier one's writes, as one savepoint for the whole batch would)"
         )
-        self.assert_instant(harness, first.process_at, retry_at, f"{clause}: the first job's retried process_at")
+        self.assert_instant(
+            harness, first.process_at, retry_at, f"{clause}: the first job's retried process_at"
+        )
         original = before[second.payload]
         assert second.attempts == original.attempts, (
             f"{clause}: the second job's undone retry left attempts {second.attempts}; expected "
@@ -243,6 +243,8 @@ class BatchClaimTests(SuiteBase):
         }
         with pytest.raises(FailedJobFnError):
             self.run_next(harness, clock, fail, **options)
-        assert ran == [1, 5], f"G4: the batch ran the jobs due at +{ran} s; expected +[1, 5] s (it ends there)"
+        assert ran == [1, 5], (
+            f"G4: the batch ran the jobs due at +{ran} s; expected +[1, 5] s (it ends there)"
+        )
         self._assert_first_kept_second_undone(harness, before, NOW + timedelta(seconds=60), "G4")
         assert harness.archived_jobs() == [], "G4: the second job's rolled-back failure archive stayed"

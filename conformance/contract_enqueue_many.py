@@ -1,4 +1,4 @@
-"""enqueue_many's clauses (BatchEnqueue / StreamEnqueue): every enqueue clause, for a batch, and all or nothing."""
+"""enqueue_many's clauses (BatchEnqueue, StreamEnqueue): every enqueue clause for a batch, all or nothing."""
 
 from __future__ import annotations
 
@@ -94,7 +94,9 @@ class EnqueueManyTests(SuiteBase):
             **{**harness.enqueue_options, **options},
         )
 
-    def _committed_batch(self, harness: Harness, jobs: Sequence[JobSpec], now: datetime, **options: Any) -> list[Any]:
+    def _committed_batch(
+        self, harness: Harness, jobs: Sequence[JobSpec], now: datetime, **options: Any
+    ) -> list[Any]:
         conn = harness.connect()
         try:
             ids = self._enqueue_many(harness, conn, jobs, now, **options)
@@ -111,7 +113,13 @@ class EnqueueManyTests(SuiteBase):
         serializer = default_serializer()
         texts = [*RAW_TEXTS, serializer.encode(dict(CHARACTER_CLASSES))]
         jobs = [JobSpec("conformance/job", text) for text in texts]
-        ids = self._committed_batch(harness, jobs, BEFORE_DST, serializer=TextSerializer())
+        try:
+            ids = self._committed_batch(harness, jobs, BEFORE_DST, serializer=TextSerializer())
+        except Exception as exc:
+            pytest.fail(
+                f"Q1: enqueue_many raised {type(exc).__name__}: {exc}; expected it to store texts that only "
+                "need escaping (newlines, tabs, backslashes, quotes) as they are"
+            )
         stored = {self.key(harness, job.job_id): job.payload for job in harness.jobs()}
         assert len(stored) == len(texts), f"Q1: {len(stored)} rows stored for a batch of {len(texts)}"
         for job_id, text in zip(ids, texts, strict=True):
@@ -191,10 +199,14 @@ class EnqueueManyTests(SuiteBase):
             finally:
                 if caller is not harness:
                     caller.close()
-            assert len(set(map(str, ids))) == len(jobs), f"Q3{where}: enqueue_many returned repeated ids {ids}"
+            assert len(set(map(str, ids))) == len(jobs), (
+                f"Q3{where}: enqueue_many returned repeated ids {ids}"
+            )
             serializer = default_serializer()
             rows = {serializer.decode(job.payload): job for job in harness.jobs()}
-            assert sorted(rows) == list(range(len(jobs))), f"Q3{where}: rows stored for payloads {sorted(rows)}"
+            assert sorted(rows) == list(range(len(jobs))), (
+                f"Q3{where}: rows stored for payloads {sorted(rows)}"
+            )
             for n, (job_id, (queue, job_type, process_at)) in enumerate(zip(ids, expected, strict=True)):
                 row = rows[n]
                 assert self.key(harness, row.job_id) == str(job_id), (
@@ -202,8 +214,8 @@ class EnqueueManyTests(SuiteBase):
                     f"{self.key(harness, row.job_id)}"
                 )
                 assert (row.queue, row.job_type, row.attempts) == (queue, job_type, 0), (
-                    f"Q3{where}: jobs[{n}] stored as queue {row.queue!r}, job_type {row.job_type!r}, attempts "
-                    f"{row.attempts}; expected {queue!r}, {job_type!r}, 0"
+                    f"Q3{where}: jobs[{n}] stored as queue {row.queue!r}, job_type {row.job_type!r}, "
+                    f"attempts {row.attempts}; expected {queue!r}, {job_type!r}, 0"
                 )
                 self.assert_instant(harness, row.enqueued_at, now, f"Q3{where}: jobs[{n}] enqueued_at")
                 self.assert_instant(harness, row.process_at, process_at, f"Q3{where}: jobs[{n}] process_at")
@@ -252,7 +264,9 @@ class EnqueueManyTests(SuiteBase):
             before = caller.session_state(conn)
             states = []
             for size in (2, TWO_STATEMENTS):
-                self._enqueue_many(caller, conn, [JobSpec("conformance/job", n) for n in range(size)], BEFORE_DST)
+                self._enqueue_many(
+                    caller, conn, [JobSpec("conformance/job", n) for n in range(size)], BEFORE_DST
+                )
                 states.append((f"after a batch of {size}", caller.session_state(conn)))
             conn.commit()
             states.append(("after the caller's commit", caller.session_state(conn)))
@@ -266,7 +280,9 @@ class EnqueueManyTests(SuiteBase):
                 for key in sorted(set(before) | set(state))
                 if before.get(key) != state.get(key)
             }
-            assert not changed, f"Q5: the caller's session {when} of enqueue_many differs (before, after): {changed}"
+            assert not changed, (
+                f"Q5: the caller's session {when} of enqueue_many differs (before, after): {changed}"
+            )
 
     @requires(NEEDS_BATCH_ENQUEUE)
     def test_enqueue_many_refuses_a_payload_over_the_limit_and_writes_none_of_the_batch(
@@ -290,15 +306,22 @@ class EnqueueManyTests(SuiteBase):
                     BEFORE_DST,
                     serializer=TextSerializer(),
                 )
-            assert getattr(raised.value, "index", 1) == 1, f"Q6: the error names jobs[{raised.value.index}]"
+            index = getattr(raised.value, "index", None)
+            assert index == 1, (
+                f"Q6: the error names jobs[{index}]; expected jobs[1], the payload over the limit"
+            )
             with contextlib.suppress(Exception):
                 conn.commit()
         finally:
             conn.close()
         stored, _ = harness.payload_bytes()
-        assert stored == [], f"Q6: a batch with a payload over the limit stored {[len(s) for s in stored]} bytes"
+        assert stored == [], (
+            f"Q6: a batch with a payload over the limit stored {[len(s) for s in stored]} bytes"
+        )
         self._committed_batch(
             harness, [JobSpec("conformance/job", fits)] * 2, BEFORE_DST, serializer=TextSerializer()
         )
         stored, _ = harness.payload_bytes()
-        assert stored == [fits.encode("utf-8")] * 2, "Q6: payloads at the column's limit were not stored whole"
+        assert stored == [fits.encode("utf-8")] * 2, (
+            "Q6: payloads at the column's limit were not stored whole"
+        )

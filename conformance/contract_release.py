@@ -90,11 +90,17 @@ class ReleaseTests(SuiteBase):
                 agent = pool.agent()
                 agent.begin()
                 released = self.claim_in(
-                    agent, job_table, to_keyword_text(STUCK, what="queue"), EPOCH + timedelta(seconds=2),
+                    agent,
+                    job_table,
+                    to_keyword_text(STUCK, what="queue"),
+                    EPOCH + timedelta(seconds=2),
                     "L1: claiming the released job",
                 )
                 held = self.claim_in(
-                    agent, job_table, to_keyword_text(BESIDE, what="queue"), EPOCH + timedelta(seconds=2),
+                    agent,
+                    job_table,
+                    to_keyword_text(BESIDE, what="queue"),
+                    EPOCH + timedelta(seconds=2),
                     "L1: claiming the other worker's job",
                 )
                 agent.rollback()

@@ -1,4 +1,4 @@
-"""The optional backend protocols as needs of a test: a section runs only for a backend that implements one."""
+"""The optional backend protocols as needs of a test: a section runs only for a backend with its protocol."""
 
 from __future__ import annotations
 
