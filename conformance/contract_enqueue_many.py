@@ -11,6 +11,7 @@ from typing import Any, Final
 
 import pytest
 
+from conformance.agents import AgentPool, TxAgent
 from conformance.base import SuiteBase
 from conformance.capabilities import requires
 from conformance.clocks import frozen
@@ -22,6 +23,7 @@ from conformance.zones import BEFORE_DST, ZONES
 from proletarian_ref import errors
 from proletarian_ref.job import JobSpec, default_serializer, enqueue_many
 from proletarian_ref.job_ids import JobIdStrategy
+from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 
 # Texts a statement or a COPY must escape, each stored as the payload text as it is.
 RAW_TEXTS: Final = (
@@ -324,4 +326,58 @@ class EnqueueManyTests(SuiteBase):
         stored, _ = harness.payload_bytes()
         assert stored == [fits.encode("utf-8")] * 2, (
             "Q6: payloads at the column's limit were not stored whole"
+        )
+
+    @requires(NEEDS_BATCH_ENQUEUE, skip_locked=True)
+    def test_concurrent_enqueue_many_calls_neither_wait_nor_see_each_other(self, harness: Harness) -> None:
+        """Q7: two open transactions' enqueue_many calls (two batches each) neither wait for each other nor
+        for a batch claim holding jobs, and no claim sees a batch before its commit; after both commit
+        every job is there once, under its own id."""
+        job_table, _ = self.tables(harness)
+        queue = to_keyword_text(DEFAULT_QUEUE, what="queue")
+        self.enqueue_job(harness, BEFORE_DST - timedelta(seconds=1), payload=-1)
+        ids: list[Any] = []
+        with AgentPool(harness.make_backend, self.step_timeout) as pool:
+            worker, first, second, reader = pool.agent(), pool.agent(), pool.agent(), pool.agent()
+            for agent in (worker, first, second, reader):
+                agent.begin()
+            held = self.claim_in(worker, job_table, queue, BEFORE_DST, "Q7: claiming the job enqueued first")
+            assert held is not None, "Q7: the committed job was not claimed"
+            for round_ in range(2):
+                for n, agent in enumerate((first, second)):
+                    start = 10 * (2 * round_ + n)
+                    jobs = [JobSpec("conformance/job", start + k) for k in range(3)]
+                    batch = agent.run(
+                        lambda conn, jobs=jobs, agent=agent: self._enqueue_many_in(
+                            harness, agent, conn, jobs
+                        ),
+                        f"Q7: enqueue_many beside another open batch and a held job (round {round_ + 1})",
+                    )
+                    ids.extend(batch)
+            seen = self.claim_in(reader, job_table, queue, BEFORE_DST, "Q7: claiming beside open batches")
+            assert seen is None, (
+                f"Q7: a claim took {seen} while the only free jobs were in uncommitted enqueue_many batches; "
+                "expected none (a batch is invisible until its transaction commits)"
+            )
+            for agent in (first, second):
+                agent.commit()
+            worker.rollback()
+            reader.rollback()
+        stored = sorted(self.key(harness, job.job_id) for job in harness.jobs())
+        assert len(stored) == len(set(stored)) == len(ids) + 1, (
+            f"Q7: {len(stored)} rows ({len(set(stored))} ids) after two committed transactions of "
+            f"{len(ids)} jobs and one job before; expected {len(ids) + 1}, each id once"
+        )
+        assert set(map(str, ids)) <= set(stored), "Q7: enqueue_many returned ids no row holds"
+
+    def _enqueue_many_in(self, harness: Harness, agent: TxAgent, conn: Any, jobs: list[JobSpec]) -> list[Any]:
+        """enqueue_many on an agent's transaction connection, with the agent's own backend."""
+        return enqueue_many(
+            conn,
+            jobs,
+            job_table=harness.job_table,
+            clock=frozen(BEFORE_DST),
+            backend=agent.backend,
+            job_id_strategy=harness.job_id_strategy(),
+            **harness.enqueue_options,
         )
