@@ -89,19 +89,16 @@ class ReleaseTests(SuiteBase):
             with AgentPool(harness.make_backend, self.step_timeout) as pool:
                 agent = pool.agent()
                 agent.begin()
-                released = self.claim_in(
-                    agent,
-                    job_table,
-                    to_keyword_text(STUCK, what="queue"),
-                    EPOCH + timedelta(seconds=2),
-                    "L1: claiming the released job",
-                )
-                held = self.claim_in(
-                    agent,
-                    job_table,
-                    to_keyword_text(BESIDE, what="queue"),
-                    EPOCH + timedelta(seconds=2),
-                    "L1: claiming the other worker's job",
+                # The released job, then the other worker's, in one transaction of another backend.
+                released, held = (
+                    self.claim_in(
+                        agent,
+                        job_table,
+                        to_keyword_text(queue, what="queue"),
+                        EPOCH + timedelta(seconds=2),
+                        f"L1: claiming the job of {queue} after stop()",
+                    )
+                    for queue in (STUCK, BESIDE)
                 )
                 agent.rollback()
             assert released is not None, (

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
-from typing import Any, Final, cast
+from typing import Final, cast
 
 import pytest
 
 from conformance.base import SuiteBase
 from conformance.capabilities import requires
 from conformance.clocks import EPOCH, frozen
+from conformance.contract_enqueue_many import EnqueueManyTests
 from conformance.harness import Harness
 from conformance.protocols import NEEDS_NOTIFICATIONS
 from conformance.sessions import need
 from proletarian_ref.backend import Notifications
 from proletarian_ref.errors import DatabaseError
-from proletarian_ref.job import JobSpec, enqueue, enqueue_many
+from proletarian_ref.job import JobSpec, enqueue
 from proletarian_ref.keywords import to_keyword_text
 from proletarian_ref.tables import table_name
 
@@ -112,18 +113,12 @@ class NotificationProtocolTests(SuiteBase):
                 )
             conn = harness.connect()
             try:
-                options: dict[str, Any] = {
-                    "job_table": harness.job_table,
-                    "job_id_strategy": harness.job_id_strategy(),
-                    "clock": frozen(EPOCH),
-                    "backend": backend,
-                    "notify": True,
-                }
-                enqueue_many(conn, [JobSpec("conformance/job", None, queue=names[2])], **options)
-                later = JobSpec(
-                    "conformance/job", None, queue=names[1], process_at=EPOCH + timedelta(hours=1)
-                )
-                enqueue_many(conn, [later], **options)
+                now = [JobSpec("conformance/job", None, queue=names[2])]
+                later = [
+                    JobSpec("conformance/job", None, queue=names[1], process_at=EPOCH + timedelta(hours=1))
+                ]
+                for jobs in (now, later):
+                    EnqueueManyTests.enqueue_many_on(harness, conn, jobs, EPOCH, notify=True)
                 assert listeners["c"].wait(QUIET_S) is False, "N2: enqueue_many announced before the commit"
                 conn.commit()
             finally:

@@ -1,4 +1,4 @@
-"""The optional protocols as needs: a section runs for a backend with its protocol and skips, naming it, without."""
+"""The optional protocols as needs: a section runs for a backend with its protocol, else skips naming it."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def test_an_unmet_protocol_need_names_the_backend_and_the_missing_protocol() -> 
     )
     older = memory.with_backend(_WithoutBatchMode, name="older")
     reason = unmet_need(needs_batches, older)
-    assert reason is not None and reason.startswith("older: the backend (_WithoutBatchMode) has no BatchClaim")
+    assert reason is not None
+    assert reason.startswith("older: the backend (_WithoutBatchMode) has no BatchClaim"), reason
 
 
 def test_requires_refuses_a_protocol_it_does_not_know() -> None:
