@@ -55,6 +55,11 @@ def _commit_if_it_can(conn: Any) -> None:
         conn.commit()
 
 
+def _commit_on(caller: Any, _agents_conn: Any) -> None:
+    """Commit the caller's connection (on an agent's thread, whose own transaction is unused)."""
+    caller.commit()
+
+
 class TextSerializer:
     """Writes each payload, a str, as the payload text itself: lets a batch store any text per job."""
 
@@ -343,33 +348,48 @@ class EnqueueManyTests(SuiteBase):
         queue = to_keyword_text(DEFAULT_QUEUE, what="queue")
         self.enqueue_job(harness, BEFORE_DST - timedelta(seconds=1), payload=-1)
         ids: list[Any] = []
-        with AgentPool(harness.make_backend, self.step_timeout) as pool:
-            worker, first, second, reader = pool.agent(), pool.agent(), pool.agent(), pool.agent()
-            for agent in (worker, first, second, reader):
-                agent.begin()
-            held = self.claim_in(worker, job_table, queue, BEFORE_DST, "Q7: claiming the job enqueued first")
-            assert held is not None, "Q7: the committed job was not claimed"
-            for round_ in range(2):
-                for n, agent in enumerate((first, second)):
-                    start = 10 * (2 * round_ + n)
-                    jobs = [JobSpec("conformance/job", start + k) for k in range(3)]
-                    batch = agent.run(
-                        functools.partial(self.enqueue_many_on, harness, jobs=jobs, now=BEFORE_DST),
-                        f"Q7: enqueue_many beside another open batch and a held job (round {round_ + 1})",
-                    )
-                    ids.extend(batch)
-            seen = self.claim_in(reader, job_table, queue, BEFORE_DST, "Q7: claiming beside open batches")
-            assert seen is None, (
-                f"Q7: a claim took {seen} while the only free jobs were in uncommitted enqueue_many batches; "
-                "expected none (a batch is invisible until its transaction commits)"
-            )
-            for agent in (first, second):
-                agent.commit()
-            worker.rollback()
-            reader.rollback()
+        # Each enqueuer is a caller's connection driven from an agent's thread, so a call that waits fails
+        # within step_timeout instead of hanging the suite.
+        callers = [harness.connect(), harness.connect()]
+        try:
+            with AgentPool(harness.make_backend, self.step_timeout) as pool:
+                worker, first, second, reader = pool.agent(), pool.agent(), pool.agent(), pool.agent()
+                for agent in (worker, first, second, reader):
+                    agent.begin()
+                held = self.claim_in(
+                    worker, job_table, queue, BEFORE_DST, "Q7: claiming the job enqueued first"
+                )
+                assert held is not None, "Q7: the committed job was not claimed"
+                for round_ in range(2):
+                    for n, (agent, caller) in enumerate(zip((first, second), callers, strict=True)):
+                        start = 10 * (2 * round_ + n)
+                        jobs = [JobSpec("conformance/job", start + k) for k in range(3)]
+                        batch = agent.run(
+                            functools.partial(self._enqueue_on_caller, harness, caller, jobs),
+                            f"Q7: enqueue_many beside another open batch and a held job (round {round_ + 1})",
+                        )
+                        ids.extend(batch)
+                seen = self.claim_in(reader, job_table, queue, BEFORE_DST, "Q7: claiming beside open batches")
+                assert seen is None, (
+                    f"Q7: a claim took {seen} while the only free jobs were in uncommitted enqueue_many "
+                    "batches; expected none (a batch is invisible until its transaction commits)"
+                )
+                for agent, caller in zip((first, second), callers, strict=True):
+                    agent.run(functools.partial(_commit_on, caller), "Q7: the caller's commit")
+                for agent in (worker, first, second, reader):
+                    agent.rollback()
+        finally:
+            for caller in callers:
+                caller.close()
         stored = sorted(self.key(harness, job.job_id) for job in harness.jobs())
         assert len(stored) == len(set(stored)) == len(ids) + 1, (
             f"Q7: {len(stored)} rows ({len(set(stored))} ids) after two committed transactions of "
             f"{len(ids)} jobs and one job before; expected {len(ids) + 1}, each id once"
         )
         assert set(map(str, ids)) <= set(stored), "Q7: enqueue_many returned ids no row holds"
+
+    def _enqueue_on_caller(
+        self, harness: Harness, caller: Any, jobs: list[JobSpec], _agents_conn: Any
+    ) -> list[Any]:
+        """enqueue_many on the caller's connection, run on an agent's thread (its own transaction unused)."""
+        return self.enqueue_many_on(harness, caller, jobs, BEFORE_DST)

@@ -79,10 +79,13 @@ class ReleaseTests(SuiteBase):
         beside = self._worker(harness, backend, BESIDE, handler, "conformance-l1-beside")
         stuck_thread: threading.Thread | None = None
         try:
-            stuck.start()
-            beside.start()
-            for queue, event in started.items():
-                assert event.wait(STARTED_WITHIN_S), f"L1: the worker of {queue} did not start its job"
+            # One after the other: on InnoDB a batch claim of one queue can lock the record ending its scan,
+            # the other queue's job (claim_locks_only_the_claimed_row), which that worker would then skip.
+            for worker, queue in ((stuck, STUCK), (beside, BESIDE)):
+                worker.start()
+                assert started[queue].wait(STARTED_WITHIN_S), (
+                    f"L1: the worker of {queue} did not start its job"
+                )
             stuck_thread = next(t for t in threading.enumerate() if t.name == "conformance-l1-stuck-1")
             with pytest.raises(ShutdownTimeoutError):
                 stuck.stop()

@@ -694,14 +694,14 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         "on the compact plan a batch's one archive-and-delete statement deletes its jobs, archives none "
         "and is not counted",
         PgCompactBatchArchivesNothing,
-        ("P1",),
+        ("L1", "P1"),
         batch_size=8,
     ),
     Mutant(
         "batch_savepoint_keeps_writes",
         "batch mode's savepoint rolls nothing back, so a failed job's undone writes commit",
         PgSavepointKeepsWrites,
-        ("T3",),
+        ("T3", "G3", "G4"),
         batch_size=8,
     ),
     Mutant(
@@ -999,7 +999,7 @@ MEMORY_MUTANTS: tuple[Mutant, ...] = (
         "memory_batch_savepoint_keeps_writes",
         "batch mode's in-memory savepoint rolls nothing back, so a failed job's undone writes commit",
         MemorySavepointKeepsWrites,
-        ("T3",),
+        ("T3", "G3", "G4"),
         batch_size=8,
     ),
     Mutant(
