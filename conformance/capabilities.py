@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 from conformance.harness import Harness
+from conformance.protocols import PROTOCOLS, unmet_protocol
 from proletarian_ref.backend import Capabilities
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -25,16 +26,21 @@ def requires(*facts: str, **capabilities: object) -> Callable[[F], F]:
 
     `@requires(multi_process=True)` reads `harness.capabilities.multi_process`; the positional facts
     "factory" (the harness was made by load_harness, so another process can rebuild it) and "sigkill"
-    (the platform can kill a process outright) cover what Capabilities cannot know.
+    (the platform can kill a process outright) cover what Capabilities cannot know, and so do the
+    optional protocols of conformance.protocols ("batch_claim", "batch_enqueue", "release_connection",
+    "notifications"): the backend must implement that protocol.
     """
     unknown = set(capabilities) - _CAPABILITY_FIELDS
     if unknown:
         raise TypeError(
             f"unknown capabilities {sorted(unknown)}; Capabilities has {sorted(_CAPABILITY_FIELDS)}"
         )
-    bad_facts = set(facts) - {NEEDS_FACTORY, NEEDS_SIGKILL}
+    bad_facts = set(facts) - {NEEDS_FACTORY, NEEDS_SIGKILL, *PROTOCOLS}
     if bad_facts:
-        raise TypeError(f"unknown facts {sorted(bad_facts)}; use {NEEDS_FACTORY!r} or {NEEDS_SIGKILL!r}")
+        raise TypeError(
+            f"unknown facts {sorted(bad_facts)}; use {NEEDS_FACTORY!r}, {NEEDS_SIGKILL!r} "
+            f"or a protocol of {sorted(PROTOCOLS)}"
+        )
 
     def decorate(test: F) -> F:
         needs: dict[str, object] = dict(getattr(test, _NEEDS, {}))
@@ -71,6 +77,10 @@ def unmet_need(test: Callable[..., Any], harness: Harness) -> str | None:
         elif name == NEEDS_SIGKILL:
             if not hasattr(signal, "SIGKILL"):
                 return "this platform has no SIGKILL to kill a worker process with"
+        elif name in PROTOCOLS:
+            reason = unmet_protocol(harness, name)
+            if reason is not None:
+                return reason
         else:
             actual = capability(harness, name)
             if actual != wanted:

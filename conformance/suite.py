@@ -7,8 +7,11 @@ import re
 from typing import Final
 
 from conformance.contract import ContractTests
+from conformance.contract_batch import BatchClaimTests
+from conformance.contract_enqueue_many import EnqueueManyTests
+from conformance.contract_release import ReleaseTests
 from conformance.isolation import IsolationTests
-from conformance.notifications import NotificationTests
+from conformance.notifications import NotificationProtocolTests, NotificationTests
 from conformance.payloads import PayloadTests
 from conformance.properties import PropertyTests
 from conformance.sessions import SessionTests
@@ -16,7 +19,18 @@ from conformance.zones import ZoneTests
 
 
 class BackendSuite(
-    ContractTests, SessionTests, IsolationTests, ZoneTests, PayloadTests, NotificationTests, PropertyTests
+    ContractTests,
+    SessionTests,
+    IsolationTests,
+    ZoneTests,
+    PayloadTests,
+    NotificationTests,
+    # The optional protocols' sections: each clause skips, saying so, for a backend without its protocol.
+    BatchClaimTests,
+    EnqueueManyTests,
+    ReleaseTests,
+    NotificationProtocolTests,
+    PropertyTests,
 ):
     """Proof that a backend behaves as Proletarian's database does.
 
@@ -53,7 +67,9 @@ def clauses(suite: type = BackendSuite) -> dict[str, tuple[str, str]]:
 
 # The clauses that run a queue worker or process_next_job. The others call the backend's verbs directly,
 # so a harness's worker_options (batch mode) change nothing in them.
-WORKER_CLAUSES: Final = frozenset({"A2", "A3", "A4", "B1", "K1", "P1", "P2", "R2", "T1", "T3", "T5", "Z2"})
+WORKER_CLAUSES: Final = frozenset(
+    {"A2", "A3", "A4", "B1", "K1", "L1", "P1", "P2", "R2", "T1", "T3", "T5", "Z2"}
+)
 
 
 class WorkerSuite(BackendSuite):

@@ -699,14 +699,14 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         "on the compact plan a batch's one archive-and-delete statement deletes its jobs, archives none "
         "and is not counted",
         PgCompactBatchArchivesNothing,
-        ("P1",),
+        ("L1", "P1"),
         batch_size=8,
     ),
     Mutant(
         "batch_savepoint_keeps_writes",
         "batch mode's savepoint rolls nothing back, so a failed job's undone writes commit",
         PgSavepointKeepsWrites,
-        ("T3",),
+        ("T3", "G3", "G4"),
         batch_size=8,
     ),
     Mutant(
@@ -1014,7 +1014,7 @@ MEMORY_MUTANTS: tuple[Mutant, ...] = (
         "memory_batch_savepoint_keeps_writes",
         "batch mode's in-memory savepoint rolls nothing back, so a failed job's undone writes commit",
         MemorySavepointKeepsWrites,
-        ("T3",),
+        ("T3", "G3", "G4"),
         batch_size=8,
     ),
     Mutant(
@@ -1253,3 +1253,115 @@ SIDE_TABLE_MUTANTS: Final = (
         ("Y1", "Y2"),
     ),
 )
+
+
+# -- the optional protocols (batch claim, enqueue_many, release, notifications): tests/mutants_protocols.py --
+
+from mutants_protocols import (  # noqa: E402  (beside the rest, which its mutants join)
+    MemoryBatchClaimInInsertOrder,
+    MemoryBatchClaimOverLimit,
+    MemoryListenerQuietWhenKilled,
+    MemoryOneSavepointPerBatch,
+    MySQLChunksWithoutSavepoint,
+    PgCopyUnescaped,
+    PgListenerQuietWhenBroken,
+    PgOneChannelForEveryTable,
+    PgOneSavepointPerBatch,
+    PgReleasesAnotherThread,
+    PgReleasesNothing,
+)
+
+PROTOCOL_POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "batch_claim_over_limit",
+        "get_next_jobs claims one job more than its limit (LIMIT n + 1)",
+        _rewrite("get_next_jobs", "LIMIT %(limit)s", "LIMIT %(limit)s + 1"),
+        ("G1", "G2"),
+    ),
+    Mutant(
+        "batch_claim_without_order_by",
+        "get_next_jobs has no ORDER BY, and its queue test cannot use the index: rows in heap order",
+        _rewrite(
+            "get_next_jobs",
+            "WHERE queue = %(queue)s AND process_at <= %(now)s\nORDER BY process_at ASC",
+            "WHERE queue || '' = %(queue)s AND process_at <= %(now)s",
+        ),
+        ("G1", "G2"),
+    ),
+    Mutant(
+        "batch_one_savepoint_per_batch",
+        "one savepoint for the whole batch: a later job's failed write undoes an earlier job's retry",
+        PgOneSavepointPerBatch,
+        ("G3", "G4"),
+    ),
+    Mutant(
+        "enqueue_many_copy_unescaped",
+        "enqueue_many's COPY rows are written without COPY's escapes (newline, tab, backslash)",
+        PgCopyUnescaped,
+        ("Q1",),
+    ),
+    Mutant(
+        "release_releases_nothing",
+        "release_connection does nothing: a stuck handler's job stays held after stop()",
+        PgReleasesNothing,
+        ("L1",),
+    ),
+    Mutant(
+        "release_releases_another_thread",
+        "release_connection releases another thread's transaction on the same backend",
+        PgReleasesAnotherThread,
+        ("L1",),
+    ),
+    Mutant(
+        "notify_one_channel_for_every_table",
+        "one NOTIFY channel whatever the job table: listeners of every table wake",
+        PgOneChannelForEveryTable,
+        ("N2",),
+    ),
+    Mutant(
+        "listener_quiet_when_broken",
+        "a listener whose session died answers False instead of raising, so it is never replaced",
+        PgListenerQuietWhenBroken,
+        ("N3",),
+    ),
+)
+
+PROTOCOL_MYSQL_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "mysql_enqueue_many_chunks_without_savepoint",
+        "enqueue_many's statements of one batch run without their savepoint: a failure leaves earlier ones",
+        MySQLChunksWithoutSavepoint,
+        ("Q2",),
+    ),
+)
+
+PROTOCOL_MEMORY_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "memory_batch_claim_over_limit",
+        "the in-memory get_next_jobs claims one job more than its limit",
+        MemoryBatchClaimOverLimit,
+        ("G1", "G2"),
+    ),
+    Mutant(
+        "memory_batch_claim_in_insert_order",
+        "the in-memory get_next_jobs takes due jobs in insertion order",
+        MemoryBatchClaimInInsertOrder,
+        ("G1", "G2"),
+    ),
+    Mutant(
+        "memory_batch_one_savepoint_per_batch",
+        "one in-memory savepoint for the whole batch: a later job's failed write undoes an earlier retry",
+        MemoryOneSavepointPerBatch,
+        ("G3", "G4"),
+    ),
+    Mutant(
+        "memory_listener_quiet_when_killed",
+        "the in-memory listener answers False once killed instead of raising",
+        MemoryListenerQuietWhenKilled,
+        ("N3",),
+    ),
+)
+
+POSTGRESQL_MUTANTS += PROTOCOL_POSTGRESQL_MUTANTS
+MYSQL_MUTANTS += PROTOCOL_MYSQL_MUTANTS
+MEMORY_MUTANTS += PROTOCOL_MEMORY_MUTANTS

@@ -1,0 +1,179 @@
+"""Broken backends of the optional protocols (batch claim, enqueue_many, release, notifications)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Final
+
+from proletarian_ref import sql
+from proletarian_ref.backend import JobRecord
+from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection, MemoryListener
+from proletarian_ref.backends.mysql import MySQLBackend
+from proletarian_ref.backends.postgres import PostgresBackend
+from proletarian_ref.errors import DatabaseError
+from proletarian_ref.tables import TableName, table_name
+
+# The one channel PgOneChannelForEveryTable announces on and listens to, whatever the job table.
+_ANY_TABLE: Final = table_name("conformance_any_table")
+
+# -- batch claim (BatchClaim) ----------------------------------------------------------------------------
+
+
+class PgOneSavepointPerBatch(PostgresBackend):
+    """Batch mode's savepoint is set once, at the batch's first failure, and every later job's error rolls
+    back to it: an earlier failed job's retry is undone with the later job's writes."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **options)
+        self._savepoint_set: set[int] = set()
+
+    def _begin(self, conn: Any) -> Any:
+        self._savepoint_set.discard(id(conn))
+        return super()._begin(conn)
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        statements = sql.queries(self.dialect)
+        if id(conn) not in self._savepoint_set:
+            self._savepoint_set.add(id(conn))
+            self._execute(conn, statements["job_savepoint"], None, _ignore)
+        try:
+            yield
+        except BaseException:
+            self._execute(conn, statements["job_savepoint_rollback"], None, _ignore)
+            raise
+
+
+class MemoryOneSavepointPerBatch(MemoryBackend):
+    """The in-memory savepoint of the batch's first failure, which every later job's error restores."""
+
+    @contextmanager
+    def savepoint(self, conn: MemoryConnection) -> Iterator[None]:
+        with self.db.lock:
+            if not hasattr(conn, "batch_savepoint"):
+                conn.batch_savepoint = {t: dict(c) for t, c in conn._changes.items()}  # type: ignore[attr-defined]
+        try:
+            yield
+        except BaseException:
+            with self.db.lock:
+                saved = conn.batch_savepoint  # type: ignore[attr-defined]
+                conn._changes = {t: dict(c) for t, c in saved.items()}
+            raise
+
+
+class MemoryBatchClaimOverLimit(MemoryBackend):
+    """get_next_jobs claims one job more than its limit."""
+
+    def get_next_jobs(
+        self, conn: MemoryConnection, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        return super().get_next_jobs(conn, job_table, queue, now, limit + 1)
+
+
+class MemoryBatchClaimInInsertOrder(MemoryBackend):
+    """get_next_jobs claims the first due free jobs in insertion order, not the oldest process_at."""
+
+    def get_next_jobs(
+        self, conn: MemoryConnection, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        table = str(job_table)
+        jobs: list[JobRecord] = []
+        with self.db.lock:
+            for key, job in self.db.tables.get(table, {}).items():
+                if len(jobs) == limit:
+                    break
+                free = self.db.row_locks.get((table, key), conn) is conn
+                if job.queue == queue and job.process_at <= now and free:
+                    conn._lock_row(table, key)
+                    jobs.append(job)
+        return jobs
+
+
+# -- enqueue_many (BatchEnqueue, StreamEnqueue) ----------------------------------------------------------
+
+
+class PgCopyUnescaped(PostgresBackend):
+    """Writes enqueue_many's COPY rows as plain text, tab-separated, without COPY's escapes."""
+
+    def _copy(self, cursor: Any, statement: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        with cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write("\t".join(str(value) for value in row) + "\n")
+
+
+class MySQLChunksWithoutSavepoint(MySQLBackend):
+    """enqueue_many's statements of one batch run without their savepoint: a failed later statement leaves
+    the earlier ones in the caller's transaction."""
+
+    def _all_or_none(self, conn: Any) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+# -- release_connection -----------------------------------------------------------------------------------
+
+
+class PgReleasesNothing(PostgresBackend):
+    """release_connection does nothing: a stuck handler keeps its job's transaction open after stop()."""
+
+    def release_connection(self, thread_id: int) -> bool:
+        return False
+
+
+class PgReleasesAnotherThread(PostgresBackend):
+    """release_connection releases the transaction of another thread of the backend, when there is one."""
+
+    def release_connection(self, thread_id: int) -> bool:
+        with self._lock:
+            others = [n for n, lease in self._leases.items() if n != thread_id and not lease.released]
+        return super().release_connection(others[0] if others else thread_id)
+
+
+# -- notifications (Notifications) ------------------------------------------------------------------------
+
+
+class PgOneChannelForEveryTable(PostgresBackend):
+    """Announces and listens on one channel whatever the job table: a table's listeners wake for another's."""
+
+    def notify_enqueued(self, conn: Any, job_table: TableName, queues: Sequence[str]) -> None:
+        super().notify_enqueued(conn, _ANY_TABLE, queues)
+
+    def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> Any:
+        return super().listen(_ANY_TABLE, queue, data_source)
+
+
+class _QuietWhenBroken:
+    """A listener whose wait answers False instead of raising when its connection is gone."""
+
+    def __init__(self, listener: Any) -> None:
+        self._listener = listener
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._listener, name)
+
+    def wait(self, timeout: float) -> bool:
+        try:
+            return bool(self._listener.wait(timeout))
+        except DatabaseError:
+            return False
+
+
+class PgListenerQuietWhenBroken(PostgresBackend):
+    """A listener whose session died answers every wait with False: its worker never listens anew."""
+
+    def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> Any:
+        return _QuietWhenBroken(super().listen(job_table, queue, data_source))
+
+
+class MemoryListenerQuietWhenKilled(MemoryBackend):
+    """The in-memory listener answers False once killed, instead of raising."""
+
+    def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> MemoryListener:
+        listener: MemoryListener = _QuietWhenBroken(super().listen(job_table, queue, data_source))  # type: ignore[assignment]
+        return listener
+
+
+def _ignore(cursor: Any) -> None:
+    return None
