@@ -2,6 +2,8 @@
 
 # The submodules the docs name as `pr.<module>.<name>` are attributes of the package after
 # `import proletarian_ref`. None of them imports a driver: backends import theirs when first used.
+from typing import Any
+
 from proletarian_ref import schema
 from proletarian_ref.backend import Backend, BatchEnqueue, Capabilities, JobRecord, StreamEnqueue
 from proletarian_ref.errors import (
@@ -77,6 +79,7 @@ __all__ = [
     "StreamEnqueue",
     "TransientDatabaseError",
     "TransitSerializer",
+    "aio",
     "check_interrupted",
     "constant_id_strategy",
     "create_queue_worker",
@@ -93,3 +96,12 @@ __all__ = [
     "sleep",
     "stats",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # proletarian_ref.aio on first use: it imports asyncio, which a threaded program need not load.
+    if name == "aio":
+        import importlib
+
+        return importlib.import_module("proletarian_ref.aio")
+    raise AttributeError(f"module 'proletarian_ref' has no attribute {name!r}")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, NamedTuple, Protocol, cast, runtime_checkable
+from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
 from proletarian_ref.tables import TableName
 
@@ -157,9 +158,10 @@ class ArchiveAndDelete(Protocol):
     """What a backend with a compact statement plan adds: a finished job's archive and delete in one go.
 
     Optional, and not Proletarian's plan: the core calls `archive_and_delete_job` instead of `archive_job`
-    then `delete_job` only when `compact_plan` is True (archive_and_delete below), so a backend written
-    before it, or one with the plan off, runs Proletarian's five statements. Batch mode's archive and delete
-    of a whole batch take the plan too where the backend also has BatchArchiveAndDelete.
+    then `delete_job` only when `compact_plan` is True (proletarian_ref._sync.job_run.archive_and_delete),
+    so a backend written before it, or one with the plan off, runs Proletarian's five statements. Batch
+    mode's archive and delete of a whole batch take the plan too where the backend also has
+    BatchArchiveAndDelete.
     """
 
     @property
@@ -206,26 +208,6 @@ class StreamEnqueue(Protocol):
         ...
 
 
-def archive_and_delete(
-    backend: Backend,
-    conn: Any,
-    job_table: TableName,
-    archived_job_table: TableName,
-    job_id: Any,
-    status: str,
-    finished_at: datetime,
-) -> None:
-    """Archive then delete a finished job: Proletarian's two statements, or the backend's compact plan."""
-    # getattr, not isinstance on the runtime-checkable protocol, which costs far more, on every job.
-    if getattr(backend, "compact_plan", False) is True:
-        cast(ArchiveAndDelete, backend).archive_and_delete_job(
-            conn, job_table, archived_job_table, job_id, status, finished_at
-        )
-        return
-    backend.archive_job(conn, job_table, archived_job_table, job_id, status, finished_at)
-    backend.delete_job(conn, job_table, job_id)
-
-
 @runtime_checkable
 class BatchClaim(Protocol):
     """What a backend that runs a queue worker's batch mode adds (create_queue_worker's batch_size > 1).
@@ -268,7 +250,7 @@ class BatchArchiveAndDelete(Protocol):
     """What a backend whose compact plan serves batch mode too adds (BatchClaim and ArchiveAndDelete both).
 
     Optional: the core calls `archive_and_delete_jobs` at the end of a batch instead of `archive_jobs` then
-    `delete_jobs` only when `compact_plan` is True and the backend has it (archive_and_delete_jobs below),
+    `delete_jobs` only when `compact_plan` is True and the backend has it (job_run.archive_and_delete_jobs),
     so a backend with batch mode but without it runs the two batch statements, compact plan or not.
     """
 
@@ -285,29 +267,6 @@ class BatchArchiveAndDelete(Protocol):
         the jobs deleted. Raises, before the transaction can commit, unless every job of `job_ids` was
         archived and deleted."""
         ...
-
-
-def archive_and_delete_jobs(
-    backend: Backend,
-    conn: Any,
-    job_table: TableName,
-    archived_job_table: TableName,
-    job_ids: Sequence[Any],
-    status: str,
-    finished_at: datetime,
-) -> None:
-    """Archive then delete a batch's finished jobs: the two batch statements, or the backend's compact plan.
-
-    `backend` has BatchClaim (create_queue_worker refuses batch mode without it).
-    """
-    if getattr(backend, "compact_plan", False) is True:
-        combined = getattr(backend, "archive_and_delete_jobs", None)
-        if combined is not None:
-            combined(conn, job_table, archived_job_table, job_ids, status, finished_at)
-            return
-    claim = cast(BatchClaim, backend)
-    claim.archive_jobs(conn, job_table, archived_job_table, job_ids, status, finished_at)
-    claim.delete_jobs(conn, job_table, job_ids)
 
 
 class Listener(Protocol):
@@ -354,3 +313,120 @@ class Notifications(Protocol):
         the backend's own data source.
         """
         ...
+
+
+# -- asyncio: the same verbs awaited (proletarian_ref.aio) -----------------------------------------------
+#
+# Each method has the name, arguments, result and promise of its Backend namesake above, and is a
+# coroutine; `transaction` and `savepoint` are async context managers. The asyncio job transaction
+# (proletarian_ref._async.job_run) is written against these, and the threaded one is generated from it.
+
+
+@runtime_checkable
+class AsyncBackend(Protocol):
+    """Backend, awaited: what proletarian_ref.aio's enqueue and queue worker run on."""
+
+    @property
+    def dialect(self) -> str: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]: ...
+
+    async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any: ...
+
+    async def get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None: ...
+
+    async def archive_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None: ...
+
+    async def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None: ...
+
+    async def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncBatchEnqueue(Protocol):
+    """BatchEnqueue, awaited."""
+
+    async def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]: ...
+
+
+@runtime_checkable
+class AsyncBatchClaim(Protocol):
+    """BatchClaim, awaited."""
+
+    async def get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]: ...
+
+    async def archive_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None: ...
+
+    async def delete_jobs(self, conn: Any, job_table: TableName, job_ids: Sequence[Any]) -> None: ...
+
+    def savepoint(self, conn: Any) -> AbstractAsyncContextManager[None]: ...
+
+
+@runtime_checkable
+class AsyncArchiveAndDelete(Protocol):
+    """ArchiveAndDelete, awaited."""
+
+    @property
+    def compact_plan(self) -> bool: ...
+
+    async def archive_and_delete_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None: ...
+
+
+class AsyncListener(Protocol):
+    """Listener, awaited: `wait` a coroutine; `interrupt` and `confirmed` as Listener's."""
+
+    confirmed: bool
+
+    async def wait(self, timeout: float) -> bool: ...
+
+    def interrupt(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncNotifications(Protocol):
+    """Notifications, awaited."""
+
+    async def notify_enqueued(self, conn: Any, job_table: TableName, queues: Sequence[str]) -> None: ...
+
+    async def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> AsyncListener: ...
+
+
+def is_async_backend(backend: object) -> bool:
+    """Whether `backend` awaits its verbs (an AsyncBackend): the protocols alone cannot tell, their
+    methods having the same names."""
+    return inspect.iscoroutinefunction(getattr(backend, "get_next_job", None))

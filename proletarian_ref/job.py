@@ -367,9 +367,14 @@ def _announce(conn: Any, setup: _Enqueuing, records: Iterable[JobRecord]) -> Non
     # Notifications is optional. hasattr, as isinstance of a runtime Protocol costs more than enqueue.
     if not hasattr(setup.backend, "notify_enqueued"):
         return
-    queues = list(dict.fromkeys(record.queue for record in records if record.process_at <= setup.now))
+    queues = announced_queues(setup, records)
     if queues:
         cast(Notifications, setup.backend).notify_enqueued(conn, setup.table, queues)
+
+
+def announced_queues(setup: _Enqueuing, records: Iterable[JobRecord]) -> list[str]:
+    """The queues (keyword text) with a job due now among `records`, each once, in order."""
+    return list(dict.fromkeys(record.queue for record in records if record.process_at <= setup.now))
 
 
 def _job_spec(item: Any) -> JobSpec:

@@ -1,4 +1,4 @@
-"""Retry strategies and the retry maths of proletarian.retry (spec section 3)."""
+"""Retry strategies and the retry maths of proletarian.retry (spec section 3); maybe_retry is in job_run."""
 
 from __future__ import annotations
 
@@ -7,11 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from proletarian_ref.backend import STATUS_FAILURE, Backend, archive_and_delete
-from proletarian_ref.clock import Clock, now_from
-from proletarian_ref.errors import FailedJobFnError, InvalidRetryStrategyError
-from proletarian_ref.log import NOT_RETRYING, RETRIES_LEFT, RETRY_AT, RETRY_SPEC, RETRYING
-from proletarian_ref.tables import TableName
+from proletarian_ref.errors import InvalidRetryStrategyError
 
 if TYPE_CHECKING:
     from proletarian_ref.job import Job
@@ -105,45 +101,3 @@ def delay_ms(strategy: RetryStrategy, attempts: int) -> int:
     if attempts - 1 < len(strategy.delays):
         return strategy.delays[attempts - 1]
     return strategy.delays[-1]
-
-
-def maybe_retry(
-    backend: Backend,
-    conn: Any,
-    *,
-    job_table: TableName,
-    archived_job_table: TableName,
-    stored_job_id: Any,
-    job: Job,
-    exception: BaseException,
-    retry_strategy_fn: RetryStrategyFn,
-    failed_job_fn: FailedJobFn,
-    clock: Clock,
-    log: Callable[[str, Mapping[str, Any]], None],
-) -> None:
-    """Proletarian's maybe-retry!: reschedule the job, or archive it as a failure and call failed_job_fn.
-
-    Runs inside the claiming transaction, so a raise from failed_job_fn (or an invalid strategy) rolls the
-    archive back and leaves the job queued with attempts unchanged.
-    """
-    spec = retry_strategy_fn(job, exception)
-    strategy = parse_retry_strategy(spec)
-    data = (
-        RetryData(retries_left=0, retry_at=None)
-        if strategy is None
-        else retry_data(strategy, job.attempts, now_from(clock))
-    )
-    if data.retries_left > 0 and data.retry_at is not None:
-        log(RETRYING, {RETRY_AT: data.retry_at, RETRIES_LEFT: data.retries_left})
-        backend.retry_at(conn, job_table, stored_job_id, data.retry_at)
-        return
-    log(NOT_RETRYING, {RETRY_SPEC: spec})
-    archive_and_delete(
-        backend, conn, job_table, archived_job_table, stored_job_id, STATUS_FAILURE, now_from(clock)
-    )
-    try:
-        failed_job_fn(job, exception)
-    except Exception as exc:
-        raise FailedJobFnError(
-            "An error occurred when executing the failed_job_fn function", job=job
-        ) from exc

@@ -3,314 +3,70 @@
 from __future__ import annotations
 
 import contextlib
-import enum
-import logging
-import os
+import inspect
 import random
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from types import FrameType, TracebackType
-from typing import Any, Final, Literal
+from types import TracebackType
+from typing import Any, Final
 
 from proletarian_ref import log as ev
-from proletarian_ref.backend import (
-    STATUS_SUCCESS,
-    Backend,
-    BatchClaim,
-    JobRecord,
-    Listener,
-    Notifications,
-    archive_and_delete,
-)
+from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_job, write_failure
+from proletarian_ref.backend import Backend, Listener, Notifications
 from proletarian_ref.backends import backend_for_data_source
-from proletarian_ref.clock import Clock, reader, system_utc
-from proletarian_ref.errors import (
-    ConfigurationError,
-    JobInterrupted,
-    PayloadDecodeError,
-    ShutdownTimeoutError,
-    TransientDatabaseError,
-)
+from proletarian_ref.clock import Clock
+from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_stop_event
-from proletarian_ref.job import Job, default_serializer
-from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
-from proletarian_ref.keywords import DEFAULT_QUEUE, from_keyword_text, to_keyword_text
+from proletarian_ref.job_ids import JobIdStrategy
+from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 from proletarian_ref.log import LogFn, stdlib_logger
-from proletarian_ref.retry import FailedJobFn, RetryStrategyFn, maybe_retry, no_failed_job_fn, no_retries
+from proletarian_ref.retry import FailedJobFn, RetryStrategyFn
 from proletarian_ref.serializers import Serializer
+from proletarian_ref.shutdown_hook import hook, unhook
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
-
-_new_tuple: Final = tuple.__new__
-HandlerFnMode = Literal["default", "advanced"]
-HandlerFn = Callable[..., object]
-HANDLER_FN_MODES: Final = ("default", "advanced")
-
-# After consecutive failed polling runs a thread waits twice as long each time, from the polling
-# interval up to these caps (or the interval, if longer): a job that fails the same way on every run
-# (Proletarian #30 with on_polling_error returning false) then cannot spin, and a database that is down
-# is not hammered, yet one that comes back is polled again within a second.
-MAX_ERROR_BACKOFF_S: Final = 30.0
-MAX_TRANSIENT_BACKOFF_S: Final = 1.0
-_MIN_BACKOFF_S: Final = 0.01
-# The listener connection, once broken, is opened again after 0.1 s, doubling up to this cap; polling
-# runs the jobs meanwhile.
-MAX_LISTENER_BACKOFF_S: Final = 30.0
-# How long one listener wait lasts; stop() and a notification end it at once, so it only bounds how
-# long a listener whose interrupt failed keeps its thread after stop().
-_LISTEN_TICK_S: Final = 5.0
-# Whether a worker listens for enqueue notifications where its backend can (docs/worker.md).
-DEFAULT_WAKE_ON_NOTIFY: Final = True
-LISTENER_UNCONFIRMED_ADVICE: Final = (
-    "a test notification sent as enqueuers send theirs did not reach the worker's listener: behind "
-    "PgBouncer in transaction mode LISTEN keeps no server session. Jobs still run, at the polling "
-    "interval. Give the worker listen_data_source= (a direct or session-mode connection), or "
-    "wake_on_notify=False (docs/scaling.md)"
+from proletarian_ref.worker_core import (
+    _LISTEN_TICK_S,
+    DEFAULT_WAKE_ON_NOTIFY,
+    LISTENER_UNCONFIRMED_ADVICE,
+    MAX_ERROR_BACKOFF_S,
+    MAX_LISTENER_BACKOFF_S,
+    MAX_TRANSIENT_BACKOFF_S,
+    WorkerCore,
+)
+from proletarian_ref.worker_settings import (
+    GIVEN_BACK,
+    HANDLER_FN_MODES,
+    HandlerFn,
+    HandlerFnMode,
+    JobSettings,
+    check_batch_size,
+    job_settings,
 )
 
-
-@dataclass(frozen=True, slots=True)
-class JobSettings:
-    """The options that running one job reads (the config map of process-next-job!)."""
-
-    queue: str
-    job_table: TableName
-    archived_job_table: TableName
-    serializer: Serializer
-    job_id_strategy: JobIdStrategy
-    handler_fn_mode: HandlerFnMode
-    retry_strategy_fn: RetryStrategyFn
-    failed_job_fn: FailedJobFn
-    clock: Clock
-    # Jobs claimed and run per transaction: 1 is Proletarian's one job a transaction (run_next_job),
-    # more is batch mode (proletarian_ref.batch.run_next_batch).
-    batch_size: int = 1
-    # now_from(clock), as clock.reader makes it: what the worker reads the time with.
-    now: Callable[[], datetime] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "now", reader(self.clock))
-
-
-def job_settings(
-    backend: Backend,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    job_table: str | TableName = DEFAULT_JOB_TABLE,
-    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
-    serializer: Serializer | None = None,
-    job_id_strategy: JobIdStrategy | None = None,
-    handler_fn_mode: str = "default",
-    retry_strategy_fn: RetryStrategyFn | None = None,
-    failed_job_fn: FailedJobFn | None = None,
-    clock: Clock | None = None,
-    batch_size: int = 1,
-) -> JobSettings:
-    """Apply defaults and check every option before anything runs."""
-    check_batch_size(batch_size, backend)
-    if handler_fn_mode not in HANDLER_FN_MODES:
-        raise ConfigurationError(
-            f"handler_fn_mode must be one of {', '.join(map(repr, HANDLER_FN_MODES))}, "
-            f"got {handler_fn_mode!r}"
-        )
-    serializer = serializer if serializer is not None else default_serializer()
-    if not (callable(getattr(serializer, "encode", None)) and callable(getattr(serializer, "decode", None))):
-        raise ConfigurationError(f"serializer must have encode and decode methods, got {serializer!r}")
-    strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
-    if not all(callable(getattr(strategy, m, None)) for m in ("generate_id", "encode_id", "decode_id")):
-        raise ConfigurationError(f"job_id_strategy must implement JobIdStrategy, got {strategy!r}")
-    for name, fn in (
-        ("retry_strategy_fn", retry_strategy_fn),
-        ("failed_job_fn", failed_job_fn),
-        ("clock", clock),
-    ):
-        if fn is not None and not callable(fn):
-            raise ConfigurationError(f"{name} must be callable, got {fn!r}")
-    return JobSettings(
-        queue=to_keyword_text(queue, what="queue"),
-        job_table=table_name(job_table, option="job_table"),
-        archived_job_table=table_name(archived_job_table, option="archived_job_table"),
-        serializer=serializer,
-        job_id_strategy=strategy,
-        handler_fn_mode="advanced" if handler_fn_mode == "advanced" else "default",
-        retry_strategy_fn=retry_strategy_fn if retry_strategy_fn is not None else no_retries,
-        failed_job_fn=failed_job_fn if failed_job_fn is not None else no_failed_job_fn,
-        clock=clock if clock is not None else system_utc,
-        batch_size=batch_size,
-    )
-
-
-def check_batch_size(batch_size: object, backend: Backend | None = None) -> None:
-    """Refuse a batch_size that is not an int >= 1, or > 1 on a backend without batch mode."""
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ConfigurationError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if batch_size > 1 and backend is not None and not isinstance(backend, BatchClaim):
-        raise ConfigurationError(
-            f"batch_size={batch_size} needs a backend with batch mode (proletarian_ref.backend.BatchClaim); "
-            f"{type(backend).__name__} has none: leave batch_size at 1"
-        )
-
-
-def _to_job(record: JobRecord, settings: JobSettings) -> tuple[Job, PayloadDecodeError | None]:
-    """Decode a claimed row; a payload that does not decode becomes the job's failure, not the worker's."""
-    error: PayloadDecodeError | None = None
-    try:
-        payload = settings.serializer.decode(record.payload)
-    except Exception as exc:
-        error = (
-            exc
-            if isinstance(exc, PayloadDecodeError)
-            else PayloadDecodeError(f"payload does not decode: {exc}")
-        )
-        if error is not exc:
-            error.__cause__ = exc
-        payload = record.payload
-    # tuple.__new__, in Job's field order: the generated __new__ with keywords costs six times as much, and
-    # _make a Python call more.
-    job = _new_tuple(
-        Job,
-        (
-            settings.job_id_strategy.decode_id(record.job_id),
-            from_keyword_text(record.queue),
-            from_keyword_text(record.job_type),
-            payload,
-            record.attempts + 1,
-            record.enqueued_at,
-            record.process_at,
-        ),
-    )
-    return job, error
-
-
-def run_next_job(
-    backend: Backend,
-    settings: JobSettings,
-    handler_fn: HandlerFn,
-    log: LogFn,
-    context: Mapping[str, Any],
-    stop_event: threading.Event,
-    may_handle: Callable[[Mapping[str, Any]], bool] | None = None,
-) -> bool | None:
-    """One poll in one transaction: None when no job was due, else whether the worker may go on.
-
-    The handler runs inside the claiming transaction, holding the row lock, exactly as Proletarian does.
-    No claim starts once `stop_event` is set (a thread may have waited for its connection meanwhile), and
-    a claimed job whose `may_handle(job context)` is false goes back untouched, its handler never called.
-    """
-    with backend.transaction() as conn:
-        if stop_event.is_set():
-            return None
-        record = backend.get_next_job(conn, settings.job_table, settings.queue, settings.now())
-        if record is None:
-            return None
-        job, decode_error = _to_job(record, settings)
-        job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
-        if may_handle is not None and not may_handle(job_context):
-            return False
-        failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
-        if failure is None:
-            finished_at = settings.now()
-            archive_and_delete(
-                backend,
-                conn,
-                settings.job_table,
-                settings.archived_job_table,
-                record.job_id,
-                STATUS_SUCCESS,
-                finished_at,
-            )
-        elif failure is GIVEN_BACK:
-            return False
-        else:
-            write_failure(backend, conn, settings, record, job, failure, log, job_context)
-        return not stop_event.is_set()
-
-
-class _GivenBack(enum.Enum):
-    """What handle_job returns for a job that goes back to the queue untouched: nothing of it is written."""
-
-    GIVEN_BACK = enum.auto()
-
-
-GIVEN_BACK: Final = _GivenBack.GIVEN_BACK
-
-
-def handle_job(
-    settings: JobSettings,
-    handler_fn: HandlerFn,
-    log: LogFn,
-    job: Job,
-    decode_error: PayloadDecodeError | None,
-    job_context: Mapping[str, Any],
-    stop_event: threading.Event,
-) -> Exception | _GivenBack | None:
-    """Run one claimed job's handler and decide: None when it finished (its success archive is the caller's
-    to write), the exception when it failed (write_failure's to write), GIVEN_BACK when the job goes back
-    untouched (JobInterrupted, or a failure while the worker stops). MemoryError and RecursionError leave
-    as they came, so the transaction rolls back."""
-    # The default log function drops both events (INFO, log._LEVELS) unless someone listens at INFO:
-    # one check per job instead of two calls that each find it out.
-    quiet = log is stdlib_logger and not ev.logger.isEnabledFor(logging.INFO)
-    try:
-        if not quiet:
-            log(ev.HANDLING_JOB, job_context)
-        if decode_error is not None:
-            raise decode_error
-        if settings.handler_fn_mode == "advanced":
-            handler_fn(job)
-        else:
-            handler_fn(job.job_type, job.payload)
-        # Inside the try, as in Proletarian: a log function that raises here fails the job.
-        if not quiet:
-            log(ev.JOB_FINISHED, job_context)
-    except JobInterrupted:
-        log(ev.JOB_INTERRUPTED, job_context)
-        return GIVEN_BACK
-    except (MemoryError, RecursionError):
-        # The JVM's OutOfMemoryError and StackOverflowError are Errors, not Exceptions: the process is
-        # short of a resource, which is not the job's failure (docs/worker.md).
-        raise
-    except Exception as exc:
-        if stop_event.is_set():
-            log(ev.HANDLE_JOB_EXCEPTION_WITH_INTERRUPT, {ev.EXCEPTION: exc, **job_context})
-            return GIVEN_BACK
-        log(ev.HANDLE_JOB_EXCEPTION, {ev.EXCEPTION: exc, **job_context})
-        return exc
-    return None
-
-
-def write_failure(
-    backend: Backend,
-    conn: Any,
-    settings: JobSettings,
-    record: JobRecord,
-    job: Job,
-    exception: Exception,
-    log: LogFn,
-    job_context: Mapping[str, Any],
-) -> None:
-    """maybe_retry for a job whose handler failed: reschedule it, or archive it as a failure."""
-
-    def job_log(event: str, data: Mapping[str, Any]) -> None:
-        log(event, {**data, **job_context})
-
-    maybe_retry(
-        backend,
-        conn,
-        job_table=settings.job_table,
-        archived_job_table=settings.archived_job_table,
-        stored_job_id=record.job_id,
-        job=job,
-        exception=exception,
-        retry_strategy_fn=settings.retry_strategy_fn,
-        failed_job_fn=settings.failed_job_fn,
-        clock=settings.clock,
-        log=job_log,
-    )
+# The job transaction and the options it reads are their own units; their names stay importable here.
+__all__ = [
+    "DEFAULT_WAKE_ON_NOTIFY",
+    "GIVEN_BACK",
+    "HANDLER_FN_MODES",
+    "LISTENER_UNCONFIRMED_ADVICE",
+    "MAX_ERROR_BACKOFF_S",
+    "MAX_LISTENER_BACKOFF_S",
+    "MAX_TRANSIENT_BACKOFF_S",
+    "HandlerFn",
+    "HandlerFnMode",
+    "JobSettings",
+    "QueueWorker",
+    "check_batch_size",
+    "check_worker_options",
+    "create_queue_worker",
+    "handle_job",
+    "job_settings",
+    "process_next_job",
+    "run_next_job",
+    "worker_arguments",
+    "write_failure",
+]
 
 
 def process_next_job(
@@ -330,20 +86,13 @@ def process_next_job(
     active, own_backend = _backend_for(data_source, backend)
     try:
         settings = job_settings(active, **options)
-        run = run_next_job if settings.batch_size == 1 else _run_next_batch()
+        run = run_next_job if settings.batch_size == 1 else run_next_batch
         return run(
             active, settings, handler_fn, log if log is not None else stdlib_logger, {}, threading.Event()
         )
     finally:
         if own_backend:
             active.close()
-
-
-def _run_next_batch() -> Callable[..., bool | None]:
-    # Imported here: proletarian_ref.batch builds on this module's pieces.
-    from proletarian_ref.batch import run_next_batch
-
-    return run_next_batch
 
 
 def _backend_for(data_source: Any, backend: Backend | None) -> tuple[Backend, bool]:
@@ -367,8 +116,10 @@ def _noop() -> None:
     return None
 
 
-class QueueWorker:
+class QueueWorker(WorkerCore):
     """Polling threads over one queue; build it with create_queue_worker."""
+
+    backend: Backend
 
     def __init__(
         self,
@@ -388,34 +139,30 @@ class QueueWorker:
         wake_on_notify: bool = False,
         listen_data_source: Any = None,
     ) -> None:
-        self.backend = backend
-        self.handler_fn = handler_fn
-        self.settings = settings
-        self.queue_worker_id = queue_worker_id
-        self._log_fn = log
-        self._interval = polling_interval_ms / 1000
-        self._worker_threads = worker_threads
-        self._on_polling_error = on_polling_error
-        self._await_timeout = await_termination_timeout_ms / 1000
+        super().__init__(
+            backend,
+            handler_fn,
+            settings,
+            log=log,
+            queue_worker_id=queue_worker_id,
+            polling_interval_ms=polling_interval_ms,
+            worker_threads=worker_threads,
+            on_polling_error=on_polling_error,
+            await_termination_timeout_ms=await_termination_timeout_ms,
+            on_shutdown=on_shutdown,
+            owns_backend=owns_backend,
+            wake_on_notify=wake_on_notify,
+            listen_data_source=listen_data_source,
+        )
         self._install_shutdown_hook = install_shutdown_hook
-        self._on_shutdown = on_shutdown
-        self._owns_backend = owns_backend
         # Guards the stop request against a handler's start: stop_event is set, and a handler admitted,
         # under it, so no handler starts once stop() has begun.
         self._lock = threading.RLock()  # re-entered by a signal handler that interrupts start()
         self._stop_event = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._started = False
-        self._stopped = False
-        # Per thread number: the job it is running (for logs and release) and whether stop() released it.
-        self._current_jobs: dict[int, dict[str, Any]] = {}
+        # The thread numbers whose work stop() released at its deadline.
         self._released: set[int] = set()
-        # Instant wake-up: idle threads wait on _wake until the interval ends, stop() or a new generation
-        # (a notification for this queue, or a busy thread seeing a backlog) tells one of them to poll.
-        self._listens = wake_on_notify and hasattr(backend, "listen")
-        self._listen_data_source = listen_data_source
         self._wake = threading.Condition(threading.Lock())
-        self._wake_generation = 0
         self._listener_thread: threading.Thread | None = None
         self._listener: Listener | None = None  # set and read under _lock, so stop() can interrupt it
 
@@ -433,7 +180,7 @@ class QueueWorker:
                 return None
             self._started = True
             if self._install_shutdown_hook:
-                _hook(self)
+                hook(self)
             for n in range(1, self._worker_threads + 1):
                 thread = threading.Thread(target=self._work, args=(n,), name=f"{self.queue_worker_id}-{n}")
                 self._threads.append(thread)
@@ -467,7 +214,7 @@ class QueueWorker:
         if already:
             self._safe_log(ev.ALREADY_SHUT_DOWN, context)
         else:
-            _unhook(self)
+            unhook(self)
             self._safe_log(ev.SHUTTING_DOWN, context)
             with self._lock:
                 self._stop_event.set()
@@ -536,10 +283,6 @@ class QueueWorker:
     ) -> None:
         self.stop()
 
-    @property
-    def running(self) -> bool:
-        return self._started and not self._stopped
-
     # -- polling ---------------------------------------------------------------------------------------
 
     def _may_handle(self, n: int) -> Callable[[Mapping[str, Any]], bool]:
@@ -581,7 +324,7 @@ class QueueWorker:
         context = {**outer, ev.WORKER_THREAD_ID: n}
         current, lock = self._current_jobs, self._lock
         may_handle = self._may_handle(n)
-        run_next = run_next_job if self.settings.batch_size == 1 else _run_next_batch()
+        run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
         # Spread the threads' idle polls over the interval, as Proletarian's start-up jitter does, but
         # without blocking start().
         if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
@@ -620,15 +363,11 @@ class QueueWorker:
                         self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
                     return
                 failures += 1
-                if isinstance(exc, TransientDatabaseError):
-                    self._safe_log(ev.SQL_TRANSIENT_EXCEPTION, {**outer, **running, ev.THROWABLE: exc})
-                    delay = self._backoff(failures, MAX_TRANSIENT_BACKOFF_S)
-                else:
-                    self._safe_log(ev.JOB_WORKER_ERROR, {**outer, **running, ev.THROWABLE: exc})
-                    if self._polling_error_stops(exc):
-                        self._stop_async()
-                        return
-                    delay = self._backoff(failures, MAX_ERROR_BACKOFF_S)
+                after = self._after_failure(exc, failures, outer, running)
+                if after is None:
+                    self._stop_async()
+                    return
+                delay = after
             if failures:
                 self._stop_event.wait(delay)
             else:
@@ -686,7 +425,7 @@ class QueueWorker:
                         with contextlib.suppress(Exception):
                             listener.close()
                         listener = None
-                    backoff = min(0.1 * 2.0 ** min(failures - 1, 32), MAX_LISTENER_BACKOFF_S)
+                    backoff = self._listener_backoff(failures)
                     self._safe_log(
                         ev.LISTENER_ERROR,
                         {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
@@ -697,34 +436,12 @@ class QueueWorker:
                 with contextlib.suppress(Exception):
                     listener.close()
 
-    def _backoff(self, failures: int, cap: float) -> float:
-        # From at least 10 ms, so that even a 1 ms polling interval cannot spin on a failing job.
-        first = max(self._interval, _MIN_BACKOFF_S)
-        return min(first * 2.0 ** min(failures - 1, 32), max(cap, self._interval))
-
-    def _polling_error_stops(self, exc: BaseException) -> bool:
-        try:
-            return bool(self._on_polling_error(exc))
-        except Exception as error:
-            self._safe_log(
-                ev.JOB_WORKER_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: error}
-            )
-            return True
-
     def _stop_async(self) -> None:
         # A polling thread cannot join itself, so another thread stops the worker. Not a daemon: the
         # process must not exit half way through stop() (it ends within await_termination_timeout_ms).
         threading.Thread(
             target=self._stop_logging_errors, name=f"{self.queue_worker_id}-stop", daemon=False
         ).start()
-
-    def _safe_log(self, event: str, data: Mapping[str, Any]) -> None:
-        # Outside a job nothing else would catch a failing log function, and a polling thread must not
-        # die silently because of one.
-        try:
-            self._log_fn(event, data)
-        except Exception:
-            ev.logger.exception("log function failed on %s", event)
 
     def _stop_logging_errors(self) -> None:
         """stop() where no caller could catch its error (on a signal, or after a polling thread's error)."""
@@ -740,72 +457,57 @@ class QueueWorker:
         return any(t.is_alive() for t in self._threads if t is not current)
 
 
-# -- the shutdown hook ---------------------------------------------------------------------------------
-#
-# The JVM runs Proletarian's shutdown hook on System.exit, SIGTERM and SIGINT, and not when main returns
-# while worker threads live. Python runs atexit functions only after it has joined every non-daemon
-# thread, so an atexit hook would never fire while the worker runs; the hook is therefore a SIGTERM and
-# SIGINT handler, installed on the main thread over the default handlers only.
-
-_HOOK_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
-_hooked: list[QueueWorker] = []
-_hooked_lock = threading.RLock()  # a signal handler may run while the main thread holds it
-_previous_handlers: dict[int, Any] = {}
-
-
-def _is_default_handler(signum: int, handler: Any) -> bool:
-    return handler is (signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
-
-
-def _hook(worker: QueueWorker) -> None:
-    with _hooked_lock:
-        _hooked.append(worker)
-        if threading.current_thread() is not threading.main_thread():
-            return  # Python allows signal handlers to be set on the main thread only
-        for signum in _HOOK_SIGNALS:
-            handler = signal.getsignal(signum)
-            if _is_default_handler(signum, handler):
-                _previous_handlers[signum] = handler
-                signal.signal(signum, _stop_on_signal)
+def check_worker_options(options: Mapping[str, Any]) -> None:
+    """Refuse a worker option of the wrong kind or range, naming it, before any backend or connection is
+    made (the threaded and asyncio workers; `options` holds every name of WORKER_OPTION_DEFAULTS)."""
+    worker_threads = options["worker_threads"]
+    if not isinstance(worker_threads, int) or isinstance(worker_threads, bool) or worker_threads < 1:
+        raise ConfigurationError(f"worker_threads must be an int >= 1, got {worker_threads!r}")
+    # Proletarian's scheduleWithFixedDelay refuses a polling delay <= 0 (IllegalArgumentException from
+    # start!); here the same refusal comes before anything runs.
+    for name, zero_ok in (("polling_interval_ms", False), ("await_termination_timeout_ms", True)):
+        value = options[name]
+        number = not isinstance(value, bool) and isinstance(value, (int, float))
+        if not (number and (value >= 0 if zero_ok else value > 0) and value < 10**12):
+            least = ">= 0" if zero_ok else "> 0"
+            raise ConfigurationError(f"{name} must be a number of milliseconds {least}, got {value!r}")
+    if not isinstance(options["wake_on_notify"], bool):
+        raise ConfigurationError(f"wake_on_notify must be True or False, got {options['wake_on_notify']!r}")
+    for name in ("log", "on_polling_error", "on_shutdown"):
+        if options[name] is not None and not callable(options[name]):
+            raise ConfigurationError(f"{name} must be callable, got {options[name]!r}")
+    # Names are checked before the data source is asked for a connection: a bad one opens nothing.
+    table_name(options["job_table"], option="job_table")
+    table_name(options["archived_job_table"], option="archived_job_table")
+    to_keyword_text(options["queue"], what="queue")
+    check_batch_size(options["batch_size"])
 
 
-def _unhook(worker: QueueWorker) -> None:
-    with _hooked_lock:
-        if worker in _hooked:
-            _hooked.remove(worker)
-        if _hooked or threading.current_thread() is not threading.main_thread():
-            return  # a handler left behind with no worker to stop behaves as the default one
-        for signum, previous in list(_previous_handlers.items()):
-            if signal.getsignal(signum) is _stop_on_signal:
-                signal.signal(signum, previous)
-            del _previous_handlers[signum]
+def _or(value: Any, default: Any) -> Any:
+    return value if value is not None else default
 
 
-def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
-    """Stop every hooked worker (drain, then release), then exit with 128 + signal, as the JVM does."""
-    with _hooked_lock:
-        workers = list(_hooked)
-    if not workers:
-        # Every hooked worker is stopping or stopped already (perhaps by this very thread, in a stop()
-        # the signal interrupted): do what the signal would have done without the hook.
-        if signum == signal.SIGINT:
-            signal.default_int_handler(signum, frame)
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    for worker in workers:
-        worker._stop_logging_errors()
-    code = 128 + signum
-    if threading.main_thread().is_alive() and not any(w._threads_alive() for w in workers):
-        # The main thread is running: unwind it, so finally blocks and atexit functions run.
-        raise SystemExit(code)
-    # The main thread has returned, so Python is waiting for non-daemon threads, or a released handler is
-    # still running and would keep the process alive: end it, as the JVM halts after its hooks.
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+_JOB_OPTIONS: Final = (
+    *("queue", "job_table", "archived_job_table", "serializer", "job_id_strategy", "handler_fn_mode"),
+    *("retry_strategy_fn", "failed_job_fn", "clock", "batch_size"),
+)
+
+
+def worker_arguments(backend: Any, options: Mapping[str, Any]) -> tuple[JobSettings, dict[str, Any]]:
+    """The job settings on `backend`, and the worker's own keyword arguments, defaults applied."""
+    settings = job_settings(backend, **{name: options[name] for name in _JOB_OPTIONS})
+    log, worker_id = options["log"], options["queue_worker_id"]
+    return settings, {
+        "log": log if log is not None else stdlib_logger,
+        "queue_worker_id": worker_id if worker_id is not None else f"proletarian[{settings.queue}]",
+        "polling_interval_ms": options["polling_interval_ms"],
+        "worker_threads": options["worker_threads"],
+        "on_polling_error": _or(options["on_polling_error"], _stop_worker),
+        "await_termination_timeout_ms": options["await_termination_timeout_ms"],
+        "on_shutdown": _or(options["on_shutdown"], _noop),
+        "wake_on_notify": options["wake_on_notify"],
+        "listen_data_source": options["listen_data_source"],
+    }
 
 
 def create_queue_worker(
@@ -850,45 +552,13 @@ def create_queue_worker(
     enqueued with notify then starts at once; polling still runs every other job. Elsewhere (MySQL) the
     option changes nothing.
     """
+    options = {name: value for name, value in locals().items() if name in WORKER_OPTION_DEFAULTS}
     if not callable(handler_fn):
         raise ConfigurationError(f"handler_fn must be callable, got {handler_fn!r}")
-    if not isinstance(worker_threads, int) or isinstance(worker_threads, bool) or worker_threads < 1:
-        raise ConfigurationError(f"worker_threads must be an int >= 1, got {worker_threads!r}")
-    # Proletarian's scheduleWithFixedDelay refuses a polling delay <= 0 (IllegalArgumentException from
-    # start!); here the same refusal comes before anything runs.
-    for name, value, zero_ok in (
-        ("polling_interval_ms", polling_interval_ms, False),
-        ("await_termination_timeout_ms", await_termination_timeout_ms, True),
-    ):
-        number = not isinstance(value, bool) and isinstance(value, (int, float))
-        if not (number and (value >= 0 if zero_ok else value > 0) and value < 10**12):
-            least = ">= 0" if zero_ok else "> 0"
-            raise ConfigurationError(f"{name} must be a number of milliseconds {least}, got {value!r}")
-    if not isinstance(wake_on_notify, bool):
-        raise ConfigurationError(f"wake_on_notify must be True or False, got {wake_on_notify!r}")
-    for name, fn in (("log", log), ("on_polling_error", on_polling_error), ("on_shutdown", on_shutdown)):
-        if fn is not None and not callable(fn):
-            raise ConfigurationError(f"{name} must be callable, got {fn!r}")
-    # Names are checked before the data source is asked for a connection: a bad one opens nothing.
-    table_name(job_table, option="job_table")
-    table_name(archived_job_table, option="archived_job_table")
-    to_keyword_text(queue, what="queue")
-    check_batch_size(batch_size)
+    check_worker_options(options)
     active, owns_backend = _backend_for(data_source, backend)
     try:
-        settings = job_settings(
-            active,
-            queue=queue,
-            job_table=job_table,
-            archived_job_table=archived_job_table,
-            serializer=serializer,
-            job_id_strategy=job_id_strategy,
-            handler_fn_mode=handler_fn_mode,
-            retry_strategy_fn=retry_strategy_fn,
-            failed_job_fn=failed_job_fn,
-            clock=clock,
-            batch_size=batch_size,
-        )
+        settings, arguments = worker_arguments(active, options)
     except BaseException:
         if owns_backend:
             active.close()
@@ -897,15 +567,15 @@ def create_queue_worker(
         active,
         handler_fn,
         settings,
-        log=log if log is not None else stdlib_logger,
-        queue_worker_id=queue_worker_id if queue_worker_id is not None else f"proletarian[{settings.queue}]",
-        polling_interval_ms=polling_interval_ms,
-        worker_threads=worker_threads,
-        on_polling_error=on_polling_error if on_polling_error is not None else _stop_worker,
-        await_termination_timeout_ms=await_termination_timeout_ms,
         install_shutdown_hook=install_shutdown_hook,
-        on_shutdown=on_shutdown if on_shutdown is not None else _noop,
         owns_backend=owns_backend,
-        wake_on_notify=wake_on_notify,
-        listen_data_source=listen_data_source,
+        **arguments,
     )
+
+
+# The options of create_queue_worker, by name, with their defaults: the asyncio worker takes the same.
+WORKER_OPTION_DEFAULTS: Final = {
+    name: parameter.default
+    for name, parameter in inspect.signature(create_queue_worker).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY and name not in ("backend", "install_shutdown_hook")
+}

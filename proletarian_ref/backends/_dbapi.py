@@ -427,6 +427,22 @@ class SqlBackend:
         return sql.render(self.dialect, name, job_table, archived_job_table)
 
     def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        text, params, generated = self._enqueue_statement(job_table, job)
+        # The row count needs no reading: a failed INSERT raises, and one that ran wrote its one row.
+        read = self._generated_id if generated else _ignore
+        session = self._caller_session(conn)
+        if type(session) is SessionPrefix:  # nothing to set up: no block to enter and leave
+            stored = self._execute(conn, session.prefix + text, params, read)
+        else:
+            with session as prefix:
+                stored = self._execute(conn, prefix + text, params, read)
+        return stored if generated else job.job_id
+
+    def _enqueue_statement(self, job_table: TableName, job: JobRecord) -> tuple[str, Any, bool]:
+        """The enqueue INSERT for `job`, its parameters, and whether the database makes the id.
+
+        Shared with the dialect's asyncio backend, which sends the same statement with the same values.
+        """
         enqueued_at = self._db_time(job.enqueued_at, what="enqueued_at")
         # A job due now has the very `now` as both times: its parameter is made once.
         process_at = (
@@ -445,15 +461,7 @@ class SqlBackend:
             text, params = statement, dict(zip(_ENQUEUE_COLUMNS, values, strict=True))
             if generated:
                 del params["job_id"]
-        # The row count needs no reading: a failed INSERT raises, and one that ran wrote its one row.
-        read = self._generated_id if generated else _ignore
-        session = self._caller_session(conn)
-        if type(session) is SessionPrefix:  # nothing to set up: no block to enter and leave
-            stored = self._execute(conn, session.prefix + text, params, read)
-        else:
-            with session as prefix:
-                stored = self._execute(conn, prefix + text, params, read)
-        return stored if generated else job.job_id
+        return text, params, generated
 
     def _enqueue_row(self, job: JobRecord, enqueued_at: Any, process_at: Any) -> tuple[Any, ...]:
         """The enqueue INSERT's values in _ENQUEUE_COLUMNS order, the times as _db_time made them."""

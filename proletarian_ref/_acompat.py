@@ -1,0 +1,44 @@
+"""The names that differ between the asyncio job code and the threaded code generated from it."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+if TYPE_CHECKING:
+    # Only for annotations: the threaded code imports this module, and never needs asyncio.
+    from asyncio import Event as AEvent
+
+__all__ = ["SYNC_NAMES", "AEvent", "AsyncHandlerFn", "Event", "HandlerFn", "asettle", "settle"]
+
+_T = TypeVar("_T")
+
+# tools/generate_sync.py turns each name on the left into the one on the right (and `async`/`await` into
+# nothing): the asyncio source proletarian_ref/_async/*.py becomes proletarian_ref/_sync/*.py.
+Event = threading.Event
+HandlerFn = Callable[..., object]
+AsyncHandlerFn = Callable[..., Awaitable[object]]
+
+SYNC_NAMES: Final = {
+    "AEvent": "Event",
+    "AsyncHandlerFn": "HandlerFn",
+    "AsyncBackend": "Backend",
+    "AsyncBatchClaim": "BatchClaim",
+    "AsyncArchiveAndDelete": "ArchiveAndDelete",
+    "asettle": "settle",
+}
+
+
+def settle(result: _T) -> _T:
+    """What a caller's function returned (the threaded twin of asettle)."""
+    return result
+
+
+async def asettle(result: Any) -> Any:
+    """What a caller's function returned, awaited if it is awaitable: the asyncio worker takes a
+    retry_strategy_fn or failed_job_fn written either way."""
+    if inspect.isawaitable(result):
+        return await result
+    return result

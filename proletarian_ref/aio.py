@@ -1,0 +1,451 @@
+"""The asyncio twin of the public API: enqueue, enqueue_many and a queue worker of tasks (docs/worker.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import random
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, cast
+
+from proletarian_ref import log as ev
+from proletarian_ref._acompat import AsyncHandlerFn
+from proletarian_ref._async.job_run import run_next_batch, run_next_job
+from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
+from proletarian_ref.clock import Clock
+from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
+from proletarian_ref.job import (
+    DEFAULT_NOTIFY,
+    JobSpec,
+    _enqueuing,
+    _job_record,
+    _record_stream,
+    announced_queues,
+)
+from proletarian_ref.job_ids import JobIdStrategy
+from proletarian_ref.keywords import DEFAULT_QUEUE
+from proletarian_ref.log import LogFn, stdlib_logger
+from proletarian_ref.serializers import Serializer
+from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
+from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
+from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
+from proletarian_ref.worker_settings import job_settings
+
+__all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many", "process_next_job"]
+
+
+def backend_for_connection(conn: Any) -> AsyncBackend:
+    """The asyncio backend that runs enqueue on `conn`: psycopg's AsyncConnection for now."""
+    own = getattr(conn, "proletarian_backend", None)
+    if callable(own):
+        return _checked(own())
+    if type(conn).__module__.split(".", 1)[0] == "psycopg":
+        import psycopg
+
+        from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+        if isinstance(conn, psycopg.AsyncConnection):
+            return _ENQUEUE_BACKENDS.setdefault("postgresql", AsyncPostgresBackend(None))
+    raise ConfigurationError(
+        f"proletarian_ref.aio takes a psycopg.AsyncConnection (or backend=an AsyncBackend), got "
+        f"{type(conn).__module__}.{type(conn).__name__}"
+    )
+
+
+_ENQUEUE_BACKENDS: dict[str, AsyncBackend] = {}
+
+
+def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
+    """The asyncio backend for a worker, and whether it is built here (ours to close) or the caller's."""
+    if is_async_backend(data_source):
+        return cast(AsyncBackend, data_source), False
+    own = getattr(data_source, "proletarian_backend", None)
+    if callable(own):
+        return _checked(own()), False
+    if isinstance(data_source, Backend) or (
+        type(data_source).__name__ == "ConnectionPool" and not hasattr(data_source, "__aenter__")
+    ):
+        raise ConfigurationError(
+            "proletarian_ref.aio needs an asyncio data source (an AsyncConnectionPool, a callable returning "
+            "an awaitable AsyncConnection, or an AsyncBackend); a threaded one goes to proletarian_ref's "
+            "create_queue_worker"
+        )
+    if not callable(data_source) and type(data_source).__module__.split(".", 1)[0] != "psycopg_pool":
+        raise ConfigurationError(
+            f"data_source must be a psycopg_pool.AsyncConnectionPool or a zero-argument callable returning "
+            f"an awaitable psycopg.AsyncConnection, got {type(data_source).__name__}"
+        )
+    from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+    return AsyncPostgresBackend(data_source), True
+
+
+def _checked(backend: object) -> AsyncBackend:
+    if not is_async_backend(backend):
+        raise ConfigurationError(f"proletarian_backend() must return an AsyncBackend, got {backend!r}")
+    return cast(AsyncBackend, backend)
+
+
+# -- enqueue -------------------------------------------------------------------------------------------
+
+
+async def enqueue(
+    conn: Any,
+    job_type: str,
+    payload: Any,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    process_at: datetime | None = None,
+    process_in: timedelta | None = None,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    serializer: Serializer | None = None,
+    job_id_strategy: JobIdStrategy | None = None,
+    clock: Clock | None = None,
+    backend: AsyncBackend | None = None,
+    notify: bool = DEFAULT_NOTIFY,
+) -> Any:
+    """proletarian_ref.enqueue, awaited, on the caller's async connection and transaction, never committing.
+
+    The same options, checks, errors and row: everything is checked and encoded before the INSERT.
+    """
+    active = backend if backend is not None else backend_for_connection(conn)
+    setup = _enqueuing(
+        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
+    )
+    job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
+    stored_id = await active.enqueue(conn, setup.table, record)
+    if notify:
+        await _announce(conn, active, setup.table, announced_queues(setup, (record,)))
+    return job_id if job_id is not None else setup.strategy.decode_id(stored_id)
+
+
+async def enqueue_many(
+    conn: Any,
+    jobs: Iterable[JobSpec | tuple[str, Any]],
+    *,
+    queue: str = DEFAULT_QUEUE,
+    job_table: str | TableName = DEFAULT_JOB_TABLE,
+    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
+    serializer: Serializer | None = None,
+    job_id_strategy: JobIdStrategy | None = None,
+    clock: Clock | None = None,
+    backend: AsyncBackend | None = None,
+    notify: bool = DEFAULT_NOTIFY,
+) -> list[Any]:
+    """proletarian_ref.enqueue_many, awaited: every job is checked and encoded before any SQL runs, so a
+    bad one (its error's `index` set) writes no job of the batch."""
+    active = backend if backend is not None else backend_for_connection(conn)
+    setup = _enqueuing(
+        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
+    )
+    ids: list[Any] = []
+    records: list[Any] = []
+    for _ in _record_stream(conn, setup, jobs, queue, ids, records):
+        pass
+    if not records:
+        return []
+    many = getattr(active, "enqueue_many", None)
+    if many is not None:
+        stored = await many(conn, setup.table, records)
+    else:
+        stored = [await active.enqueue(conn, setup.table, record) for record in records]
+    if notify:
+        await _announce(conn, active, setup.table, announced_queues(setup, records))
+    if ids[0] is not None:
+        return ids
+    return [setup.strategy.decode_id(value) for value in stored]
+
+
+async def _announce(conn: Any, backend: AsyncBackend, table: TableName, queues: list[str]) -> None:
+    if queues and hasattr(backend, "notify_enqueued"):
+        await cast(AsyncNotifications, backend).notify_enqueued(conn, table, queues)
+
+
+# -- the queue worker ----------------------------------------------------------------------------------
+
+
+def _check_handler(handler_fn: object) -> AsyncHandlerFn:
+    call = getattr(handler_fn, "__call__", None)  # noqa: B004 - an object whose __call__ is async counts
+    if not (inspect.iscoroutinefunction(handler_fn) or inspect.iscoroutinefunction(call)):
+        raise ConfigurationError(
+            f"handler_fn must be a coroutine function (async def) on the asyncio worker, got {handler_fn!r}: "
+            "run a blocking handler with the threaded proletarian_ref.create_queue_worker, or wrap it "
+            "(async def handler(job_type, payload): await asyncio.to_thread(blocking, job_type, payload))"
+        )
+    return cast(AsyncHandlerFn, handler_fn)
+
+
+async def process_next_job(
+    data_source: Any,
+    handler_fn: Callable[..., Awaitable[object]],
+    *,
+    log: LogFn | None = None,
+    backend: AsyncBackend | None = None,
+    **options: Any,
+) -> bool | None:
+    """proletarian_ref.process_next_job, awaited: run the next due job (or batch) by hand."""
+    handler = _check_handler(handler_fn)
+    active, owns = (backend, False) if backend is not None else backend_for_data_source(data_source)
+    try:
+        settings = job_settings(active, **options)
+        run = run_next_job if settings.batch_size == 1 else run_next_batch
+        return await run(active, settings, handler, log or stdlib_logger, {}, asyncio.Event())
+    finally:
+        if owns:
+            await active.close()
+
+
+class AsyncQueueWorker(WorkerCore):
+    """Polling tasks over one queue on the running event loop; build it with create_queue_worker.
+
+    The threaded QueueWorker's promises, with tasks for threads: one job a transaction with its handler
+    (a coroutine) inside it, retries and failed_job_fn, batch mode, the compact plan, wake-up on NOTIFY,
+    and stop() draining then releasing (docs/worker.md, "asyncio").
+    """
+
+    backend: AsyncBackend
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # WorkerCore's arguments, as worker_arguments makes them.
+        super().__init__(*args, **kwargs)
+        self._stop_event = asyncio.Event()
+        self._wake = asyncio.Condition()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listener_task: asyncio.Task[None] | None = None
+        self._listener: AsyncListener | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    async def start(self) -> bool | None:
+        """Start the polling tasks on the running loop; None if already started."""
+        if self._started:
+            return None
+        self._started = True
+        for n in range(1, self._worker_threads + 1):
+            self._tasks.append(asyncio.create_task(self._poll(n), name=f"{self.queue_worker_id}-{n}"))
+        if self._listens:
+            self._listener_task = asyncio.create_task(self._listen(), name=f"{self.queue_worker_id}-listener")
+        return True
+
+    async def stop(self) -> bool | None:
+        """Stop polling, let running jobs drain for await_termination_timeout_ms, then release the rest.
+
+        From the call on, no task claims a job and no handler starts. A running handler may see the
+        request (`stopping()`) and give its job back by raising JobInterrupted (attempts unchanged); one
+        still running at the deadline is cancelled: CancelledError is raised at its await, its transaction's
+        connection is closed so the database rolls it back, and the job goes back with attempts unchanged.
+        Then stop() raises ShutdownTimeoutError and skips on_shutdown, as the threaded worker does.
+        """
+        if not self._started:
+            return None
+        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
+        if self._stopped:
+            self._safe_log(ev.ALREADY_SHUT_DOWN, context)
+            return True
+        self._stopped = True
+        self._safe_log(ev.SHUTTING_DOWN, context)
+        self._stop_event.set()
+        async with self._wake:
+            self._wake.notify_all()
+        if self._listener is not None:
+            self._listener.interrupt()
+        if self._listener_task is not None:
+            self._listener_task.cancel()
+        current = asyncio.current_task()
+        tasks = [task for task in self._tasks if task is not current]
+        stuck: set[asyncio.Task[None]] = set()
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=self._await_timeout)
+        notes = []
+        for task in stuck:
+            n = self._tasks.index(task) + 1
+            job = self._current_jobs.get(n)
+            task.cancel()
+            if job:
+                self._safe_log(ev.JOB_RELEASED, {**context, ev.WORKER_THREAD_ID: n, **job})
+                notes.append(f"{task.get_name()} (job {job[ev.JOB_ID]} released back to the queue)")
+            else:
+                notes.append(f"{task.get_name()} (no job yet: its claim was abandoned)")
+        if stuck:
+            await asyncio.wait(stuck)
+        if self._listener_task is not None:
+            await asyncio.wait([self._listener_task])
+        if self._owns_backend:
+            await self.backend.close()
+        if stuck:
+            raise ShutdownTimeoutError(
+                f"Could not shut down the queue worker within {self._await_timeout * 1000:g} ms; "
+                f"still running: {'; '.join(notes)}"
+            )
+        self._safe_log(ev.COMPLETED_SHUTDOWN, context)
+        result = self._on_shutdown()
+        if inspect.isawaitable(result):
+            await result
+        return True
+
+    def stopping(self) -> bool:
+        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back."""
+        return self._stop_event.is_set()
+
+    async def __aenter__(self) -> AsyncQueueWorker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    # -- polling ---------------------------------------------------------------------------------------
+
+    def _may_handle(self, n: int) -> Callable[[Mapping[str, Any]], bool]:
+        stopping, current = self._stop_event.is_set, self._current_jobs
+
+        def may_handle(job_context: Mapping[str, Any]) -> bool:
+            # One event loop thread: no await between this check and the handler's start, so stop()
+            # cannot begin in between.
+            if stopping():
+                return False
+            current[n] = {key: job_context[key] for key in (ev.JOB_ID, ev.JOB_TYPE, ev.ATTEMPT)}
+            return True
+
+        return may_handle
+
+    async def _poll(self, n: int) -> None:
+        outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
+        context = {**outer, ev.WORKER_THREAD_ID: n}
+        may_handle = self._may_handle(n)
+        run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
+        if n > 1 and await self._wait_stop(random.uniform(0, min(self._interval, 1.0))):
+            return
+        failures = 0
+        backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
+        stop_event = self._stop_event
+        while not stop_event.is_set():
+            delay = self._interval
+            generation = self._wake_generation
+            runs = 0
+            try:
+                log_fn(ev.POLLING_FOR_JOBS, context)
+                while True:
+                    ran = await run_next(
+                        backend, settings, handler_fn, log_fn, context, stop_event, may_handle
+                    )
+                    self._current_jobs.pop(n, None)
+                    if ran is not True:
+                        break
+                    runs += 1
+                    if runs == 2 and self._listens:
+                        await self._wake_one()
+                failures = 0
+            except Exception as exc:
+                running = self._current_jobs.pop(n, {})
+                failures += 1
+                after = self._after_failure(exc, failures, outer, running)
+                if after is None:
+                    # stop() waits for this very task: it runs as a task of its own.
+                    asyncio.get_running_loop().create_task(self._stop_logging_errors())
+                    return
+                delay = after
+            if failures:
+                await self._wait_stop(delay)
+            else:
+                await self._idle(delay, generation)
+
+    async def _stop_logging_errors(self) -> None:
+        """stop() where no caller could catch its error (after a polling task's error)."""
+        try:
+            await self.stop()
+        except Exception as exc:
+            self._safe_log(
+                ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
+            )
+
+    async def _wait_stop(self, delay: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_event.wait(), delay)
+        return self._stop_event.is_set()
+
+    async def _idle(self, delay: float, generation: int) -> None:
+        if not self._listens:
+            await self._wait_stop(delay)
+            return
+        async with self._wake:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._wake.wait_for(
+                        lambda: self._stop_event.is_set() or self._wake_generation != generation
+                    ),
+                    delay,
+                )
+
+    async def _wake_one(self) -> None:
+        async with self._wake:
+            self._wake_generation += 1
+            self._wake.notify(1)
+
+    async def _listen(self) -> None:
+        notifications = cast(AsyncNotifications, self.backend)
+        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
+        failures = 0
+        try:
+            while not self._stop_event.is_set():
+                try:
+                    if self._listener is None:
+                        self._listener = await notifications.listen(
+                            self.settings.job_table, self.settings.queue, self._listen_data_source
+                        )
+                        self._safe_log(ev.LISTENING_FOR_JOBS, context)
+                        await self._wake_one()
+                    if await self._listener.wait(_LISTEN_TICK_S):
+                        await self._wake_one()
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    if self._listener is not None:
+                        await self._listener.close()
+                        self._listener = None
+                    backoff = self._listener_backoff(failures)
+                    self._safe_log(
+                        ev.LISTENER_ERROR,
+                        {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
+                    )
+                    await self._wait_stop(backoff)
+        finally:
+            if self._listener is not None:
+                await asyncio.shield(self._listener.close())
+                self._listener = None
+
+
+def create_queue_worker(
+    data_source: Any,
+    handler_fn: Callable[..., Awaitable[object]],
+    *,
+    backend: AsyncBackend | None = None,
+    install_shutdown_hook: bool = False,
+    **options: Any,
+) -> AsyncQueueWorker:
+    """proletarian_ref.create_queue_worker for asyncio, with the same options and defaults
+    (proletarian_ref.worker.WORKER_OPTION_DEFAULTS). `handler_fn` is a coroutine function; the data source
+    a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, or an
+    AsyncBackend; `worker_threads` the number of polling tasks. Nothing runs until `await start()` or
+    `async with`. failed_job_fn, retry_strategy_fn and on_shutdown may be plain or coroutine functions.
+    install_shutdown_hook is not supported yet (docs/worker.md, "asyncio")."""
+    unknown = sorted(set(options) - set(WORKER_OPTION_DEFAULTS))
+    if unknown:
+        raise TypeError(f"create_queue_worker() got unexpected keyword arguments: {', '.join(unknown)}")
+    handler = _check_handler(handler_fn)
+    merged = {**WORKER_OPTION_DEFAULTS, **options}
+    check_worker_options(merged)
+    if install_shutdown_hook is not False:
+        raise ConfigurationError(
+            "install_shutdown_hook is not supported by the asyncio worker yet: stop it from your own signal "
+            "handler (loop.add_signal_handler) or leave an `async with` block"
+        )
+    active, owns_backend = (backend, False) if backend is not None else backend_for_data_source(data_source)
+    settings, arguments = worker_arguments(active, merged)
+    return AsyncQueueWorker(active, handler, settings, owns_backend=owns_backend, **arguments)

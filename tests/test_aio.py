@@ -1,0 +1,382 @@
+"""proletarian_ref.aio on psycopg's AsyncConnection: the sync API's rows, promises and errors."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from support import FakeClock, RecordingLog
+
+from conformance.harness import SqlHarness
+from proletarian_ref import aio, enqueue, enqueue_many, process_next_job
+from proletarian_ref import log as ev
+from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+from proletarian_ref.errors import ConfigurationError, JobInterrupted, ShutdownTimeoutError
+from proletarian_ref.job import Job, JobSpec
+from proletarian_ref.retry import RetryStrategy
+
+pytestmark = pytest.mark.postgresql
+
+
+class _Ids:
+    """A job_id_strategy that hands out the same ids to each API, so whole rows can be compared."""
+
+    def __init__(self) -> None:
+        self._n = 0
+
+    def generate_id(self) -> uuid.UUID:
+        self._n += 1
+        return uuid.UUID(int=self._n)
+
+    def encode_id(self, job_id: uuid.UUID) -> uuid.UUID:
+        return job_id
+
+    def decode_id(self, stored: Any) -> uuid.UUID:
+        return stored if isinstance(stored, uuid.UUID) else uuid.UUID(str(stored))
+
+
+@pytest.fixture
+def pg(pg_db: SqlHarness, pg_dsn: str) -> Iterator[tuple[SqlHarness, str]]:
+    yield pg_db, pg_dsn
+
+
+def run(coroutine: Awaitable[Any]) -> Any:
+    return asyncio.run(_awaited(coroutine))
+
+
+async def _awaited(coroutine: Awaitable[Any]) -> Any:
+    return await coroutine
+
+
+def _raw_rows(db: SqlHarness, table: str) -> list[tuple[Any, ...]]:
+    """Every column as stored, as text: what 'a row does not tell which API wrote it' compares."""
+    conn = db.connect()
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT t::text FROM {table} t ORDER BY job_id")
+            return list(cursor.fetchall())
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def _sync_enqueue_all(db: SqlHarness, clock: FakeClock) -> None:
+    conn = db.connect()
+    options = {"job_id_strategy": _Ids(), "clock": clock, **db.table_options}
+    enqueue(conn, "send-email", {"to": "a@example.com", "n": 1}, queue="mail", **options)
+    enqueue_many(conn, [("a", [1, 2]), JobSpec("b", "text", queue="other")], **options)
+    conn.commit()
+    conn.close()
+
+
+async def _async_enqueue_all(db: SqlHarness, dsn: str, clock: FakeClock) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        options = {"job_id_strategy": _Ids(), "clock": clock, **db.table_options}
+        await aio.enqueue(conn, "send-email", {"to": "a@example.com", "n": 1}, queue="mail", **options)
+        await aio.enqueue_many(conn, [("a", [1, 2]), JobSpec("b", "text", queue="other")], **options)
+        await conn.commit()
+
+
+def test_async_enqueue_writes_the_rows_the_sync_api_writes(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+    clock = FakeClock()
+    _sync_enqueue_all(db, clock)
+    written_by_sync = _raw_rows(db, db.job_table)
+    db.clear()
+    run(_async_enqueue_all(db, dsn, clock))
+    assert len(written_by_sync) == 3
+    assert _raw_rows(db, db.job_table) == written_by_sync
+
+
+def test_async_enqueue_joins_the_callers_transaction_and_never_commits(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+
+    async def scenario() -> psycopg.pq.TransactionStatus:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            await aio.enqueue(conn, "t", 1, **db.table_options)
+            await aio.enqueue_many(conn, [("t", 2), ("t", 3)], **db.table_options)
+            status = conn.info.transaction_status
+            await conn.rollback()
+            return status
+
+    assert run(scenario()) == psycopg.pq.TransactionStatus.INTRANS
+    assert db.jobs() == []
+
+
+def test_a_bad_job_in_async_enqueue_many_writes_none_and_names_its_index(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+
+    async def scenario() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            with pytest.raises(ConfigurationError, match=r"jobs\[1\]") as caught:
+                bad = JobSpec("t", 2, "q", "not a time")  # type: ignore[arg-type]
+                await aio.enqueue_many(conn, [("t", 1), bad], **db.table_options)
+            assert caught.value.index == 1
+            await conn.commit()
+
+    run(scenario())
+    assert db.jobs() == []
+
+
+def test_async_enqueue_refuses_a_sync_connection_clearly(pg: tuple[SqlHarness, str]) -> None:
+    db, _ = pg
+    conn = db.connect()
+    try:
+        with pytest.raises(ConfigurationError, match="AsyncConnection"):
+            run(aio.enqueue(conn, "t", 1))
+    finally:
+        conn.close()
+
+
+def _factory(dsn: str) -> Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]:
+    return functools.partial(psycopg.AsyncConnection.connect, dsn)
+
+
+def test_jobs_of_each_api_are_run_by_the_other(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+    seen: list[tuple[str, Any]] = []
+    conn = db.connect()
+    enqueue(conn, "from-sync", 1, **db.table_options)
+    conn.commit()
+    conn.close()
+
+    async def handler(job_type: str, payload: Any) -> None:
+        await asyncio.sleep(0)
+        seen.append((job_type, payload))
+
+    assert run(aio.process_next_job(_factory(dsn), handler, **db.table_options)) is True
+
+    async def enqueue_async() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            await aio.enqueue(aconn, "from-async", 2, **db.table_options)
+            await aconn.commit()
+
+    run(enqueue_async())
+    ran = process_next_job(db.data_source, lambda t, p: seen.append((t, p)), **db.table_options)
+    assert ran is True
+    assert seen == [("from-sync", 1), ("from-async", 2)]
+    archived = sorted((job.job_type, job.status) for job in db.archived_jobs())
+    assert archived == [(":from-async", ":success"), (":from-sync", ":success")]
+
+
+def test_the_async_worker_runs_coroutine_handlers_in_their_jobs_transaction(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    db, dsn = pg
+    for n in range(5):
+        conn = db.connect()
+        enqueue(conn, "t", n, **db.table_options)
+        conn.commit()
+        conn.close()
+    done: list[int] = []
+
+    async def scenario() -> None:
+        async def handler(job_type: str, payload: int) -> None:
+            await asyncio.sleep(0)
+            done.append(payload)
+
+        worker = aio.create_queue_worker(
+            _factory(dsn), handler, polling_interval_ms=20, worker_threads=2, **db.table_options
+        )
+        async with worker:
+            for _ in range(1500):
+                if len(done) == 5:
+                    break
+                await asyncio.sleep(0.02)
+
+    run(scenario())
+    assert sorted(done) == [0, 1, 2, 3, 4]
+    assert db.jobs() == []
+    assert sorted(job.status for job in db.archived_jobs()) == [":success"] * 5
+
+
+def test_async_retries_then_failed_job_fn_as_a_coroutine(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+    conn = db.connect()
+    enqueue(conn, "t", 1, **db.table_options)
+    conn.commit()
+    conn.close()
+    failed: list[Job] = []
+
+    async def handler(job_type: str, payload: int) -> None:
+        raise ValueError("boom")
+
+    async def failed_job_fn(job: Job, exc: BaseException) -> None:
+        failed.append(job)
+
+    options = {
+        "retry_strategy_fn": lambda job, exc: RetryStrategy(retries=1),
+        "failed_job_fn": failed_job_fn,
+        **db.table_options,
+    }
+    assert run(aio.process_next_job(_factory(dsn), handler, **options)) is True
+    assert [job.attempts for job in db.jobs()] == [1]  # retried: attempts + 1, due again at once
+    assert run(aio.process_next_job(_factory(dsn), handler, **options)) is True
+    assert db.jobs() == []
+    assert [(job.status, job.attempts) for job in db.archived_jobs()] == [(":failure", 2)]
+    assert [job.attempts for job in failed] == [2]
+
+
+def test_async_batch_mode_and_compact_plan_archive_every_job(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+    conn = db.connect()
+    enqueue_many(conn, [("t", n) for n in range(4)], **db.table_options)
+    conn.commit()
+    conn.close()
+    seen: list[int] = []
+
+    async def handler(job_type: str, payload: int) -> None:
+        seen.append(payload)
+
+    async def scenario() -> bool | None:
+        backend = AsyncPostgresBackend(_factory(dsn), compact=True)
+        try:
+            return await aio.process_next_job(
+                None, handler, backend=backend, batch_size=3, **db.table_options
+            )
+        finally:
+            await backend.close()
+
+    assert run(scenario()) is True
+    assert sorted(seen) == [0, 1, 2]
+    assert len(db.jobs()) == 1
+    assert sorted(job.status for job in db.archived_jobs()) == [":success"] * 3
+
+
+def test_stop_drains_a_handler_that_gives_back_and_releases_one_still_running(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    db, dsn = pg
+    conn = db.connect()
+    enqueue(conn, "polite", 1, **db.table_options)
+    enqueue(conn, "stubborn", 2, **db.table_options)
+    conn.commit()
+    conn.close()
+    started: list[str] = []
+    log = RecordingLog()
+
+    async def scenario() -> None:
+        worker: aio.AsyncQueueWorker
+
+        async def handler(job_type: str, payload: int) -> None:
+            started.append(job_type)
+            while not worker.stopping():
+                await asyncio.sleep(0.01)
+            if job_type == "polite":
+                raise JobInterrupted("stopping")
+            await asyncio.sleep(3600)  # ignores the request: cancelled at the deadline
+
+        worker = aio.create_queue_worker(
+            _factory(dsn),
+            handler,
+            worker_threads=2,
+            polling_interval_ms=20,
+            await_termination_timeout_ms=3000,  # the polite one drains well within it, even on a busy machine
+            log=log,
+            **db.table_options,
+        )
+        await worker.start()
+        for _ in range(1500):
+            if len(started) == 2:
+                break
+            await asyncio.sleep(0.02)
+        with pytest.raises(ShutdownTimeoutError, match="released back to the queue"):
+            await worker.stop()
+
+    run(scenario())
+    assert sorted(started) == ["polite", "stubborn"]
+    # Both jobs are back, as they were: the interrupted one given back, the stuck one rolled back.
+    assert sorted((job.job_type, job.attempts) for job in db.jobs()) == [(":polite", 0), (":stubborn", 0)]
+    assert db.archived_jobs() == []
+    assert len(log.named(ev.JOB_INTERRUPTED)) == 1 and len(log.named(ev.JOB_RELEASED)) == 1
+
+
+def test_the_async_worker_refuses_a_sync_handler_and_bad_options(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+
+    async def handler(job_type: str, payload: Any) -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match=r"coroutine function .*asyncio\.to_thread"):
+        aio.create_queue_worker(_factory(dsn), lambda t, p: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigurationError, match="worker_threads"):
+        aio.create_queue_worker(_factory(dsn), handler, worker_threads=0)
+    with pytest.raises(ConfigurationError, match="threaded one goes to"):
+        aio.create_queue_worker(db.make_backend(), handler)
+
+
+def test_a_notified_job_wakes_the_async_worker_before_its_poll(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+    done = asyncio.Event
+
+    async def scenario() -> bool:
+        finished = done()
+
+        async def handler(job_type: str, payload: Any) -> None:
+            finished.set()
+
+        # One poll at start, then none for a minute: only the notification can run the job in time.
+        worker = aio.create_queue_worker(
+            _factory(dsn), handler, polling_interval_ms=60_000, **db.table_options
+        )
+        async with worker:
+            await asyncio.sleep(0.5)
+            async with await psycopg.AsyncConnection.connect(dsn) as conn:
+                await aio.enqueue(conn, "t", 1, notify=True, **db.table_options)
+                await conn.commit()
+            try:
+                await asyncio.wait_for(finished.wait(), 30)
+            except TimeoutError:
+                return False
+        return True
+
+    assert run(scenario()) is True
+
+
+def test_an_async_connection_pool_serves_enqueue_and_the_worker_and_stays_open(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
+    db, dsn = pg
+    seen: list[Any] = []
+
+    async def handler(job_type: str, payload: Any) -> None:
+        seen.append(payload)
+
+    async def scenario() -> bool:
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
+            async with pool.connection() as conn:
+                await aio.enqueue(conn, "t", "pooled", **db.table_options)
+            ran = await aio.process_next_job(pool, handler, **db.table_options)
+            assert ran is True
+            return not pool.closed  # the worker's backend closes what it opened, never the caller's pool
+
+    assert run(scenario()) is True
+    assert seen == ["pooled"]
+
+
+def test_the_async_worker_takes_the_threaded_workers_options_and_no_others(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    from proletarian_ref.keywords import to_keyword_text
+    from proletarian_ref.worker import WORKER_OPTION_DEFAULTS
+
+    _, dsn = pg
+
+    async def handler(job_type: str, payload: Any) -> None:
+        return None
+
+    worker = aio.create_queue_worker(_factory(dsn), handler)
+    assert worker.settings.queue == to_keyword_text(WORKER_OPTION_DEFAULTS["queue"], what="queue")
+    assert worker._interval == WORKER_OPTION_DEFAULTS["polling_interval_ms"] / 1000
+    assert worker._await_timeout == WORKER_OPTION_DEFAULTS["await_termination_timeout_ms"] / 1000
+    with pytest.raises(TypeError, match="polling_interval"):
+        aio.create_queue_worker(_factory(dsn), handler, polling_interval=5)
+    with pytest.raises(ConfigurationError, match="polling_interval_ms"):
+        aio.create_queue_worker(_factory(dsn), handler, polling_interval_ms=0)

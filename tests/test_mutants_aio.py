@@ -1,0 +1,39 @@
+"""The conformance suite has teeth on asyncio backends too: each broken AsyncPostgresBackend fails the
+clauses named to catch it, run through conformance.aio_bridge as for the correct one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from fix_db import _load
+from mutants import Mutant
+from mutants_aio import POSTGRESQL_ASYNC_MUTANTS
+from test_mutants import _survivors
+
+from conformance import SqlHarness
+from conformance.aio_bridge import blocking_backend_class
+
+
+@pytest.fixture(scope="module")
+def pg_async_mutant_base(pg_harness: SqlHarness, pg_dsn: str) -> SqlHarness:
+    # The tables pg_harness installed, under the asyncio backend.
+    return _load("conformance.aio_bridge:postgresql_async", pg_dsn)
+
+
+@pytest.fixture
+def pg_async_db_for_mutants(pg_async_mutant_base: SqlHarness) -> Iterator[SqlHarness]:
+    pg_async_mutant_base.clear()
+    yield pg_async_mutant_base
+    pg_async_mutant_base.close()
+
+
+@pytest.mark.parametrize("mutant", POSTGRESQL_ASYNC_MUTANTS, ids=lambda m: m.name)
+def test_the_suite_catches_the_async_postgresql_mutant(
+    mutant: Mutant, pg_async_db_for_mutants: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    harness = pg_async_db_for_mutants.with_backend(
+        blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
+    )
+    survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"

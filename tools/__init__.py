@@ -1,0 +1,1 @@
+"""Development tools of the checkout: not part of the wheel."""
