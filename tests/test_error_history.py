@@ -7,13 +7,18 @@ side table writes nothing of it, `retry` keeps the history, `show` shows it and 
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import isolate
+from cli_support import run as cli
 
 from conformance.harness import Harness, SqlHarness
 from conformance.side_tables import prepare
+from proletarian_ref.cli import ExitCode
 from proletarian_ref.error_history import KEEP_ATTEMPTS, MAX_MESSAGE, TRUNCATED, ErrorEntry, find_store
 from proletarian_ref.errors import FailedJobFnError
 from proletarian_ref.job import enqueue
@@ -145,9 +150,15 @@ def test_a_job_table_without_the_side_table_has_no_store(
 
 @SQL_DBS
 def test_retry_keeps_the_history_show_shows_it_and_purge_deletes_it(
-    request: pytest.FixtureRequest, fixture: str
+    request: pytest.FixtureRequest,
+    fixture: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     db = _sql(request, fixture)  # the operations run on SQL connections
+    isolate(monkeypatch, tmp_path)
+    dsn = request.getfixturevalue("pg_dsn" if fixture == "pg_db" else "mysql_dsn")
     prepare(db)
     job_id = _enqueue(db)
     _run(db, retry_strategy_fn=lambda job, exc: None)
@@ -162,6 +173,14 @@ def test_retry_keeps_the_history_show_shows_it_and_purge_deletes_it(
         assert [e.attempt for e in view.errors] == [1, 1]
         shown = view.to_json(NOW)["errors"]
         assert shown[1]["message"] == "failed on 7" and shown[1]["error_type"] == f"{__name__}.Boom"
+        argv = ["show", str(job_id), "--dsn", dsn, "--job-table", db.job_table]
+        argv += ["--archived-job-table", db.archived_job_table]
+        as_json = cli(capsys, *argv, "--json")
+        assert as_json.code == ExitCode.OK, as_json.err
+        assert json.loads(as_json.out)["errors"] == shown
+        text = cli(capsys, *argv)
+        assert text.code == ExitCode.OK, text.err
+        assert text.out.count(f"): {__name__}.Boom: failed on 7\n") == 2 and "attempt 1 failed at" in text.out
         purged = ops.purge_archive(conn, ops.PurgeFilter(older_than=timedelta(0)), tables=tables)
         assert purged >= 1
     finally:
