@@ -7,17 +7,21 @@ side table writes nothing of it, `retry` keeps the history, `show` shows it and 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from cli_support import isolate
 from cli_support import run as cli
 
 from conformance.harness import Harness, SqlHarness
 from conformance.side_tables import prepare
+from proletarian_ref import aio
 from proletarian_ref.cli import ExitCode
 from proletarian_ref.error_history import KEEP_ATTEMPTS, MAX_MESSAGE, TRUNCATED, ErrorEntry, find_store
 from proletarian_ref.errors import FailedJobFnError
@@ -186,3 +190,30 @@ def test_retry_keeps_the_history_show_shows_it_and_purge_deletes_it(
     finally:
         conn.close()
     assert _history(db, job_id) == []
+
+
+def test_the_async_worker_writes_the_history_the_threaded_one_writes(pg_db: SqlHarness, pg_dsn: str) -> None:
+    prepare(pg_db)
+    job_id = _enqueue(pg_db)
+
+    async def fail(job_type: str, payload: Any) -> None:
+        _fail(job_type, payload)
+
+    async def twice() -> None:
+        for _ in range(2):
+            await aio.process_next_job(
+                functools.partial(psycopg.AsyncConnection.connect, pg_dsn),
+                fail,
+                retry_strategy_fn=lambda job, exc: {"retries": 1},
+                clock=lambda: NOW + timedelta(minutes=1),
+                **pg_db.table_options,
+            )
+
+    asyncio.run(twice())
+    assert pg_db.jobs() == [] and [r.status for r in pg_db.archived_jobs()] == [":failure"]
+    history = _history(pg_db, job_id)
+    assert [(e.attempt, e.message, e.failed_at) for e in history] == [
+        (1, "failed on 7", NOW + timedelta(minutes=1)),
+        (2, "failed on 7", NOW + timedelta(minutes=1)),
+    ]
+    assert "in fail" in history[0].traceback
