@@ -154,6 +154,7 @@ class MemoryErrorStore:
     the MemoryDatabase under the side table's name, written in the job's transaction, gone on rollback."""
 
     def __init__(self, backend: Any, job_table: TableName) -> None:
+        self.backend = backend
         self.db = backend.db
         self.table = str(side_tables.side_table(job_table, FEATURE))
 
