@@ -186,15 +186,11 @@ def find_store(backend: Any, conn: Any, job_table: TableName) -> ErrorStore | No
     Called once when a worker starts: a worker on tables without it writes nothing more than Proletarian.
     A backend may bring its own store class as `error_store` (a fork; the conformance suite's mutants).
     """
-    own = getattr(backend, "error_store", None)
-    if own is not None:
-        store: ErrorStore = own(backend, job_table)
-        return store
-    if backend.dialect == "memory":
-        return MemoryErrorStore(backend, job_table)
-    if not side_tables.exists(backend, conn, FEATURE, job_table):
+    chosen = side_tables.store_class(backend, "error_store", MemoryErrorStore, SqlErrorStore)
+    if chosen is SqlErrorStore and not side_tables.exists(backend, conn, FEATURE, job_table):
         return None
-    return SqlErrorStore(backend, job_table)
+    store: ErrorStore = chosen(backend, job_table)
+    return store
 
 
 async def afind_store(backend: Any, conn: Any, job_table: TableName) -> AsyncErrorStore | None:

@@ -147,6 +147,15 @@ class SqlStore:
         return db_time(self.dialect, value)
 
 
+def store_class(backend: Any, attribute: str, memory: type, sql: type) -> Callable[[Any, TableName], Any]:
+    """The store class of a side table for `backend`: its own `attribute` where it brings one (a fork; the
+    conformance suite's mutants), else `memory` for the in-memory backend, else `sql`."""
+    own: Callable[[Any, TableName], Any] | None = getattr(backend, attribute, None)
+    if own is not None:
+        return own
+    return memory if backend.dialect == "memory" else sql
+
+
 def missing_table_error(feature: str, job_table: TableName) -> ConfigurationError:
     return ConfigurationError(
         f"the {feature} side table {side_table(job_table, feature)} is missing: create it with "

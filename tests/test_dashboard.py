@@ -9,7 +9,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -74,13 +74,17 @@ def _seed(database: Target) -> None:
 
     # Every report job, so which ones ran does not hang on the order of equal process_at values.
     for _ in range(4):
-        process_next_job(
-            database.harness.data_source,
-            fails,
-            job_table=database.job_table,
-            archived_job_table=database.archived_job_table,
-            log=lambda event, data: None,
-        )
+        _run_one(database, fails)
+
+
+def _run_one(database: Target, handler: Callable[[str, Any], None]) -> None:
+    process_next_job(
+        database.harness.data_source,
+        handler,
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        log=lambda event, data: None,
+    )
 
 
 def _get(url: str, **headers: str) -> tuple[int, str]:
@@ -421,13 +425,7 @@ def test_the_job_page_shows_each_failed_attempt_of_the_error_history(
     def fails(job_type: str, payload: Any) -> None:
         raise RuntimeError(f"cannot send to {payload['to']}")
 
-    process_next_job(
-        database.harness.data_source,
-        fails,
-        job_table=database.job_table,
-        archived_job_table=database.archived_job_table,
-        log=lambda event, data: None,
-    )
+    _run_one(database, fails)
     status, html = _get(f"{dashboard}/jobs/{job_id}")
     assert status == 200
     table = html[html.index('<table id="errors">') :].split("</table>", 1)[0]
