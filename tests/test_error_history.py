@@ -217,3 +217,32 @@ def test_the_async_worker_writes_the_history_the_threaded_one_writes(pg_db: SqlH
         (2, "failed on 7", NOW + timedelta(minutes=1)),
     ]
     assert "in fail" in history[0].traceback
+
+
+def test_a_failed_lookup_at_start_is_logged_and_the_worker_runs_without_the_history() -> None:
+    from contextlib import _GeneratorContextManager
+
+    from proletarian_ref import log as ev
+    from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
+    from proletarian_ref.errors import TransientDatabaseError
+
+    class DownAtFirst(MemoryBackend):
+        calls = 0
+
+        def transaction(self) -> _GeneratorContextManager[MemoryConnection, None, None]:
+            DownAtFirst.calls += 1
+            if DownAtFirst.calls == 1:
+                raise TransientDatabaseError("the database is not reachable yet")
+            return super().transaction()
+
+    backend = DownAtFirst()
+    conn = backend.db.connect()
+    job_id = enqueue(conn, "t/e", 7, backend=backend)
+    conn.commit()
+    events: list[str] = []
+    process_next_job(None, _fail, backend=backend, log=lambda event, data: events.append(event))
+    assert events[0] == ev.ERROR_HISTORY_UNKNOWN and ev.NOT_RETRYING in events
+    assert [row.job_id for row in backend.db.archived_jobs()] == [job_id]
+    with backend.transaction() as conn:
+        store = find_store(backend, conn, table_name("proletarian.job"))
+        assert store is not None and store.history(conn, job_id) == []  # type: ignore[attr-defined]
