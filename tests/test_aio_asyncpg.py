@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from collections.abc import Awaitable
 from typing import Any
 
 import asyncpg
 import pytest
 from support import FakeClock
+from test_aio import _Ids, _raw_rows, run
 
 from conformance.harness import SqlHarness
 from proletarian_ref import aio, enqueue, enqueue_many, process_next_job
@@ -18,42 +16,6 @@ from proletarian_ref.errors import ConfigurationError, SchemaMissingError
 from proletarian_ref.job import JobSpec
 
 pytestmark = pytest.mark.postgresql
-
-
-class _Ids:
-    """A job_id_strategy that hands out the same ids to each API, so whole rows can be compared."""
-
-    def __init__(self) -> None:
-        self._n = 0
-
-    def generate_id(self) -> uuid.UUID:
-        self._n += 1
-        return uuid.UUID(int=self._n)
-
-    def encode_id(self, job_id: uuid.UUID) -> uuid.UUID:
-        return job_id
-
-    def decode_id(self, stored: Any) -> uuid.UUID:
-        return stored if isinstance(stored, uuid.UUID) else uuid.UUID(str(stored))
-
-
-def run(coroutine: Awaitable[Any]) -> Any:
-    async def awaited() -> Any:
-        return await coroutine
-
-    return asyncio.run(awaited())
-
-
-def _raw_rows(db: SqlHarness, table: str) -> list[tuple[Any, ...]]:
-    """Every column as stored, as text: a row must not tell which API wrote it."""
-    conn = db.connect()
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(f"SELECT t::text FROM {table} t ORDER BY job_id")
-            return list(cursor.fetchall())
-    finally:
-        conn.rollback()
-        conn.close()
 
 
 def _jobs(db: SqlHarness, clock: FakeClock) -> tuple[dict[str, Any], list[Any]]:
