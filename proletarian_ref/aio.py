@@ -52,8 +52,13 @@ def backend_for_connection(conn: Any) -> AsyncBackend:
 
         if isinstance(conn, psycopg.AsyncConnection):
             return _ENQUEUE_BACKENDS.setdefault("postgresql", AsyncPostgresBackend(None))
+    if type(conn).__module__.split(".", 1)[0] == "asyncpg":  # a Connection, or a pool's connection proxy
+        from proletarian_ref.backends.asyncpg_enqueue import AsyncpgEnqueueBackend
+
+        return _ENQUEUE_BACKENDS.setdefault("asyncpg", AsyncpgEnqueueBackend())  # type: ignore[arg-type]
     raise ConfigurationError(
-        f"proletarian_ref.aio takes a psycopg.AsyncConnection (or backend=an AsyncBackend), got "
+        "proletarian_ref.aio takes a psycopg.AsyncConnection or an asyncpg connection (or backend=an "
+        f"AsyncBackend), got "
         f"{type(conn).__module__}.{type(conn).__name__}"
     )
 
