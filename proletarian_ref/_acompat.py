@@ -27,7 +27,6 @@ SYNC_NAMES: Final = {
     "AsyncBackend": "Backend",
     "AsyncBatchClaim": "BatchClaim",
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
-    "AsyncErrorStore": "ErrorStore",
     "asettle": "settle",
 }
 
