@@ -112,6 +112,12 @@ class BlockingListener:
     def confirmed(self) -> bool:
         return bool(getattr(self._listener, "confirmed", True))
 
+    @property
+    def session(self) -> Any:
+        """The async listener's own session (its `session`), for kill_session: its connection is the
+        loop's, so the harness cannot ask it for its session as it asks a threaded listener's."""
+        return getattr(self._listener, "session", self._listener)
+
     def wait(self, timeout: float) -> bool:
         return bool(self._loop.run(_awaited(self._listener.wait(timeout))))
 

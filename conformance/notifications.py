@@ -147,8 +147,12 @@ class NotificationProtocolTests(SuiteBase):
         queue = to_keyword_text("n3/q", what="queue")
         broken = notifications.listen(job_table, queue)
         try:
-            # The listener's session: its connection's (a SQL backend's) or the listener itself (in memory).
-            session = harness.session_of(broken.conn) if hasattr(broken, "conn") else broken
+            # The listener's session: its connection's (a SQL backend's), the one an async listener names
+            # (through the bridge), or the listener itself (in memory).
+            if hasattr(broken, "conn"):
+                session = harness.session_of(broken.conn)
+            else:
+                session = getattr(broken, "session", broken)
             harness.kill_session(session)
             began = time.monotonic()
             try:

@@ -340,6 +340,12 @@ class AsyncPostgresListener:
         self._payload = payload
         self._interrupted = False
 
+    @property
+    def session(self) -> int:
+        """The listening connection's server process id: what an operator, or the conformance suite's N3,
+        terminates to break it."""
+        return int(self._conn.info.backend_pid)
+
     def interrupt(self) -> None:
         self._interrupted = True
 
