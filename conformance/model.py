@@ -347,8 +347,7 @@ def model_machine(harness: Harness, step_timeout: float) -> type[RuleBasedStateM
                 # A step that failed already reported why; this is only cleaning up. A rollback that blocks
                 # is a fault of its own, reported once every agent is closed, so no lock outlives the test.
                 try:
-                    if not tx.agent.stuck:  # a stuck agent's step has failed the test already
-                        tx.agent.rollback()
+                    tx.agent.rollback()
                 except Exception:
                     pass
                 except Fault as exc:
