@@ -17,10 +17,12 @@ from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, ProletarianError, ShutdownTimeoutError
 from proletarian_ref.job import (
     DEFAULT_NOTIFY,
     JobSpec,
+    _at_index,
+    _Enqueuing,
     _enqueuing,
     _job_record,
     _record_stream,
@@ -39,7 +41,8 @@ __all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many",
 
 
 def backend_for_connection(conn: Any) -> AsyncBackend:
-    """The asyncio backend that runs enqueue on `conn`: psycopg's AsyncConnection for now."""
+    """The asyncio backend that runs enqueue on `conn`: psycopg's AsyncConnection, asyncpg's connections,
+    aiomysql's Connection."""
     own = getattr(conn, "proletarian_backend", None)
     if callable(own):
         return _checked(own())
@@ -54,8 +57,16 @@ def backend_for_connection(conn: Any) -> AsyncBackend:
         from proletarian_ref.backends.asyncpg_enqueue import AsyncpgEnqueueBackend
 
         return _ENQUEUE_BACKENDS.setdefault("asyncpg", AsyncpgEnqueueBackend())  # type: ignore[arg-type]
+    if type(conn).__module__.split(".", 1)[0] == "aiomysql":
+        import aiomysql
+
+        from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+        if isinstance(conn, aiomysql.Connection):
+            return _ENQUEUE_BACKENDS.setdefault("mysql", AsyncMySQLBackend(None))
     raise ConfigurationError(
-        "proletarian_ref.aio takes a psycopg.AsyncConnection or an asyncpg connection (or backend=an "
+        "proletarian_ref.aio takes a psycopg.AsyncConnection, an asyncpg connection or an aiomysql "
+        "Connection (or backend=an "
         f"AsyncBackend), got "
         f"{type(conn).__module__}.{type(conn).__name__}"
     )
@@ -83,14 +94,27 @@ def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
             "an awaitable AsyncConnection, or an AsyncBackend); a threaded one goes to proletarian_ref's "
             "create_queue_worker"
         )
+    if _driver_module(data_source) == "aiomysql":
+        from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+        return AsyncMySQLBackend(data_source), True
     if not callable(data_source) and type(data_source).__module__.split(".", 1)[0] != "psycopg_pool":
         raise ConfigurationError(
-            f"data_source must be a psycopg_pool.AsyncConnectionPool or a zero-argument callable returning "
-            f"an awaitable psycopg.AsyncConnection, got {type(data_source).__name__}"
+            f"data_source must be a psycopg_pool.AsyncConnectionPool, an aiomysql.Pool or a zero-argument "
+            f"callable returning an awaitable psycopg.AsyncConnection, got {type(data_source).__name__}"
         )
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
     return AsyncPostgresBackend(data_source), True
+
+
+def _driver_module(data_source: Any) -> str:
+    """The top-level package of a pool, or of the function a functools.partial factory calls."""
+    target = getattr(data_source, "func", data_source)  # functools.partial(aiomysql.connect, ...)
+    module = target.__module__ if callable(target) and hasattr(target, "__module__") else None
+    if target is data_source or not isinstance(module, str):
+        module = type(data_source).__module__
+    return module.split(".", 1)[0]
 
 
 async def _caller_connection(conn: Any) -> Any:
@@ -130,16 +154,20 @@ async def enqueue(
 ) -> Any:
     """proletarian_ref.enqueue, awaited, on the caller's async connection and transaction, never committing.
 
-    `conn` is a psycopg AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection (docs/sqlalchemy.md).
+    `conn` is a psycopg AsyncConnection, an asyncpg connection, an aiomysql Connection, or a SQLAlchemy
+    AsyncSession or AsyncConnection (docs/sqlalchemy.md).
 
     The same options, checks, errors and row: everything is checked and encoded before the INSERT.
     """
     conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
-    setup = _enqueuing(
+    given = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
     )
+    setup, check_payload = _awaited_payload_check(given)
     job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
+    if check_payload is not None:
+        await check_payload(conn, setup.table, setup.archive, record.payload)
     stored_id = await active.enqueue(conn, setup.table, record)
     if notify:
         await _announce(conn, active, setup.table, announced_queues(setup, (record,)))
@@ -163,15 +191,25 @@ async def enqueue_many(
     bad one (its error's `index` set) writes no job of the batch."""
     conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
-    setup = _enqueuing(
+    given = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
     )
+    setup, check_payload = _awaited_payload_check(given)
     ids: list[Any] = []
     records: list[Any] = []
     for _ in _record_stream(conn, setup, jobs, queue, ids, records):
         pass
     if not records:
         return []
+    if check_payload is not None:
+        for index, record in enumerate(records):
+            try:
+                await check_payload(conn, setup.table, setup.archive, record.payload)
+            except ProletarianError as exc:
+                error = _at_index(exc, index)
+                if error is exc:
+                    raise
+                raise error from exc
     many = getattr(active, "enqueue_many", None)
     if many is not None:
         stored = await many(conn, setup.table, records)
@@ -182,6 +220,17 @@ async def enqueue_many(
     if ids[0] is not None:
         return ids
     return [setup.strategy.decode_id(value) for value in stored]
+
+
+def _awaited_payload_check(
+    setup: _Enqueuing,
+) -> tuple[_Enqueuing, Callable[[Any, TableName, TableName, str], Awaitable[None]] | None]:
+    """`setup` without a backend's awaited check_payload (the shared encoding calls it unawaited), and
+    that check, for enqueue to await before its INSERT; (setup, None) for a check that is not awaited."""
+    check = setup.check_payload
+    if check is not None and inspect.iscoroutinefunction(check):
+        return setup._replace(check_payload=None), check
+    return setup, None
 
 
 async def _announce(conn: Any, backend: AsyncBackend, table: TableName, queues: list[str]) -> None:
