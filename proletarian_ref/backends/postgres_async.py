@@ -52,7 +52,9 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     def _check_connection(self, conn: Any) -> None:
         if not isinstance(conn, psycopg.AsyncConnection):
             raise ConfigurationError(
-                f"the data source returned {type(conn).__name__}, not an AsyncConnection"
+                f"the data source returned {type(conn).__module__}.{type(conn).__name__}, not a psycopg "
+                "AsyncConnection (for an aiomysql connection pass backend=AsyncMySQLBackend(data_source), "
+                "proletarian_ref.backends.mysql_async)"
             )
 
     def _is_broken(self, conn: Any) -> bool:
