@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, Final, NoReturn
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
@@ -79,7 +79,7 @@ class AsyncSqlBackend:
     def _caller_session(self, conn: Any) -> AbstractAsyncContextManager[str]:
         """Around enqueue's INSERT on a caller's connection: yields a prefix for the statement, and puts
         back whatever it changes in the session before the block ends, raised or not."""
-        return _no_prefix()
+        return NO_PREFIX
 
     def _all_or_none(self, conn: Any) -> AbstractAsyncContextManager[None]:
         """Around the statements of a batch that needed more than one: undoes them all if one fails.
@@ -199,8 +199,12 @@ class AsyncSqlBackend:
     async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
         text, params, generated = self.codec._enqueue_statement(job_table, job)
         read = self._generated_id if generated else _nothing
-        async with self._caller_session(conn) as prefix:
-            stored = await self._execute(conn, prefix + text, params, read)
+        session = self._caller_session(conn)
+        if type(session) is AsyncSessionPrefix:  # nothing to set up: no block to enter and leave
+            stored = await self._execute(conn, session.prefix + text, params, read)
+        else:
+            async with session as prefix:
+                stored = await self._execute(conn, prefix + text, params, read)
         return stored if generated else job.job_id
 
     async def _generated_id(self, cursor: Any) -> Any:
@@ -358,9 +362,23 @@ class AsyncSqlBackend:
         await self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
 
 
-@contextlib.asynccontextmanager
-async def _no_prefix() -> AsyncIterator[str]:
-    yield ""
+class AsyncSessionPrefix(AbstractAsyncContextManager[str]):
+    """A _caller_session that changes nothing in the session and only puts `prefix` before the statement
+    (_dbapi.SessionPrefix, awaited). Stateless, so one serves every call and task."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    async def __aenter__(self) -> str:
+        return self.prefix
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+NO_PREFIX: Final = AsyncSessionPrefix("")
 
 
 @contextlib.asynccontextmanager

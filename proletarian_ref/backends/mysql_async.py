@@ -8,7 +8,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import aiomysql
 import pymysql
@@ -16,7 +16,12 @@ from pymysql.converters import encoders, escape_item
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._aio_dbapi import AsyncSqlBackend, _fetchall, _nothing_around
+from proletarian_ref.backends._aio_dbapi import (
+    AsyncSessionPrefix,
+    AsyncSqlBackend,
+    _fetchall,
+    _nothing_around,
+)
 from proletarian_ref.backends._dbapi import _wrong_batch_count, _wrong_count
 from proletarian_ref.backends.dsn import mysql_connect_kwargs
 from proletarian_ref.backends.mysql import (
@@ -29,6 +34,9 @@ from proletarian_ref.backends.mysql import (
 from proletarian_ref.backends.mysql_payload import PayloadColumn, check_payload_fits, statements
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.tables import TableName
+
+# MariaDB runs one statement with a session variable changed and restores it itself (MySQLBackend's way).
+_MARIADB_UTC_SESSION: Final = AsyncSessionPrefix(_MARIADB_UTC_PREFIX)
 
 
 class AsyncMySQLBackend(AsyncSqlBackend):
@@ -111,7 +119,7 @@ class AsyncMySQLBackend(AsyncSqlBackend):
         # As MySQLBackend's: MariaDB changes the time zone for the INSERT alone; MySQL's session is read,
         # set to UTC only if it is not, and put back before enqueue returns or raises.
         if "MariaDB" in str(getattr(conn, "server_version", "")):
-            return _mariadb_prefix()
+            return _MARIADB_UTC_SESSION
         return self._utc_session(conn)
 
     @contextlib.asynccontextmanager
@@ -281,16 +289,6 @@ def aiomysql_connection_factory(dsn: str, **options: Any) -> Callable[[], Awaita
     """A zero-argument callable opening an aiomysql Connection to `dsn` (options passed to aiomysql.connect):
     a data source of AsyncMySQLBackend and of proletarian_ref.aio.create_queue_worker."""
     return functools.partial(aiomysql.connect, **{**aiomysql_connect_kwargs(dsn), **options})
-
-
-def _mariadb_prefix() -> AbstractAsyncContextManager[str]:
-    # MariaDB runs one statement with a session variable changed and restores it itself.
-    return _prefixed(_MARIADB_UTC_PREFIX)
-
-
-@contextlib.asynccontextmanager
-async def _prefixed(prefix: str) -> AsyncIterator[str]:
-    yield prefix
 
 
 async def _both_counts(cursor: Any) -> tuple[int, int]:
