@@ -19,7 +19,7 @@ from proletarian_ref.backends.mysql_async import (
     aiomysql_connect_kwargs,
     aiomysql_connection_factory,
 )
-from proletarian_ref.errors import ConfigurationError, PayloadTooLargeError
+from proletarian_ref.errors import ConfigurationError, PayloadTooLargeError, ShutdownTimeoutError
 from proletarian_ref.job import JobSpec
 
 pytestmark = pytest.mark.mysql
@@ -238,3 +238,41 @@ def test_a_functools_partial_of_aiomysql_connect_gets_the_mysql_backend(mysql_ds
 
 async def _noop(job_type: str, payload: Any) -> None:
     return None
+
+
+def test_stop_releases_a_stuck_handlers_job_on_mysql_and_the_sync_worker_runs_it(
+    mysql_db: SqlHarness, mysql_dsn: str
+) -> None:
+    conn = mysql_db.connect()
+    enqueue(conn, "stubborn", 1, **mysql_db.table_options)
+    conn.commit()
+    conn.close()
+    started: list[str] = []
+
+    async def scenario() -> None:
+        async def handler(job_type: str, payload: int) -> None:
+            started.append(job_type)
+            await asyncio.sleep(3600)  # ignores stop(): cancelled at the deadline
+
+        worker = aio.create_queue_worker(
+            aiomysql_connection_factory(mysql_dsn),
+            handler,
+            polling_interval_ms=20,
+            await_termination_timeout_ms=300,
+            **mysql_db.table_options,
+        )
+        await worker.start()
+        for _ in range(1500):
+            if started:
+                break
+            await asyncio.sleep(0.02)
+        with pytest.raises(ShutdownTimeoutError, match="released back to the queue"):
+            await worker.stop()
+
+    run(scenario())
+    assert started == ["stubborn"]
+    # Rolled back by the server as the closed connection went: as it was, and claimable by the other API.
+    assert [(job.job_type, job.attempts) for job in mysql_db.jobs()] == [(":stubborn", 0)]
+    seen: list[str] = []
+    assert process_next_job(mysql_db.data_source, lambda t, p: seen.append(t), **mysql_db.table_options)
+    assert seen == ["stubborn"]
