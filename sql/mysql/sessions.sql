@@ -1,0 +1,12 @@
+-- The worker's look at the server's sessions, each on a session of its own: never on a job's connection
+-- nor on a caller's (docs/worker.md, "Job timeout").
+
+-- name: time_limits
+-- How long the server lets a session sit idle, in milliseconds, as a new session of the worker's sees it
+-- (a connection's init_command included): a job's handler that does not use the connection leaves its
+-- transaction idle that long. MySQL has no limit on a transaction's own length.
+SELECT 'wait_timeout', @@SESSION.wait_timeout * 1000
+
+-- name: end_session
+-- Ends a job's session past its time bound: the server rolls its transaction back and frees the row.
+KILL %(session)s
