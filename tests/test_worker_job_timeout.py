@@ -263,9 +263,7 @@ def test_postgresql_transaction_timeout_is_read_where_the_server_has_it(
     ]
 
 
-def test_mysql_wait_timeout_shorter_than_the_bound_is_warned_of(
-    mysql_db: SqlHarness, mysql_dsn: str
-) -> None:
+def test_mysql_wait_timeout_shorter_than_the_bound_is_warned_of(mysql_db: SqlHarness, mysql_dsn: str) -> None:
     short = connection_factory(mysql_dsn, init_command="SET SESSION wait_timeout = 3")
     log = _started_and_stopped(short, mysql_db, job_timeout_ms=5_000)
     [warning] = log.named(ev.SERVER_TIME_LIMIT)
@@ -275,9 +273,7 @@ def test_mysql_wait_timeout_shorter_than_the_bound_is_warned_of(
 
 
 def test_a_postgresql_server_with_no_limits_is_not_warned_of(pg_db: SqlHarness, pg_dsn: str) -> None:
-    unlimited = connection_factory(
-        pg_dsn, options="-c idle_in_transaction_session_timeout=0"
-    )
+    unlimited = connection_factory(pg_dsn, options="-c idle_in_transaction_session_timeout=0")
     assert _started_and_stopped(unlimited, pg_db, job_timeout_ms=5_000).named(ev.SERVER_TIME_LIMIT) == []
 
 
@@ -366,4 +362,3 @@ def test_async_server_limit_shorter_than_the_bound_is_warned_of(pg_db: SqlHarnes
     asyncio.run(scenario())
     [warning] = log.named(ev.SERVER_TIME_LIMIT)
     assert (warning["setting"], warning["limit-ms"]) == ("idle_in_transaction_session_timeout", 1500)
-
