@@ -391,8 +391,8 @@ class AsyncQueueWorker(WorkerCore):
     # -- the job timeout -------------------------------------------------------------------------------
 
     async def _check_server_limits(self) -> None:
-        """Warn at start of a server limit shorter than the job bound, read on a session of the backend's
-        own (never a caller's connection, nor one a transaction holds)."""
+        """Warn at start of a server limit shorter than the job bound, read on a connection of the worker's
+        own before its first transaction (never a caller's)."""
         read = getattr(self.backend, "server_time_limits", None)
         if read is None:
             return

@@ -423,8 +423,8 @@ class QueueWorker(WorkerCore):
         return self._timed_handler(n, self.handler_fn, self._watchdog)
 
     def _check_server_limits(self) -> None:
-        """Warn at start of a server limit shorter than the job bound, read on a session of the backend's
-        own (never a caller's connection, nor one a thread keeps for its jobs)."""
+        """Warn at start of a server limit shorter than the job bound, read on this thread's own connection
+        before its first transaction (never a caller's)."""
         read = getattr(self.backend, "server_time_limits", None)
         if read is None:
             return

@@ -157,14 +157,13 @@ def test_a_handler_that_returns_in_its_grace_is_archived_as_it_finished(db: Harn
 
 
 def test_the_next_job_on_the_thread_is_not_told_of_the_last_ones_bound(db: Harness) -> None:
-    for n in range(2):
-        enqueue_committed(db, "timeout/next", n)
-    seen: list[bool] = []
+    enqueue_committed(db, "timeout/next", 0)
+    seen: list[tuple[int, bool]] = []
 
     def handler(job_type: str, payload: Any) -> None:
         if payload == 0:
             assert wait_until(interrupted, timeout=30)
-        seen.append(interrupted())
+        seen.append((payload, interrupted()))
 
     with create_queue_worker(
         db.data_source,
@@ -175,8 +174,10 @@ def test_the_next_job_on_the_thread_is_not_told_of_the_last_ones_bound(db: Harne
         log=RecordingLog(),
         **db.table_options,
     ):
+        assert wait_until(lambda: len(db.archived_jobs()) == 1, timeout=30)
+        enqueue_committed(db, "timeout/next", 1)  # after the first, on the same (only) thread
         assert wait_until(lambda: len(db.archived_jobs()) == 2, timeout=30)
-    assert seen == [True, False]
+    assert seen == [(0, True), (1, False)]
 
 
 @pytest.mark.parametrize(

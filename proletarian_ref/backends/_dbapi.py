@@ -324,12 +324,15 @@ class SqlBackend:
     def server_time_limits(self) -> dict[str, float] | None:
         """The server's limits on a transaction's life, in seconds, by setting name (only those set).
 
-        Read on a session of the backend's own, opened and closed here (sql/<dialect>/sessions.sql), never
-        on a transaction's or a caller's connection; None when the backend cannot open one.
+        Read (sql/<dialect>/sessions.sql) on the calling worker thread's own connection, before it runs a
+        transaction on it, or on one borrowed from the pool and given back; never on a caller's. The
+        read is rolled back, so the connection is left as it was found.
         """
-        conn = self._other_session()
-        if conn is None:
-            return None
+        pooled = self._pooled
+        try:
+            conn = self._checkout_pooled() if pooled else self._local.conn or self._new_thread_connection()
+        except Exception as exc:
+            self._raise_library_error(exc)
         try:
             cursor = self._cursor(conn)
             try:
@@ -337,10 +340,16 @@ class SqlBackend:
                 rows = cursor.fetchall()
             finally:
                 cursor.close()
+            conn.rollback()
         except Exception as exc:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            if not pooled and self._is_broken(conn):
+                self._discard_thread_connection(conn)
             self._raise_library_error(exc)
         finally:
-            _close_quietly(conn)
+            if pooled:
+                self._checkin_pooled(conn)
         return {str(name): int(ms) / 1000 for name, ms in rows if ms is not None and int(ms) > 0}
 
     def release_connection(self, thread_id: int) -> bool:

@@ -131,30 +131,23 @@ class AsyncPostgresBackend:
     async def server_time_limits(self) -> dict[str, float] | None:
         """The server's limits on a transaction's life, in seconds, by setting name (only those set).
 
-        Read on a connection of its own, opened and closed here (sql/postgresql/sessions.sql), never on a
-        transaction's or a caller's; from a pool, made as the pool makes its own but outside it. None
-        when the backend has no data source to open one with.
+        Read (sql/postgresql/sessions.sql) on a connection of the worker's own, as a transaction takes it
+        (from the pool, or the factory's, kept for the next transaction), then rolled back; never on a
+        caller's.
         """
+        conn = await self._checkout()
         try:
-            if self._pooled:
-                pool = self._data_source
-                conninfo = pool.conninfo() if callable(pool.conninfo) else pool.conninfo
-                kwargs = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
-                conn = await pool.connection_class.connect(conninfo, **(kwargs or {}))
-            elif callable(self._data_source):
-                conn = await self._data_source()
-            else:
-                return None
-        except psycopg.Error as exc:
-            self._raise(exc)
-        try:
-            async with conn.cursor(row_factory=tuple_row) as cursor:
-                await cursor.execute(sql.sessions("postgresql")["time_limits"])
-                rows = await cursor.fetchall()
+            try:
+                async with conn.cursor(row_factory=tuple_row) as cursor:
+                    await cursor.execute(sql.sessions("postgresql")["time_limits"])
+                    rows = await cursor.fetchall()
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.rollback()
         except psycopg.Error as exc:
             self._raise(exc)
         finally:
-            await _close_quietly(conn)
+            await self._checkin(conn)
         return {str(name): int(ms) / 1000 for name, ms in rows if ms is not None and int(ms) > 0}
 
     async def close(self) -> None:

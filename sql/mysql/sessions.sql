@@ -1,5 +1,5 @@
--- The worker's look at the server's sessions, each on a session of its own: never on a job's connection
--- nor on a caller's (docs/worker.md, "Job timeout").
+-- What a worker asks of the server about sessions: never on a caller's connection, nor inside a job's
+-- transaction (docs/worker.md, "Job timeout").
 
 -- name: time_limits
 -- How long the server lets a session sit idle, in milliseconds, as a new session of the worker's sees it
