@@ -84,6 +84,18 @@ def test_a_handler_that_ignores_its_bound_loses_its_transaction_and_the_job_runs
     claimable at once with attempts unchanged and runs again exactly once; the late handler's outcome is
     not written, and its thread goes on with a new connection."""
     assert isinstance(db, SqlHarness)
+    check_release_past_the_bound(db, db.data_source)
+
+
+def test_a_pooled_workers_job_past_its_bound_is_given_back_too(pg_db: SqlHarness, pg_dsn: str) -> None:
+    """From a pool the session is ended from a connection made outside it: a drained pool cannot stall it."""
+    from psycopg_pool import ConnectionPool
+
+    with ConnectionPool(pg_dsn, min_size=1, max_size=1, open=True) as pool:
+        check_release_past_the_bound(pg_db, pool)
+
+
+def check_release_past_the_bound(db: SqlHarness, data_source: Any) -> None:
     job_id = enqueue_committed(db, "timeout/stubborn", "a")
     let_go = threading.Event()
     runs: list[str] = []
@@ -95,7 +107,7 @@ def test_a_handler_that_ignores_its_bound_loses_its_transaction_and_the_job_runs
 
     log = RecordingLog()
     first = create_queue_worker(
-        db.data_source,
+        data_source,
         stubborn,
         polling_interval_ms=10,
         job_timeout_ms=100,
