@@ -354,12 +354,31 @@ def test_async_a_handler_past_its_bound_is_told_then_cancelled_and_the_job_fails
 
 
 @pytest.mark.postgresql
-def test_async_server_limit_shorter_than_the_bound_is_warned_of(pg_db: SqlHarness, pg_dsn: str) -> None:
+@pytest.mark.parametrize("source", ["factory", "pool"])
+def test_async_server_limit_shorter_than_the_bound_is_warned_of(
+    pg_db: SqlHarness, pg_dsn: str, source: str
+) -> None:
+    from psycopg_pool import AsyncConnectionPool
+
     log = RecordingLog()
+    options = "-c idle_in_transaction_session_timeout=1500"
 
     async def scenario() -> None:
+        pool: Any = None
+        if source == "pool":
+            pool = AsyncConnectionPool(
+                pg_dsn, kwargs={"options": options}, min_size=1, max_size=1, open=False
+            )
+            await pool.open()
+        try:
+            await started_and_stopped(pool if pool is not None else _async_factory(pg_dsn, options=options))
+        finally:
+            if pool is not None:
+                await pool.close()
+
+    async def started_and_stopped(data_source: Any) -> None:
         worker = aio.create_queue_worker(
-            _async_factory(pg_dsn, options="-c idle_in_transaction_session_timeout=1500"),
+            data_source,
             _async_noop,
             polling_interval_ms=10,
             job_timeout_ms=5_000,
