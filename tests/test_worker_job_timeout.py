@@ -285,6 +285,26 @@ def test_mysql_wait_timeout_shorter_than_the_bound_is_warned_of(mysql_db: SqlHar
     assert within.named(ev.SERVER_TIME_LIMIT) == []
 
 
+def test_mariadb_idle_transaction_timeout_shorter_than_the_bound_is_warned_of(
+    mysql_db: SqlHarness, mysql_dsn: str
+) -> None:
+    probe = connection_factory(mysql_dsn)()
+    try:
+        mariadb = "MariaDB" in str(probe.server_version)
+    finally:
+        probe.close()
+    if not mariadb:
+        # MySQL has no idle-transaction timeout: only wait_timeout is read (the test above).
+        limits = mysql_db.backend().server_time_limits()  # type: ignore[attr-defined]
+        assert set(limits or {}) <= {"wait_timeout"}
+        return
+    short = connection_factory(mysql_dsn, init_command="SET SESSION idle_transaction_timeout = 2")
+    log = _started_and_stopped(short, mysql_db, job_timeout_ms=5_000)
+    assert [(w["setting"], w["limit-ms"]) for w in log.named(ev.SERVER_TIME_LIMIT)] == [
+        ("idle_transaction_timeout", 2000)
+    ]
+
+
 def test_a_postgresql_server_with_no_limits_is_not_warned_of(pg_db: SqlHarness, pg_dsn: str) -> None:
     unlimited = connection_factory(pg_dsn, options="-c idle_in_transaction_session_timeout=0")
     assert _started_and_stopped(unlimited, pg_db, job_timeout_ms=5_000).named(ev.SERVER_TIME_LIMIT) == []

@@ -202,6 +202,10 @@ class SqlBackend:
         """
         return self._data_source() if callable(self._data_source) and not self._pooled else None
 
+    def _time_limits_block(self, conn: Any) -> str:
+        """The sessions.sql block that reads this server's limits on a transaction's life."""
+        return "time_limits"
+
     def _end_session(self, conn: Any) -> bool:
         """End `conn`'s session from another one, so the server rolls its transaction back; False if the
         backend cannot (then release_connection closes the connection on the client side)."""
@@ -336,7 +340,7 @@ class SqlBackend:
         try:
             cursor = self._cursor(conn)
             try:
-                cursor.execute(sql.sessions(self.dialect)["time_limits"])
+                cursor.execute(sql.sessions(self.dialect)[self._time_limits_block(conn)])
                 rows = cursor.fetchall()
             finally:
                 cursor.close()

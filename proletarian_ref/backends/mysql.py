@@ -113,6 +113,12 @@ class MySQLBackend(SqlBackend):
             finally:
                 other.close()
 
+    def _time_limits_block(self, conn: Any) -> str:
+        # MariaDB has idle-transaction timeouts of its own, which MySQL would refuse to read.
+        return (
+            "time_limits_mariadb" if "MariaDB" in str(getattr(conn, "server_version", "")) else "time_limits"
+        )
+
     def _end_session(self, conn: Any) -> bool:
         # KILL (CONNECTION), not KILL QUERY: the session goes, so the server rolls its transaction back.
         session = _server_session(conn)

@@ -10,3 +10,11 @@ SELECT 'wait_timeout', @@SESSION.wait_timeout * 1000
 -- name: end_session
 -- Ends a job's session past its time bound: the server rolls its transaction back and frees the row.
 KILL %(session)s
+
+-- name: time_limits_mariadb
+-- MariaDB also ends a transaction left idle (10.3+): any, a read-only one, or one that wrote; which of the
+-- last two a job's claim counts as is MariaDB's to say, so all three are read.
+SELECT 'wait_timeout', @@SESSION.wait_timeout * 1000
+UNION ALL SELECT 'idle_transaction_timeout', @@SESSION.idle_transaction_timeout * 1000
+UNION ALL SELECT 'idle_readonly_transaction_timeout', @@SESSION.idle_readonly_transaction_timeout * 1000
+UNION ALL SELECT 'idle_write_transaction_timeout', @@SESSION.idle_write_transaction_timeout * 1000
