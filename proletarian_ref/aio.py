@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, cast
 
+from proletarian_ref import aio_shutdown_hook
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
@@ -233,9 +234,10 @@ class AsyncQueueWorker(WorkerCore):
 
     backend: AsyncBackend
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, install_shutdown_hook: bool = False, **kwargs: Any) -> None:
         # WorkerCore's arguments, as worker_arguments makes them.
         super().__init__(*args, **kwargs)
+        self._install_shutdown_hook = install_shutdown_hook
         self._stop_event = asyncio.Event()
         self._wake = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
@@ -249,6 +251,8 @@ class AsyncQueueWorker(WorkerCore):
         if self._started:
             return None
         self._started = True
+        if self._install_shutdown_hook:
+            aio_shutdown_hook.hook(self)
         for n in range(1, self._worker_threads + 1):
             self._tasks.append(asyncio.create_task(self._poll(n), name=f"{self.queue_worker_id}-{n}"))
         if self._listens:
@@ -271,6 +275,7 @@ class AsyncQueueWorker(WorkerCore):
             self._safe_log(ev.ALREADY_SHUT_DOWN, context)
             return True
         self._stopped = True
+        aio_shutdown_hook.unhook(self)
         self._safe_log(ev.SHUTTING_DOWN, context)
         self._stop_event.set()
         async with self._wake:
@@ -458,18 +463,22 @@ def create_queue_worker(
     a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, or an
     AsyncBackend; `worker_threads` the number of polling tasks. Nothing runs until `await start()` or
     `async with`. failed_job_fn, retry_strategy_fn and on_shutdown may be plain or coroutine functions.
-    install_shutdown_hook is not supported yet (docs/worker.md, "asyncio")."""
+    With install_shutdown_hook, start() makes SIGTERM and SIGINT stop the worker and end the process, as
+    the threaded hook does, through the running loop's signal handlers (proletarian_ref.aio_shutdown_hook).
+    """
     unknown = sorted(set(options) - set(WORKER_OPTION_DEFAULTS))
     if unknown:
         raise TypeError(f"create_queue_worker() got unexpected keyword arguments: {', '.join(unknown)}")
     handler = _check_handler(handler_fn)
     merged = {**WORKER_OPTION_DEFAULTS, **options}
     check_worker_options(merged)
-    if install_shutdown_hook is not False:
-        raise ConfigurationError(
-            "install_shutdown_hook is not supported by the asyncio worker yet: stop it from your own signal "
-            "handler (loop.add_signal_handler) or leave an `async with` block"
-        )
     active, owns_backend = (backend, False) if backend is not None else backend_for_data_source(data_source)
     settings, arguments = worker_arguments(active, merged)
-    return AsyncQueueWorker(active, handler, settings, owns_backend=owns_backend, **arguments)
+    return AsyncQueueWorker(
+        active,
+        handler,
+        settings,
+        owns_backend=owns_backend,
+        install_shutdown_hook=bool(install_shutdown_hook),
+        **arguments,
+    )
