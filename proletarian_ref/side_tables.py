@@ -162,18 +162,15 @@ class SqlStore:
     feature: str
 
     def __init__(self, backend: Backend | AsyncBackend, job_table: TableName) -> None:
-        self.backend = backend
+        # Typed as the threaded stores use it; an asyncio store's only goes to arun, which takes either.
+        self.backend = cast(Backend, backend)
         self.dialect = backend.dialect
         self.job_table = job_table
 
     def _run(self, conn: Any, name: str, params: dict[str, Any], read: Callable[[Any], _T]) -> _T:
         """Run the statement `name` of the store's feature on `conn`; `read` of its cursor."""
         return run(
-            cast(Backend, self.backend),
-            conn,
-            statement(self.dialect, self.feature, name, self.job_table),
-            params,
-            read,
+            self.backend, conn, statement(self.dialect, self.feature, name, self.job_table), params, read
         )
 
     async def _arun(
