@@ -28,6 +28,13 @@ SYNC_NAMES: Final = {
     "AsyncBatchClaim": "BatchClaim",
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
     "asettle": "settle",
+    # The side tables' stores (proletarian_ref/_async/unique_claims.py).
+    "AsyncSqlUniqueStore": "SqlUniqueStore",
+    "AsyncUniqueStore": "UniqueStore",
+    "_arun": "_run",
+    "arun": "run",
+    "arows": "rows",
+    "acount": "count",
 }
 
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
 
 from proletarian_ref import side_tables, sql
+from proletarian_ref._sync.unique_claims import SqlUniqueStore
 from proletarian_ref.backend import JobRecord
 from proletarian_ref.backends._dbapi import _fetchone
 from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
@@ -21,7 +22,7 @@ from proletarian_ref.errors import DatabaseError, TransientDatabaseError
 from proletarian_ref.job import default_serializer
 from proletarian_ref.periodic import Advance, MemoryPeriodicStore, SqlPeriodicStore, TickRow
 from proletarian_ref.tables import TableName
-from proletarian_ref.unique import MemoryUniqueStore, SqlUniqueStore
+from proletarian_ref.unique import MemoryUniqueStore
 
 
 @dataclass(frozen=True, slots=True)
