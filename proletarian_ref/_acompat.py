@@ -28,6 +28,9 @@ SYNC_NAMES: Final = {
     "AsyncBatchClaim": "BatchClaim",
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
     "asettle": "settle",
+    "AbstractAsyncContextManager": "AbstractContextManager",
+    # The asyncio modules import each other by this package name; their threaded twins, _sync's.
+    "_async": "_sync",
 }
 
 
