@@ -138,5 +138,3 @@ def current_job() -> JobTransaction:
         "current_job() here is the other worker's: proletarian_ref.current_job() on the threaded worker, "
         "proletarian_ref.aio.current_job() (awaited methods) on the asyncio one"
     )
-
-
