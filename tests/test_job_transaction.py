@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -180,3 +181,63 @@ def test_a_handler_that_never_asks_costs_no_savepoint(db: SqlHarness) -> None:
         backend.close()
     assert statements, "the spy saw no statement"
     assert not any("SAVEPOINT" in s.upper() for s in statements)
+
+
+def sqlalchemy_engine(db: SqlHarness, request: pytest.FixtureRequest) -> Any:
+    from sqlalchemy import create_engine
+
+    dsn: str = request.getfixturevalue("pg_dsn" if db.dialect == "postgresql" else "mysql_dsn")
+    scheme = "postgresql+psycopg" if db.dialect == "postgresql" else "mysql+pymysql"
+    return create_engine(scheme + dsn[dsn.index("://") :])
+
+
+def test_a_sqlalchemy_session_on_the_job_commits_with_the_archive_row(
+    db: SqlHarness, request: pytest.FixtureRequest
+) -> None:
+    from sqlalchemy import text
+
+    from proletarian_ref.integrations.sqlalchemy import data_source, job_session
+
+    engine = sqlalchemy_engine(db, request)
+    enqueue_committed(db, "app/first", None)
+    enqueue_committed(db, "app/fails", None)
+    insert = text(f"INSERT INTO {db.caller_table} (marker) VALUES (:m)")
+
+    def handler(job_type: str, payload: Any) -> None:
+        with job_session(engine) as session:
+            session.execute(insert, {"m": 1 if job_type == "app/first" else 2})
+            if job_type == "app/fails":
+                raise RuntimeError("rolled back")
+            # Not due yet, so the next poll takes app/fails (MySQL orders within a second by id).
+            current_job().enqueue("app/follow-up", None, process_in=timedelta(hours=1))
+
+    try:
+        assert process_next_job(data_source(engine), handler, **db.table_options)
+        assert process_next_job(data_source(engine), handler, **db.table_options)
+    finally:
+        engine.dispose()
+    assert db.caller_markers() == [1]
+    assert sorted(row.status for row in db.archived_jobs()) == [STATUS_FAILURE, STATUS_SUCCESS]
+    assert [job.job_type for job in db.jobs()] == [":app/follow-up"]
+
+
+def test_a_sqlalchemy_connection_commit_on_the_job_is_refused(
+    db: SqlHarness, request: pytest.FixtureRequest
+) -> None:
+    from proletarian_ref.integrations.sqlalchemy import job_session
+
+    engine = sqlalchemy_engine(db, request)
+    enqueue_committed(db, "app/first", None)
+    errors: list[BaseException] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        with job_session(engine) as session:
+            db.caller_write(session.connection().connection.dbapi_connection, 1)
+            session.connection().commit()
+
+    try:
+        run_one(db, handler, failed_job_fn=lambda job, exc: errors.append(exc))
+    finally:
+        engine.dispose()
+    assert db.caller_markers() == []
+    assert isinstance(errors[0], JobTransactionError)

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import StaticPool
 
+from proletarian_ref._sync.job_tx import current_job
 from proletarian_ref.errors import ConfigurationError
 
-__all__ = ["async_data_source", "async_driver_connection", "data_source", "driver_connection"]
+__all__ = [
+    "async_data_source",
+    "async_driver_connection",
+    "data_source",
+    "driver_connection",
+    "job_session",
+]
 
 
 def driver_connection(obj: Any) -> Any:
@@ -100,3 +109,54 @@ def async_data_source(engine: Any) -> Callable[[], Awaitable[Any]]:
         return driver
 
     return connect
+
+
+class _JobConnection:
+    """The guarded job connection as SQLAlchemy's pool holds it: `close` (an invalidated pooled
+    connection's) lets go of it without touching the transaction; commit and rollback stay refused."""
+
+    __slots__ = ("_guarded",)
+
+    def __init__(self, guarded: Any) -> None:
+        self._guarded = guarded
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._guarded, name)
+
+    def close(self) -> None:
+        return None
+
+
+@contextmanager
+def job_session(engine: Engine, **session_options: Any) -> Iterator[Session]:
+    """A Session on the running job's own transaction, for a handler on the threaded worker.
+
+        What the handler adds and flushes commits in the same commit as the job's archive row, and rolls back
+        when the job fails or is retried (proletarian_ref.current_job). `engine` is the application's Engine of
+        that database (its dialect, already set up, is reused; no connection of its pool is taken once it has
+        connected). The session joins the job's transaction with a savepoint of its own, so session.commit()
+        and session.rollback() act on that savepoint; the block commits it at its end (an error leaving the block
+    rolls it back). A Connection.commit() or
+        rollback() of the job's transaction itself raises JobTransactionError.
+    """
+    if not isinstance(engine, Engine):
+        raise ConfigurationError(f"job_session takes a SQLAlchemy Engine, got {type(engine).__name__}")
+    held = _JobConnection(current_job().connection())
+    if getattr(engine.dialect, "server_version_info", None) is None:
+        with engine.connect():  # sets the dialect up (server version and the like) on the engine's own pool
+            pass
+    pool = StaticPool(lambda: held, reset_on_return=None, dialect=engine.dialect)
+    on_job = Engine(pool, engine.dialect, engine.url)
+    connection = on_job.connect()
+    # Begun first, so the Session joins it (a savepoint) instead of committing it.
+    connection.begin()
+    session = Session(bind=connection, join_transaction_mode="create_savepoint", **session_options)
+    try:
+        yield session
+        # Commits the session's savepoint only: the job's transaction commits with its archive row.
+        session.commit()
+    finally:
+        session.close()
+        # Let go of the driver connection with no ROLLBACK: the job's transaction is the worker's.
+        connection.invalidate()
+        connection.close()
