@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from proletarian_ref.backend import AsyncBackend, AsyncBatchClaim
-from proletarian_ref.errors import DatabaseError, JobTransactionError
+from proletarian_ref.errors import DatabaseError, JobTransactionError, TransientDatabaseError
 from proletarian_ref.job import _enqueuing, _job_record, announced_queues
 from proletarian_ref.job_tx import CURRENT, GuardedConnection, transaction_is_open
 from proletarian_ref.keywords import DEFAULT_QUEUE
@@ -110,6 +110,9 @@ class JobTransaction:
                 except Exception as exc:
                     if exc is not error:
                         raise
+        except TransientDatabaseError:
+            # The session itself is gone (killed, lost): the whole transaction rolls back, as K1 wants.
+            raise
         except DatabaseError as exc:
             # The savepoint is gone: the handler committed or rolled back by SQL and went on in a new
             # transaction, which the driver's status alone cannot tell.

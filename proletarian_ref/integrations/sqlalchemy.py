@@ -131,13 +131,13 @@ class _JobConnection:
 def job_session(engine: Engine, **session_options: Any) -> Iterator[Session]:
     """A Session on the running job's own transaction, for a handler on the threaded worker.
 
-        What the handler adds and flushes commits in the same commit as the job's archive row, and rolls back
-        when the job fails or is retried (proletarian_ref.current_job). `engine` is the application's Engine of
-        that database (its dialect, already set up, is reused; no connection of its pool is taken once it has
-        connected). The session joins the job's transaction with a savepoint of its own, so session.commit()
-        and session.rollback() act on that savepoint; the block commits it at its end (an error leaving the block
-    rolls it back). A Connection.commit() or
-        rollback() of the job's transaction itself raises JobTransactionError.
+    What the handler adds and flushes commits in the same commit as the job's archive row, and rolls
+    back when the job fails or is retried (proletarian_ref.current_job). `engine` is the application's
+    Engine of that database: its dialect, already set up, is reused, and no connection of its pool is
+    taken once it has connected. The session joins the job's transaction with a savepoint of its own,
+    so session.commit() and session.rollback() act on that savepoint; the block commits it at its end
+    (an error leaving the block rolls it back). A commit() or rollback() of the job's transaction itself
+    (session.connection().commit()) raises JobTransactionError.
     """
     if not isinstance(engine, Engine):
         raise ConfigurationError(f"job_session takes a SQLAlchemy Engine, got {type(engine).__name__}")
