@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from proletarian_ref.errors import JobTransactionError
 
-__all__ = ["CURRENT", "GuardedConnection", "transaction_is_open"]
+__all__ = ["CURRENT", "GuardedConnection", "connection_is_lost", "transaction_is_open"]
 
 # The JobTransaction (_async or _sync) of the handler running in this thread or task, else None. A
 # contextvar, not a thread-local: each asyncio task sees its own, and a thread sees only what it set.
@@ -113,4 +113,14 @@ def transaction_is_open(conn: Any) -> bool | None:
     server_status = getattr(conn, "server_status", None)
     if isinstance(server_status, int):  # PyMySQL
         return bool(getattr(conn, "open", True)) and bool(server_status & _MYSQL_IN_TRANS)
+    return None
+
+
+def connection_is_lost(conn: Any) -> bool | None:
+    """Whether the driver has found `conn` closed or broken (a killed session, after a failed statement);
+    None when the driver does not say."""
+    if getattr(conn, "info", None) is not None and hasattr(conn, "closed"):  # psycopg 3: closed or BAD
+        return bool(conn.closed)
+    if isinstance(getattr(conn, "server_status", None), int):  # PyMySQL drops its socket when lost
+        return not getattr(conn, "open", True)
     return None

@@ -241,3 +241,33 @@ def test_a_sqlalchemy_connection_commit_on_the_job_is_refused(
         engine.dispose()
     assert db.caller_markers() == []
     assert isinstance(errors[0], JobTransactionError)
+
+
+def test_a_memory_error_rolls_the_whole_job_back_and_the_connection_serves_the_next_job(
+    db: SqlHarness,
+) -> None:
+    """MemoryError leaves as it came (docs/worker.md): the handler's writes go with the transaction, and
+    the job's savepoint is ended at once, not when collected inside the next job's transaction."""
+    enqueue_committed(db, "app/first", None)
+    backend = db.backend()
+
+    def exhausted(job_type: str, payload: Any) -> None:
+        db.caller_write(current_job().connection(), 1)
+        raise MemoryError
+
+    def writes(job_type: str, payload: Any) -> None:
+        db.caller_write(current_job().connection(), 2)
+
+    try:
+        with pytest.raises(MemoryError):
+            process_next_job(None, exhausted, backend=backend, **db.table_options)
+        assert db.caller_markers() == []
+        assert [job.attempts for job in db.jobs()] == [0]
+        import gc
+
+        gc.collect()
+        assert process_next_job(None, writes, backend=backend, **db.table_options)
+    finally:
+        backend.close()
+    assert db.caller_markers() == [2]
+    assert [row.status for row in db.archived_jobs()] == [STATUS_SUCCESS]

@@ -96,6 +96,9 @@ async def run_handler(
     token = CURRENT.set(tx)
     try:
         outcome = await handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+    except BaseException as exc:
+        await tx.abandon(exc)  # the whole transaction rolls back after this
+        raise
     finally:
         CURRENT.reset(token)
     return await tx.finish(outcome)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, suppress
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from proletarian_ref.backend import AsyncBackend, AsyncBatchClaim
 from proletarian_ref.errors import DatabaseError, JobTransactionError, TransientDatabaseError
 from proletarian_ref.job import _enqueuing, _job_record, announced_queues
-from proletarian_ref.job_tx import CURRENT, GuardedConnection, transaction_is_open
+from proletarian_ref.job_tx import CURRENT, GuardedConnection, connection_is_lost, transaction_is_open
 from proletarian_ref.keywords import DEFAULT_QUEUE
 from proletarian_ref.worker_settings import _GivenBack
 
@@ -110,16 +110,30 @@ class JobTransaction:
                 except Exception as exc:
                     if exc is not error:
                         raise
-        except TransientDatabaseError:
-            # The session itself is gone (killed, lost): the whole transaction rolls back, as K1 wants.
-            raise
         except DatabaseError as exc:
+            lost = connection_is_lost(self._conn)
+            if lost or (lost is None and isinstance(exc, TransientDatabaseError)):
+                # The session itself is gone (killed, lost): the whole transaction rolls back (K1, H1).
+                raise
             # The savepoint is gone: the handler committed or rolled back by SQL and went on in a new
             # transaction, which the driver's status alone cannot tell.
             raise self._ended(exc) from exc
         if ended:
             raise self._ended(None)
         return outcome
+
+    async def abandon(self, error: BaseException) -> None:
+        """The handler left with an error that rolls the whole transaction back (MemoryError, a
+        cancellation, ...): later uses raise, and the savepoint is ended now, errors ignored. Left open, its
+        generator would roll back to a savepoint of that name whenever it is collected, perhaps in a later
+        job's transaction on the same connection."""
+        self._done = True
+        if self._view is not None:
+            self._view.end()
+        if self._savepoint is not None:
+            # The transaction rolls back whatever happens here.
+            with suppress(BaseException):
+                await self._savepoint.__aexit__(type(error), error, error.__traceback__)
 
     def _ended(self, cause: Exception | None) -> JobTransactionError:
         how = "" if cause is None else f" (its savepoint is gone: {cause})"

@@ -97,6 +97,9 @@ def run_handler(
     token = CURRENT.set(tx)
     try:
         outcome = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+    except BaseException as exc:
+        tx.abandon(exc)  # the whole transaction rolls back after this
+        raise
     finally:
         CURRENT.reset(token)
     return tx.finish(outcome)
