@@ -117,3 +117,41 @@ def test_concurrent_async_handlers_each_see_their_own_job(pg_db: SqlHarness, pg_
     asyncio.run(main())
     assert sorted(seen) == [(n, n) for n in range(4)]
     assert pg_db.caller_markers() == [0, 1, 2, 3]
+
+
+def test_an_async_sqlalchemy_session_on_the_job_commits_with_the_archive_row(
+    pg_db: SqlHarness, pg_dsn: str
+) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from proletarian_ref.integrations.sqlalchemy import async_job_session
+
+    enqueue_committed(pg_db, "app/first", None)
+    enqueue_committed(pg_db, "app/fails", None)
+    insert = text(f"INSERT INTO {pg_db.caller_table} (marker) VALUES (:m)")
+    refused: list[BaseException] = []
+
+    async def handler(job_type: str, payload: Any) -> None:
+        async with async_job_session(engine) as session:
+            await session.execute(insert, {"m": 1 if job_type == "app/first" else 2})
+            if job_type == "app/fails":
+                try:
+                    await (await session.connection()).commit()
+                except JobTransactionError as exc:
+                    refused.append(exc)
+                raise RuntimeError("rolled back")
+
+    async def main() -> None:
+        source = functools.partial(psycopg.AsyncConnection.connect, pg_dsn)
+        try:
+            while await aio.process_next_job(source, handler, **pg_db.table_options):
+                pass
+        finally:
+            await engine.dispose()
+
+    engine = create_async_engine("postgresql+psycopg" + pg_dsn[pg_dsn.index("://") :])
+    asyncio.run(main())
+    assert pg_db.caller_markers() == [1]
+    assert sorted(row.status for row in pg_db.archived_jobs()) == [STATUS_FAILURE, STATUS_SUCCESS]
+    assert len(refused) == 1

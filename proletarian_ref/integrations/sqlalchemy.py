@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -11,12 +11,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
+from proletarian_ref._async.job_tx import current_job as async_current_job
 from proletarian_ref._sync.job_tx import current_job
 from proletarian_ref.errors import ConfigurationError
 
 __all__ = [
     "async_data_source",
     "async_driver_connection",
+    "async_job_session",
     "data_source",
     "driver_connection",
     "job_session",
@@ -123,7 +125,21 @@ class _JobConnection:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._guarded, name)
 
+    @property
+    def autocommit(self) -> bool:
+        # What SQLAlchemy reads at checkout; the job's transaction is never in autocommit.
+        return False
+
     def close(self) -> None:
+        return None
+
+
+class _AsyncJobConnection(_JobConnection):
+    """_JobConnection for the asyncio adaptation of a psycopg AsyncConnection, whose close is awaited."""
+
+    __slots__ = ()
+
+    async def close(self) -> None:  # type: ignore[override]
         return None
 
 
@@ -160,3 +176,42 @@ def job_session(engine: Engine, **session_options: Any) -> Iterator[Session]:
         # Let go of the driver connection with no ROLLBACK: the job's transaction is the worker's.
         connection.invalidate()
         connection.close()
+
+
+@asynccontextmanager
+async def async_job_session(engine: AsyncEngine, **session_options: Any) -> AsyncIterator[AsyncSession]:
+    """job_session for the asyncio worker: an AsyncSession on the running job's own transaction.
+
+    `engine` is the application's AsyncEngine of that database (postgresql+psycopg); the same promises as
+    job_session: the session's savepoint commits at the end of the block, the job's transaction with its
+    archive row.
+    """
+    if not isinstance(engine, AsyncEngine):
+        raise ConfigurationError(
+            f"async_job_session takes a SQLAlchemy AsyncEngine, got {type(engine).__name__}"
+        )
+    held = _AsyncJobConnection(await async_current_job().connection())
+    dialect = engine.sync_engine.dialect
+    if getattr(dialect, "server_version_info", None) is None:
+        async with engine.connect():  # sets the dialect up on the engine's own pool
+            pass
+
+    async def give(*args: Any, **kwargs: Any) -> Any:
+        return held
+
+    def adapted() -> Any:
+        # The dialect's own adaptation of an asyncio driver connection, run inside SQLAlchemy's greenlet.
+        return dialect.loaded_dbapi.connect(async_creator_fn=give)
+
+    pool = StaticPool(adapted, reset_on_return=None, dialect=dialect)
+    on_job = AsyncEngine(Engine(pool, dialect, engine.sync_engine.url))
+    connection = await on_job.connect()
+    await connection.begin()
+    session = AsyncSession(bind=connection, join_transaction_mode="create_savepoint", **session_options)
+    try:
+        yield session
+        await session.commit()
+    finally:
+        await session.close()
+        await connection.invalidate()
+        await connection.close()
