@@ -35,6 +35,9 @@ SYNC_NAMES: Final = {
     "arun": "run",
     "arows": "rows",
     "acount": "count",
+    "AbstractAsyncContextManager": "AbstractContextManager",
+    # The asyncio modules import each other by this package name; their threaded twins, _sync's.
+    "_async": "_sync",
 }
 
 

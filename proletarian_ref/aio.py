@@ -15,6 +15,7 @@ from proletarian_ref import aio_shutdown_hook
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
+from proletarian_ref._async.job_tx import JobTransaction, current_job
 from proletarian_ref._async.unique_claims import enqueued_before
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
@@ -39,7 +40,15 @@ from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options,
 from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
 from proletarian_ref.worker_settings import job_settings
 
-__all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many", "process_next_job"]
+__all__ = [
+    "AsyncQueueWorker",
+    "JobTransaction",
+    "create_queue_worker",
+    "current_job",
+    "enqueue",
+    "enqueue_many",
+    "process_next_job",
+]
 
 
 def backend_for_connection(conn: Any) -> AsyncBackend:

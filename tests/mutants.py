@@ -261,6 +261,17 @@ class PgSavepointKeepsWrites(PostgresBackend):
         yield
 
 
+class PgHandlerWritesCommitEarly(PostgresBackend):
+    """The job's savepoint commits the transaction when it is released: a handler's writes (and its
+    follow-up jobs) commit before, and apart from, the job's archive row."""
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        with super().savepoint(conn):
+            yield
+        conn.commit()
+
+
 class MemorySavepointKeepsWrites(MemoryBackend):
     """Batch mode's savepoint does nothing: a failed job whose failed_job_fn raises keeps its archive."""
 
@@ -591,6 +602,24 @@ class MySQLIdByteOrder(MySQLBackend):
         return job.job_id
 
 
+class MySQLHandlerWritesCommitEarly(MySQLBackend):
+    """PgHandlerWritesCommitEarly on MySQL: the savepoint's release commits the handler's writes alone."""
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        with super().savepoint(conn):
+            yield
+        conn.commit()
+
+
+class MySQLSavepointKeepsWrites(MySQLBackend):
+    """The job's savepoint does nothing: a failed handler's writes commit with its failure or retry."""
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        yield
+
+
 class MySQLAutocommit(MySQLBackend):
     """Runs its "transactions" in autocommit: every statement commits alone."""
 
@@ -709,6 +738,20 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         PgSavepointKeepsWrites,
         ("T3", "G3", "G4"),
         batch_size=8,
+    ),
+    Mutant(
+        "pg_handler_writes_commit_early",
+        "the job's savepoint commits at its release: a handler's writes commit apart from its archive row",
+        PgHandlerWritesCommitEarly,
+        ("H1",),
+        fault=("write", "committed"),
+    ),
+    Mutant(
+        "pg_handler_savepoint_keeps_writes",
+        "the job's savepoint rolls nothing back: a failed handler's writes commit with its failure",
+        PgSavepointKeepsWrites,
+        ("H2",),
+        fault=("savepoint",),
     ),
     Mutant(
         "notify_outside_the_transaction",
@@ -1007,6 +1050,20 @@ MYSQL_MUTANTS: tuple[Mutant, ...] = (
         "finished_at is the server's UTC_TIMESTAMP(), not the worker's clock",
         MySQLFinishedAtFromDatabase,
         ("A1", "A3"),
+    ),
+    Mutant(
+        "mysql_handler_writes_commit_early",
+        "the job's savepoint commits at its release: a handler's writes commit apart from its archive row",
+        MySQLHandlerWritesCommitEarly,
+        ("H1",),
+        fault=("write", "committed"),
+    ),
+    Mutant(
+        "mysql_handler_savepoint_keeps_writes",
+        "the job's savepoint rolls nothing back: a failed handler's writes commit with its failure",
+        MySQLSavepointKeepsWrites,
+        ("H2",),
+        fault=("savepoint",),
     ),
 )
 

@@ -60,6 +60,17 @@ class AsyncNeverCommits(AsyncPostgresBackend):
             await conn.rollback()
 
 
+class AsyncHandlerWritesCommitEarly(AsyncPostgresBackend):
+    """The job's savepoint commits the transaction when it is released: a handler's writes (and its
+    follow-up jobs) commit before, and apart from, the job's archive row."""
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self, conn: Any) -> AsyncIterator[None]:
+        async with super().savepoint(conn):
+            yield
+        await conn.commit()
+
+
 POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "aio_commit_before_handler",
@@ -85,6 +96,20 @@ POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
         AsyncSavepointKeepsWrites,
         ("T3",),
         batch_size=8,
+    ),
+    Mutant(
+        "aio_handler_writes_commit_early",
+        "the async job's savepoint commits at its release: a handler's writes commit apart from its archive",
+        AsyncHandlerWritesCommitEarly,
+        ("H1",),
+        fault=("write", "committed"),
+    ),
+    Mutant(
+        "aio_handler_savepoint_keeps_writes",
+        "the async job's savepoint rolls nothing back: a failed handler's writes commit with its failure",
+        AsyncSavepointKeepsWrites,
+        ("H2",),
+        fault=("savepoint",),
     ),
     Mutant(
         "aio_never_commits",
