@@ -72,3 +72,13 @@ class SchemaMissingError(DatabaseError):
 
 class PayloadTooLargeError(SerializationError):
     """The encoded payload does not fit the table's payload column; raised before the INSERT."""
+
+
+class JobTransactionError(ProletarianError):
+    """A handler misused the job's transaction (current_job().connection()): it tried to commit, roll back,
+    close it or change its autocommit, ended it some other way, or used it outside its handler.
+
+    Refused inside the handler, it fails the job as any handler error does; found after the handler (the
+    transaction was ended behind the guard), it leaves run_next_job and the job stays queued, attempts
+    unchanged (docs/job-transaction.md).
+    """

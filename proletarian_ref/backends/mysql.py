@@ -86,7 +86,9 @@ class MySQLBackend(SqlBackend):
 
     dialect: ClassVar[str] = "mysql"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        time_precision=timedelta(seconds=1), claim_locks_only_the_claimed_row=False
+        time_precision=timedelta(seconds=1),
+        claim_locks_only_the_claimed_row=False,
+        handler_transaction=True,
     )
 
     def __init__(

@@ -247,7 +247,7 @@ class PostgresBackend(SqlBackend):
     """
 
     dialect: ClassVar[str] = "postgresql"
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ class AsyncPostgresBackend:
     """
 
     dialect: ClassVar[str] = "postgresql"
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
 
     def __init__(self, data_source: Any = None, *, compact: bool = False) -> None:
         # The threaded backend with no data source: it never connects, it only makes statements,
