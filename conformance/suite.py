@@ -70,7 +70,7 @@ def clauses(suite: type = BackendSuite) -> dict[str, tuple[str, str]]:
 # The clauses that run a queue worker or process_next_job. The others call the backend's verbs directly,
 # so a harness's worker_options (batch mode) change nothing in them.
 WORKER_CLAUSES: Final = frozenset(
-    {"A2", "A3", "A4", "B1", "H1", "H2", "K1", "L1", "P1", "P2", "R2", "T1", "T3", "T5", "Z2"}
+    {"A2", "A3", "A4", "B1", "H1", "H2", "K1", "L1", "L2", "P1", "P2", "R2", "T1", "T3", "T5", "Z2"}
 )
 
 

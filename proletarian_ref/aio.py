@@ -20,7 +20,8 @@ from proletarian_ref._async.unique_claims import enqueued_before
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
+from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.job import (
     DEFAULT_NOTIFY,
     JobSpec,
@@ -349,7 +350,10 @@ class AsyncQueueWorker(WorkerCore):
         return True
 
     def stopping(self) -> bool:
-        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back."""
+        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back.
+
+        Inside a handler, proletarian_ref.interrupted() says the same, or that the job's time is up.
+        """
         return self._stop_event.is_set()
 
     async def __aenter__(self) -> AsyncQueueWorker:
@@ -383,8 +387,12 @@ class AsyncQueueWorker(WorkerCore):
         run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
         if n > 1 and await self._wait_stop(random.uniform(0, min(self._interval, 1.0))):
             return
+        if n == 1:
+            await self._check_server_limits()
         failures = 0
         backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
+        if self._job_timeout_ms is not None:
+            handler_fn = self._timed_handler(n, handler_fn, self._job_timeout_ms)
         stop_event = self._stop_event
         while not stop_event.is_set():
             delay = self._interval
@@ -416,6 +424,56 @@ class AsyncQueueWorker(WorkerCore):
                 await self._wait_stop(delay)
             else:
                 await self._idle(delay, generation)
+
+    # -- the job timeout -------------------------------------------------------------------------------
+
+    async def _check_server_limits(self) -> None:
+        """Warn at start of a server limit shorter than the job bound, read on a connection of the worker's
+        own before its first transaction (never a caller's)."""
+        read = getattr(self.backend, "server_time_limits", None)
+        if read is None:
+            return
+        try:
+            limits = await read()
+        except Exception as exc:
+            self._server_limits_failed(exc)
+            return
+        self._log_server_limits(limits)
+
+    def _timed_handler(self, n: int, handler_fn: AsyncHandlerFn, timeout_ms: float) -> AsyncHandlerFn:
+        """handler_fn under task n's job bound: told at the deadline (interrupted() turns true), cancelled
+        after the grace; either way, once past its deadline its end is the job's JobTimeoutError.
+
+        Cancellation reaches the handler at its next await, with the transaction still the worker's, so
+        unlike a thread's the job's failure is written: attempts counted, retry_strategy_fn decides.
+        """
+        stopping = self._stop_event.is_set
+        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n}
+
+        async def timed(*args: Any, **kwargs: Any) -> object:
+            late = asyncio.Event()
+
+            def at_deadline() -> None:
+                late.set()
+                job = self._current_jobs.get(n, {})
+                self._safe_log(ev.JOB_TIMED_OUT, {**context, **job, **self._timeout_data()})
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.call_later(timeout_ms / 1000, at_deadline)
+            bound = asyncio.timeout((timeout_ms + self._grace_ms) / 1000)
+            token = bind_task_check(lambda: late.is_set() or stopping())
+            try:
+                async with bound:
+                    return await handler_fn(*args, **kwargs)
+            except Exception as exc:
+                if late.is_set() or bound.expired():
+                    raise JobTimeoutError(f"the job ran past job_timeout_ms={timeout_ms:g}") from exc
+                raise
+            finally:
+                deadline.cancel()
+                unbind_task_check(token)
+
+        return timed
 
     async def _stop_logging_errors(self) -> None:
         """stop() where no caller could catch its error (after a polling task's error)."""

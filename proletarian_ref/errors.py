@@ -45,6 +45,12 @@ class JobInterrupted(ProletarianError):
     """
 
 
+class JobTimeoutError(ProletarianError):
+    """A job ran past its worker's job_timeout_ms: the job's failure, as a handler's exception is, so
+    retry_strategy_fn and failed_job_fn see it (docs/worker.md, "Job timeout"); its __cause__ is what the
+    handler raised once told, if anything."""
+
+
 class ShutdownTimeoutError(ProletarianError):
     """stop() could not finish the worker threads within await_termination_timeout_ms."""
 

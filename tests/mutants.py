@@ -1321,7 +1321,9 @@ from mutants_protocols import (  # noqa: E402  (beside the rest, which its mutan
     MemoryListenerQuietWhenKilled,
     MemoryOneSavepointPerBatch,
     MySQLChunksWithoutSavepoint,
+    MySQLEndsNoTimedOutTransaction,
     PgCopyUnescaped,
+    PgEndsNoTimedOutTransaction,
     PgListenerQuietWhenBroken,
     PgOneChannelForEveryTable,
     PgOneSavepointPerBatch,
@@ -1371,6 +1373,12 @@ PROTOCOL_POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         ("L1",),
     ),
     Mutant(
+        "timeout_ends_no_transaction",
+        "end_transaction does nothing: a job past job_timeout_ms stays held while its handler runs on",
+        PgEndsNoTimedOutTransaction,
+        ("L2",),
+    ),
+    Mutant(
         "notify_one_channel_for_every_table",
         "one NOTIFY channel whatever the job table: listeners of every table wake",
         PgOneChannelForEveryTable,
@@ -1390,6 +1398,12 @@ PROTOCOL_MYSQL_MUTANTS: tuple[Mutant, ...] = (
         "enqueue_many's statements of one batch run without their savepoint: a failure leaves earlier ones",
         MySQLChunksWithoutSavepoint,
         ("Q2",),
+    ),
+    Mutant(
+        "mysql_timeout_ends_no_transaction",
+        "end_transaction does nothing on MySQL: a job past job_timeout_ms stays held while its handler runs",
+        MySQLEndsNoTimedOutTransaction,
+        ("L2",),
     ),
 )
 

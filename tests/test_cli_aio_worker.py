@@ -94,6 +94,33 @@ def test_a_coroutine_still_running_at_the_shutdown_timeout_is_released_with_exit
 
 
 @on_postgresql
+def test_job_timeout_ms_cancels_a_coroutine_past_its_bound_and_fails_its_job(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    """--job-timeout-ms on the asyncio worker: past the bound and its grace the coroutine is cancelled at
+    its await, and the job fails with JobTimeoutError, archived once its retries are used."""
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
+    process = _start_worker(
+        database, "sleeps_async", "--job-timeout-ms", "200", "--job-timeout-grace-ms", "100"
+    )
+    try:
+        wait_for(
+            lambda: [a.status for a in database.archived_jobs()] == [":failure"],
+            timeout=60,
+            what="the job to fail at its bound",
+            process=process,
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert "proletarian.worker/job-timed-out" in err and "JobTimeoutError" in err
+    assert not Path(str(marker) + ".finished").exists()
+    assert database.jobs() == []
+
+
+@on_postgresql
 def test_a_second_signal_ends_the_asyncio_worker_at_once_with_130(
     capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
 ) -> None:

@@ -193,6 +193,8 @@ async def _serve(
                 worker_threads=args.threads,
                 batch_size=args.batch_size,
                 await_termination_timeout_ms=args.shutdown_timeout_ms,
+                job_timeout_ms=args.job_timeout_ms,
+                job_timeout_grace_ms=args.job_timeout_grace_ms,
                 backend=backend,
             )
             runs.append((run_state, queue_worker))

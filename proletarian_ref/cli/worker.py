@@ -40,6 +40,7 @@ from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 from proletarian_ref.log import stdlib_logger
 from proletarian_ref.ops.db import Tables
 from proletarian_ref.retry import RetryStrategy, RetryStrategyFn
+from proletarian_ref.watchdog import DEFAULT_JOB_TIMEOUT_GRACE_MS
 from proletarian_ref.worker import HANDLER_FN_MODES, HandlerFn, QueueWorker, create_queue_worker
 
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
@@ -139,6 +140,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=_natural,
         default=10_000,
         help="how long stopping waits for jobs in flight (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--job-timeout-ms",
+        type=_positive,
+        metavar="MS",
+        help="bound each job: past it the handler is told (interrupted()) and, if it then raises, the job "
+        "fails with JobTimeoutError; after the grace its transaction is ended, the job back with attempts "
+        "unchanged (docs/worker.md, Job timeout) (default: no bound)",
+    )
+    parser.add_argument(
+        "--job-timeout-grace-ms",
+        type=_natural,
+        default=DEFAULT_JOB_TIMEOUT_GRACE_MS,
+        metavar="MS",
+        help="how long a handler told its time is up has to return before its transaction is ended "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--metrics-port",
@@ -440,6 +457,8 @@ def run(args: argparse.Namespace, handler: HandlerFn | None = None) -> int:
                 worker_threads=args.threads,
                 batch_size=args.batch_size,
                 await_termination_timeout_ms=args.shutdown_timeout_ms,
+                job_timeout_ms=args.job_timeout_ms,
+                job_timeout_grace_ms=args.job_timeout_grace_ms,
                 backend=backend,
             )
             runs.append((run_state, worker))
