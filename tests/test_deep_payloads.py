@@ -381,6 +381,38 @@ def test_docs_quote_the_named_serializer_run_as_it_printed() -> None:
     assert printed in (root / "docs" / "transit.md").read_text(encoding="utf-8")
 
 
+ORDINARY = ("map of 5 scalars", "map + 20 maps", "map + 500 maps", "tagged values")
+DEEP_KINDS = ("vectors", "maps", "sets")
+
+
+def speed_figures(run: dict[str, Any]) -> list[str]:
+    """The figures docs/transit.md's "Speed" prose quotes, as it writes them, from the named run."""
+    summary = run["serializer"]
+    now = summary["sides"][1]
+    ratios, medians = summary["ratios"][now], summary["medians"][now]
+    operations = list(ratios[ORDINARY[0]])
+    ordinary = [ratios[name][op] for name in ORDINARY for op in operations]
+    vectors = [ratios["vectors x200"][op] for op in operations]
+    deep = [(kind, op) for kind in DEEP_KINDS for op in operations]
+    growth = [medians[f"{kind} x10,000"][op] / medians[f"{kind} x1,000"][op] for kind, op in deep]
+    per_level = [medians[f"{kind} x10,000"][op] / 10_000 for kind, op in deep]
+    return [
+        f"ordinary payloads take {min(ordinary):.2f} to {max(ordinary):.2f} of the time",
+        f"vectors 200 deep: {min(vectors):.2f} to {max(vectors):.2f} of the time",
+        f"ten times the levels, {min(growth):.1f} to {max(growth):.1f} times the time",
+        f"from about {min(per_level):.1f} µs a level",
+        f"to about {max(per_level):.0f} µs",
+    ]
+
+
+def test_the_speed_figures_docs_quote_are_the_named_runs() -> None:
+    root = Path(__file__).resolve().parent.parent
+    run = json.loads((root / "benchmarks" / "results" / "serializer" / "versus-serializer.json").read_text())
+    prose = " ".join((root / "docs" / "transit.md").read_text(encoding="utf-8").split())
+    for figure in speed_figures(run):
+        assert figure in prose
+
+
 # --- through a worker, on each database ---------------------------------------------------------------
 
 
