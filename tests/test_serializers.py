@@ -27,6 +27,17 @@ EXACT = TransitSerializer(exact=True)
 K = Keyword
 
 
+@pytest.fixture(autouse=True, scope="module", params=["recursion first", "iterative only"])
+def walk(request: pytest.FixtureRequest) -> Any:
+    """Every test here twice: as payloads go (the recursive paths, ordinary payloads being shallow),
+    and with no recursion budget, so that the iterative paths deep payloads take give the same
+    results and errors."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "iterative only":
+            patch.setattr(serializers, "_RECURSION_BUDGET", 0)
+        yield request.param
+
+
 # --- encoding ----------------------------------------------------------------------------------------
 
 
