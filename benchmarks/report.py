@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 # The Agg backend must be chosen before pyplot loads, so no display is ever needed.
 import matplotlib.pyplot as plt
 
+from benchmarks.serializer import table as serializer_table
+
 POLL_CHART = "poll_latency.png"
 THROUGHPUT_CHART = "throughput.png"
 PEERS_CHART = "peers.png"
@@ -80,6 +82,7 @@ def markdown(results: dict[str, Any]) -> str:
     out += _locust_section(results)
     out += _peers_section(results)
     out += _long_handlers_section(results)
+    out += _serializer_section(results)
     out += _profile_section(results)
     return "\n".join(out).rstrip() + "\n"
 
@@ -607,6 +610,23 @@ def _long_handlers_section(results: dict[str, Any]) -> list[str]:
         )
         out.append("")
     out += _table(["backend", "phase", "short jobs/s", "poll ms median", "poll ms max", "server (max)"], rows)
+    out.append("")
+    return out + _notes(entries)
+
+
+def _serializer_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "serializer")
+    if not entries:
+        return []
+    out = ["### Serializer", ""]
+    for e in entries:
+        if "payloads" not in e:
+            continue
+        out.append(
+            f"Transit encode and decode in this process, µs of CPU a call (best of {e['repeats']} timings "
+            f"of at least {e['seconds']} s; `python -m benchmarks.serializer`):"
+        )
+        out += ["", *serializer_table(e["payloads"]).splitlines()]
     out.append("")
     return out + _notes(entries)
 

@@ -18,6 +18,7 @@ ALL_BENCHMARKS: Final = (
     "locust",
     "peers",
     "long_handlers",
+    "serializer",
 )
 
 
@@ -85,6 +86,8 @@ class Settings:
     # configurations throughput adds in batch mode, and whether the peers scenario runs it too.
     batch_size: int = 10
     batch_configs: tuple[tuple[int, int], ...] = ((1, 4), (2, 2))
+    # Serializer (benchmarks/serializer.py, once per run, no database): least CPU seconds of one timing.
+    serializer_seconds: float = 0.2
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0
@@ -182,6 +185,7 @@ QUICK: Final = Settings(
     long_sample_s=0.5,
     long_stream_rate=200.0,
     long_stream_threads=2,
+    serializer_seconds=0.02,
     profile=False,
 )
 
@@ -226,6 +230,7 @@ TINY: Final = QUICK.with_(
     long_before_s=0.5,
     long_after_s=0.5,
     long_stream_rate=100.0,
+    serializer_seconds=0.002,
     profile=True,
 )
 

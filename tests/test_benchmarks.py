@@ -69,6 +69,7 @@ def _check_outputs(out: Path, backend: str, sql: bool) -> dict[str, Any]:
 
     _check_poll_and_throughput(results, out, backend, sql)
     _check_the_rest(results, sql)
+    _check_serializer(results)
     _check_files(out, backend)
     return results
 
@@ -136,9 +137,22 @@ def _check_the_rest(results: dict[str, Any], sql: bool) -> None:
         assert "skipped" in locust
 
 
+def _check_serializer(results: dict[str, Any]) -> None:
+    # Every payload of benchmarks/serializer.py timed by the version under test, which refuses none.
+    timed = results["benchmarks"]["serializer"][0]["payloads"]
+    assert list(timed) == [name for name, _, _ in serializer.payloads()]
+    assert all(row[op] > 0 for row in timed.values() for op in serializer.OPERATIONS)
+
+
 def _check_files(out: Path, backend: str) -> None:
     markdown = (out / "results.md").read_text(encoding="utf-8")
-    for heading in ("### Poll latency", "### Throughput", "### Enqueue rate", "### Worker memory"):
+    for heading in (
+        "### Poll latency",
+        "### Throughput",
+        "### Enqueue rate",
+        "### Worker memory",
+        "### Serializer",
+    ):
         assert heading in markdown
     assert "| compact jobs/s | compact / library |" in markdown
     assert f"| {backend} |" in markdown
@@ -603,3 +617,11 @@ def test_versus_times_the_serializer_of_both_versions_in_turns(tmp_path: Path) -
 def test_the_serializer_table_says_refused_where_a_version_fails() -> None:
     row: dict[str, float | None] = {"encode": None, "decode": 2.0, "decode exact": 3.25}
     assert serializer.table({"deep": row}).splitlines()[-1] == "| deep | refused | 2.0 | 3.2 |"
+
+
+def test_the_serializer_section_runs_once_whatever_the_backends(tmp_path: Path) -> None:
+    backends = [BackendSpec("conformance.builtin:memory"), BackendSpec("no_such_module:factory")]
+    results = run_all(backends, TINY.with_(benchmarks=("serializer",)), tmp_path, Progress())
+    (entry,) = results["benchmarks"]["serializer"]
+    assert entry["factory"] == "conformance.builtin:memory" and "error" not in entry
+    assert "### Serializer" in (tmp_path / "results.md").read_text(encoding="utf-8")

@@ -33,7 +33,7 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     """
 
     dialect: ClassVar[str] = "postgresql"
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
     _driver_error: ClassVar[type[Exception]] = psycopg.Error
     codec: PostgresBackend
 
@@ -82,6 +82,28 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         except psycopg.DataError:
             # A stored time Python cannot hold: read with the lenient loaders, as PostgresBackend does.
             return lenient_row(cursor.pgresult, cursor.connection)
+
+    async def server_time_limits(self) -> dict[str, float] | None:
+        """The server's limits on a transaction's life, in seconds, by setting name (only those set).
+
+        Read (sql/postgresql/sessions.sql) on a connection of the worker's own, as a transaction takes it
+        (from the pool, or the factory's, kept for the next transaction), then rolled back; never on a
+        caller's.
+        """
+        conn = await self._checkout()
+        try:
+            try:
+                async with conn.cursor(row_factory=tuple_row) as cursor:
+                    await cursor.execute(sql.sessions("postgresql")["time_limits"])
+                    rows = await cursor.fetchall()
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.rollback()
+        except psycopg.Error as exc:
+            self._raise(exc)
+        finally:
+            await self._checkin(conn)
+        return {str(name): int(ms) / 1000 for name, ms in rows if ms is not None and int(ms) > 0}
 
     # -- notifications (AsyncNotifications) ------------------------------------------------------------
 
