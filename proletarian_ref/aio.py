@@ -20,11 +20,13 @@ from proletarian_ref._async.unique_claims import enqueued_before
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ProletarianError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.job import (
     DEFAULT_NOTIFY,
     JobSpec,
+    _at_index,
+    _Enqueuing,
     _enqueuing,
     _job_record,
     _record_stream,
@@ -53,7 +55,8 @@ __all__ = [
 
 
 def backend_for_connection(conn: Any) -> AsyncBackend:
-    """The asyncio backend that runs enqueue on `conn`: psycopg's AsyncConnection for now."""
+    """The asyncio backend that runs enqueue on `conn`: psycopg's AsyncConnection, asyncpg's connections,
+    aiomysql's Connection."""
     own = getattr(conn, "proletarian_backend", None)
     if callable(own):
         return _checked(own())
@@ -68,8 +71,16 @@ def backend_for_connection(conn: Any) -> AsyncBackend:
         from proletarian_ref.backends.asyncpg_enqueue import AsyncpgEnqueueBackend
 
         return _ENQUEUE_BACKENDS.setdefault("asyncpg", AsyncpgEnqueueBackend())  # type: ignore[arg-type]
+    if type(conn).__module__.split(".", 1)[0] == "aiomysql":
+        import aiomysql
+
+        from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+        if isinstance(conn, aiomysql.Connection):
+            return _ENQUEUE_BACKENDS.setdefault("mysql", AsyncMySQLBackend(None))
     raise ConfigurationError(
-        "proletarian_ref.aio takes a psycopg.AsyncConnection or an asyncpg connection (or backend=an "
+        "proletarian_ref.aio takes a psycopg.AsyncConnection, an asyncpg connection or an aiomysql "
+        "Connection (or backend=an "
         f"AsyncBackend), got "
         f"{type(conn).__module__}.{type(conn).__name__}"
     )
@@ -97,14 +108,27 @@ def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
             "an awaitable AsyncConnection, or an AsyncBackend); a threaded one goes to proletarian_ref's "
             "create_queue_worker"
         )
+    if _driver_module(data_source) == "aiomysql":
+        from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+        return AsyncMySQLBackend(data_source), True
     if not callable(data_source) and type(data_source).__module__.split(".", 1)[0] != "psycopg_pool":
         raise ConfigurationError(
-            f"data_source must be a psycopg_pool.AsyncConnectionPool or a zero-argument callable returning "
-            f"an awaitable psycopg.AsyncConnection, got {type(data_source).__name__}"
+            f"data_source must be a psycopg_pool.AsyncConnectionPool, an aiomysql.Pool or a zero-argument "
+            f"callable returning an awaitable psycopg.AsyncConnection, got {type(data_source).__name__}"
         )
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
     return AsyncPostgresBackend(data_source), True
+
+
+def _driver_module(data_source: Any) -> str:
+    """The top-level package of a pool, or of the function a functools.partial factory calls."""
+    target = getattr(data_source, "func", data_source)  # functools.partial(aiomysql.connect, ...)
+    module = target.__module__ if callable(target) and hasattr(target, "__module__") else None
+    if target is data_source or not isinstance(module, str):
+        module = type(data_source).__module__
+    return module.split(".", 1)[0]
 
 
 async def _caller_connection(conn: Any) -> Any:
@@ -145,17 +169,21 @@ async def enqueue(
 ) -> Any:
     """proletarian_ref.enqueue, awaited, on the caller's async connection and transaction, never committing.
 
-    `conn` is a psycopg AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection (docs/sqlalchemy.md).
+    `conn` is a psycopg AsyncConnection, an asyncpg connection, an aiomysql Connection, or a SQLAlchemy
+    AsyncSession or AsyncConnection (docs/sqlalchemy.md).
 
     The same options, checks, errors and row: everything is checked and encoded before the INSERT. A
     `unique_key` takes the same side table row as the threaded API's (docs/unique.md).
     """
     conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
-    setup = _enqueuing(
+    given = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
     )
+    setup, check_payload = _awaited_payload_check(given)
     job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
+    if check_payload is not None:
+        await check_payload(conn, setup.table, setup.archive, record.payload)
     if unique_key is not None:
         key = unique_key_of(unique_key)
         decode = setup.strategy.decode_id
@@ -186,9 +214,10 @@ async def enqueue_many(
     the threaded API claims it: a job whose key a live job holds is answered with that job's id."""
     conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
-    setup = _enqueuing(
+    given = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
     )
+    setup, check_payload = _awaited_payload_check(given)
     items = jobs if type(jobs) is list or type(jobs) is tuple else list(jobs)
     keyed = any(type(item) is JobSpec and item.unique_key is not None for item in items)
     keys = batch_unique_keys(items) if keyed else None
@@ -198,6 +227,15 @@ async def enqueue_many(
         pass
     if not records:
         return []
+    if check_payload is not None:
+        for index, record in enumerate(records):
+            try:
+                await check_payload(conn, setup.table, setup.archive, record.payload)
+            except ProletarianError as exc:
+                error = _at_index(exc, index)
+                if error is exc:
+                    raise
+                raise error from exc
     if keys is not None:
         decode = setup.strategy.decode_id
         new_ids = [record.job_id for record in records]
@@ -216,6 +254,17 @@ async def enqueue_many(
     if ids[0] is not None:
         return ids
     return [setup.strategy.decode_id(value) for value in stored]
+
+
+def _awaited_payload_check(
+    setup: _Enqueuing,
+) -> tuple[_Enqueuing, Callable[[Any, TableName, TableName, str], Awaitable[None]] | None]:
+    """`setup` without a backend's awaited check_payload (the shared encoding calls it unawaited), and
+    that check, for enqueue to await before its INSERT; (setup, None) for a check that is not awaited."""
+    check = setup.check_payload
+    if check is not None and inspect.iscoroutinefunction(check):
+        return setup._replace(check_payload=None), check
+    return setup, None
 
 
 async def _announce(conn: Any, backend: AsyncBackend, table: TableName, queues: list[str]) -> None:
@@ -550,11 +599,12 @@ def create_queue_worker(
 ) -> AsyncQueueWorker:
     """proletarian_ref.create_queue_worker for asyncio, with the same options and defaults
     (proletarian_ref.worker.WORKER_OPTION_DEFAULTS). `handler_fn` is a coroutine function; the data source
-    a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, or an
-    AsyncBackend; `worker_threads` the number of polling tasks. Nothing runs until `await start()` or
-    `async with`. failed_job_fn, retry_strategy_fn and on_shutdown may be plain or coroutine functions.
-    With install_shutdown_hook, start() makes SIGTERM and SIGINT stop the worker and end the process, as
-    the threaded hook does, through the running loop's signal handlers (proletarian_ref.aio_shutdown_hook).
+    a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, an aiomysql.Pool
+    or functools.partial of aiomysql.connect, or an AsyncBackend; `worker_threads` the number of polling
+    tasks. Nothing runs until `await start()` or `async with`. failed_job_fn, retry_strategy_fn and
+    on_shutdown may be plain or coroutine functions. With install_shutdown_hook, start() makes SIGTERM and
+    SIGINT stop the worker and end the process, as the threaded hook does, through the running loop's
+    signal handlers (proletarian_ref.aio_shutdown_hook).
     """
     unknown = sorted(set(options) - set(WORKER_OPTION_DEFAULTS))
     if unknown:

@@ -111,8 +111,8 @@ def transaction_is_open(conn: Any) -> bool | None:
     if status is not None:  # psycopg 3, sync or async
         return not getattr(conn, "closed", False) and int(status) in _PG_OPEN
     server_status = getattr(conn, "server_status", None)
-    if isinstance(server_status, int):  # PyMySQL
-        return bool(getattr(conn, "open", True)) and bool(server_status & _MYSQL_IN_TRANS)
+    if isinstance(server_status, int):  # PyMySQL, aiomysql
+        return _mysql_open(conn) and bool(server_status & _MYSQL_IN_TRANS)
     return None
 
 
@@ -122,5 +122,14 @@ def connection_is_lost(conn: Any) -> bool | None:
     if getattr(conn, "info", None) is not None and hasattr(conn, "closed"):  # psycopg 3: closed or BAD
         return bool(conn.closed)
     if isinstance(getattr(conn, "server_status", None), int):  # PyMySQL drops its socket when lost
-        return not getattr(conn, "open", True)
+        return not _mysql_open(conn)
     return None
+
+
+def _mysql_open(conn: Any) -> bool:
+    """Whether a PyMySQL (`open`) or aiomysql (`closed`, which closes its socket when lost) connection is
+    still connected."""
+    is_open = getattr(conn, "open", None)
+    if is_open is not None:
+        return bool(is_open)
+    return not getattr(conn, "closed", False)
