@@ -16,9 +16,11 @@ from benchmarks.common import (
     require_sql,
     truncate,
 )
+from benchmarks.costs import RoundTrips, ServerCpu, client_cpu_s, server_cpu_reason
 from benchmarks.profiling import profile_paths
 from benchmarks.progress import Progress
 from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason
+from benchmarks.server_limit import limit_rate, limit_skip_reason
 from benchmarks.settings import Settings
 from benchmarks.workers import DrainRun, Mode, measure_rate, processes_skip_reason, raw_skip_reason
 from conformance.harness import Harness
@@ -85,6 +87,28 @@ def pgbench_drain(filler: QueueFiller, connections: int, settings: Settings) -> 
     return pgbench_rate(require_sql(filler.harness)[0], connections, seconds)
 
 
+# A first guess at the server's limit, jobs a second, to size the queue before it was measured once.
+LIMIT_FIRST_GUESS_JOBS_PER_S = {1: 15_000, 10: 60_000}
+
+
+def limit_drain(
+    filler: QueueFiller, connections: int, per_commit: int, settings: Settings, last: dict[int, float]
+) -> dict[str, Any]:
+    """The server's own limit for the whole job at `connections`, `per_commit` jobs a transaction, on the
+    (topped-up) same queue; `last` keeps each per_commit's latest rate to size the next queue and calls."""
+    seconds = max(1.0, round(settings.throughput_window_s))
+    for _attempt in range(3):
+        guess = last.get(per_commit) or LIMIT_FIRST_GUESS_JOBS_PER_S.get(per_commit, 60_000)
+        filler.top_up(at_least=int(2 * guess * seconds) + 1000)
+        result = limit_rate(filler.harness, connections, per_commit, seconds, guess)
+        last[per_commit] = max(result["jobs_per_s"], 1.0)
+        if not result["ran_dry"]:
+            return result
+        # The queue ran out before the time did: this rate is the load's; again with twice the rows.
+        last[per_commit] = 2 * guess
+    raise RuntimeError(f"the server's limit ran its queue dry three times at {connections} connections")
+
+
 def drain_rate(
     filler: QueueFiller,
     spec: BackendSpec,
@@ -110,10 +134,30 @@ def drain_rate(
         settings.polling_interval_ms,
         batch_size=batch_size if mode == "library" else 1,
     )
+    drained = harness or filler.harness
+    trips = RoundTrips()
+    server: list[ServerCpu] = []
+
+    def costs() -> dict[str, float]:
+        # Read at the window's edges, once the drain's connections are open.
+        found = {"client_cpu_us": client_cpu_s(run.pids) * 1e6}
+        if not server and server_cpu_reason(drained) is None:
+            server.append(ServerCpu(drained, run.pids))
+        if server and server[0].reason is None:
+            found["server_cpu_us"] = server[0].seconds() * 1e6
+        if processes == 1:
+            found["round_trips"] = float(trips.count)
+        return found
+
     try:
-        return measure_rate(
-            run, count_rows(filler.harness), settings.throughput_warmup_s, settings.throughput_window_s
-        )
+        with trips.installed() if processes == 1 else contextlib.nullcontext(trips):
+            return measure_rate(
+                run,
+                count_rows(filler.harness),
+                settings.throughput_warmup_s,
+                settings.throughput_window_s,
+                costs,
+            )
     finally:
         run.stop()
 
@@ -134,6 +178,19 @@ def summarize(row: dict[str, Any], modes: list[str]) -> None:
         row["round_ratios"] = [round(r, 3) for r in ratios]
         row["ratio"] = statistics.median(ratios)
         row["pass"] = row["ratio"] >= TARGET_RATIO
+    if row.get("limit_rounds"):
+        row["limit_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row["limit_rounds"])
+        for mode in modes:
+            ratios = paired_ratios(row, mode, "limit")
+            if ratios:
+                # Library rows in batch mode run against the limit at the same jobs a commit.
+                row[f"{mode}_ratio_limit"] = statistics.median(ratios)
+        if row.get("pgbench_rounds"):
+            row["pgbench_ratio_limit"] = statistics.median(paired_ratios(row, "pgbench", "limit"))
+    for mode in modes:
+        per_job = [r["per_job"] for r in row[f"{mode}_rounds"] if "per_job" in r]
+        for key in sorted({k for p in per_job for k in p}):
+            row[f"{mode}_{key}_per_job"] = statistics.median(p[key] for p in per_job if key in p)
     if row.get("pgbench_rounds"):
         row["pgbench_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row["pgbench_rounds"])
         row["ratio_pgbench"] = statistics.median(pgbench_ratios(row))
@@ -164,12 +221,19 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             plans["compact"] = ("library", compact, compact_harness)
         # The server's ceiling (PostgreSQL): pgbench at the same connections, one job a transaction only.
         pgbench_reason = pgbench_skip_reason(harness)
+        # The server's limit for the whole job (claim, archive, delete inside the server), at the
+        # configurations of settings.limit_points, the row's jobs a commit.
+        limit_reason = limit_skip_reason(harness)
+        limit_points = set() if limit_reason else set(settings.limit_points)
+        limit_configs = sum(1 for p, t, _ in configs if (p, t) in limit_points)
+        last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)
         pgbench_configs = 0 if pgbench_reason else single
         compact_configs = single if compact is not None else 0
         task = progress.task(
             f"{harness.name}: throughput",
-            (len(configs) * len(modes) + pgbench_configs + compact_configs) * settings.throughput_rounds,
+            (len(configs) * len(modes) + pgbench_configs + compact_configs + limit_configs)
+            * settings.throughput_rounds,
         )
         filler = QueueFiller(harness, settings.throughput_preload)
         rows: list[dict[str, Any]] = []
@@ -206,6 +270,14 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                         )
                     )
                     progress.advance(task)
+                if (processes, threads) in limit_points:
+                    progress.describe(
+                        task, f"{harness.name}: throughput, {processes * threads} server limit x{batch_size}"
+                    )
+                    row.setdefault("limit_rounds", []).append(
+                        limit_drain(filler, processes * threads, batch_size, settings, last_limit)
+                    )
+                    progress.advance(task)
                 if batch_size == 1 and not pgbench_reason:
                     progress.describe(task, f"{harness.name}: throughput, {processes * threads} pgbench")
                     row.setdefault("pgbench_rounds", []).append(
@@ -225,6 +297,11 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             result["raw_skipped"] = raw_reason
         if pgbench_reason:
             result["pgbench_skipped"] = pgbench_reason
+        if limit_reason:
+            result["limit_skipped"] = limit_reason
+        cpu_reason = server_cpu_reason(harness)
+        if cpu_reason:
+            result["server_cpu_skipped"] = cpu_reason
         if settings.profile and not raw_reason:
             ptask = progress.task(f"{harness.name}: profile", 1)
             truncate(harness)
