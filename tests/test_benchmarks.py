@@ -30,6 +30,7 @@ from benchmarks.common import (  # noqa: E402
     open_harness,
     percentile,
     require_sql,
+    run_sql,
     summarize_ms,
 )
 from benchmarks.enqueue_rate import library_enqueue, library_enqueue_many  # noqa: E402
@@ -40,6 +41,7 @@ from benchmarks.raw import raw_enqueue, raw_enqueue_batched  # noqa: E402
 from benchmarks.report import summary  # noqa: E402
 from benchmarks.runner import failures, run_all  # noqa: E402
 from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason, script  # noqa: E402
+from benchmarks.server_limit import limit_rate, limit_skip_reason  # noqa: E402
 from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
 from conformance.harness import SqlHarness  # noqa: E402
 
@@ -603,3 +605,26 @@ def test_versus_times_the_serializer_of_both_versions_in_turns(tmp_path: Path) -
 def test_the_serializer_table_says_refused_where_a_version_fails() -> None:
     row: dict[str, float | None] = {"encode": None, "decode": 2.0, "decode exact": 3.25}
     assert serializer.table({"deep": row}).splitlines()[-1] == "| deep | refused | 2.0 | 3.2 |"
+
+
+@pytest.mark.parametrize("fixture", ["pg_db", "mysql_db"])
+@pytest.mark.parametrize("per_commit", [1, 10])
+def test_the_server_limit_does_the_whole_job_archiving_each_job_it_counts_once(
+    fixture: str, per_commit: int, request: pytest.FixtureRequest
+) -> None:
+    # The limit is only the server's limit for *this* work if it claims, archives (attempts + 1, the
+    # status) and deletes every job it counts, exactly once, and leaves nothing of its own behind.
+    harness: SqlHarness = request.getfixturevalue(fixture)
+    assert limit_skip_reason(harness) is None, "pgbench and mariadb-slap (or mysqlslap) must be installed"
+    bulk_load(harness, 0, 20_000, "due")
+    measured = limit_rate(harness, 2, per_commit, 1, 2_000)
+    done = measured["jobs"]
+    assert done > 0 and measured["jobs_per_s"] > 0 and not measured["ran_dry"]
+    assert count_rows(harness) == 20_000 - done
+    archived = harness.archived_jobs()
+    assert len(archived) == done
+    assert {(job.status, job.attempts) for job in archived} == {(":success", 1)}
+    assert len({job.job_id for job in archived}) == done
+    if fixture == "mysql_db":
+        leftovers = run_sql(harness, "SHOW DATABASES LIKE 'bench\\_limit\\_%%'")
+        assert leftovers == [], "the throwaway database of the procedure must be dropped"
