@@ -57,7 +57,8 @@ class ServerCpu:
             ports = sorted(_client_ports(client_pids, server_port))
             cursor = conn.cursor()
             cursor.execute(
-                "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s) AND datname = current_database()",
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE client_port = ANY(%s) AND datname = current_database()",
                 (ports,),
             )
             pids = [int(row[0]) for row in cursor.fetchall()]

@@ -283,7 +283,14 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
         )
         out.append("")
         out += _table(
-            ["backend", "processes x threads", "drain", "client CPU µs/job", "server CPU µs/job", "round trips/job"],
+            [
+                "backend",
+                "processes x threads",
+                "drain",
+                "client CPU µs/job",
+                "server CPU µs/job",
+                "round trips/job",
+            ],
             costs,
         )
         out.append("")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import (
@@ -107,6 +108,31 @@ def limit_drain(
         # The queue ran out before the time did: this rate is the load's; again with twice the rows.
         last[per_commit] = 2 * guess
     raise RuntimeError(f"the server's limit ran its queue dry three times at {connections} connections")
+
+
+def server_drains(
+    row: dict[str, Any],
+    filler: QueueFiller,
+    settings: Settings,
+    *,
+    limit: dict[int, float] | bool,
+    pgbench: bool,
+    tick: Callable[[str], None],
+    done: Callable[[], None],
+) -> None:
+    """A round's drains without Python: the server's limit (when `limit` is the latest-rate memo) at the
+    row's jobs a commit, and pgbench of Proletarian's statements (when `pgbench`)."""
+    connections, per_commit = row["concurrency"], row.get("batch_size", 1)
+    if isinstance(limit, dict):
+        tick(f"{connections} server limit x{per_commit}")
+        row.setdefault("limit_rounds", []).append(
+            limit_drain(filler, connections, per_commit, settings, limit)
+        )
+        done()
+    if pgbench:
+        tick(f"{connections} pgbench")
+        row.setdefault("pgbench_rounds", []).append(pgbench_drain(filler, connections, settings))
+        done()
 
 
 def drain_rate(
@@ -225,16 +251,13 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         # configurations of settings.limit_points, the row's jobs a commit.
         limit_reason = limit_skip_reason(harness)
         limit_points = set() if limit_reason else set(settings.limit_points)
-        limit_configs = sum(1 for p, t, _ in configs if (p, t) in limit_points)
         last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)
-        pgbench_configs = 0 if pgbench_reason else single
-        compact_configs = single if compact is not None else 0
-        task = progress.task(
-            f"{harness.name}: throughput",
-            (len(configs) * len(modes) + pgbench_configs + compact_configs + limit_configs)
-            * settings.throughput_rounds,
+        drains = len(configs) * len(modes) + (0 if pgbench_reason else single)
+        drains += (single if compact is not None else 0) + sum(
+            1 for p, t, _ in configs if (p, t) in limit_points
         )
+        task = progress.task(f"{harness.name}: throughput", drains * settings.throughput_rounds)
         filler = QueueFiller(harness, settings.throughput_preload)
         rows: list[dict[str, Any]] = []
         for processes, threads, batch_size in configs:
@@ -270,20 +293,15 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                         )
                     )
                     progress.advance(task)
-                if (processes, threads) in limit_points:
-                    progress.describe(
-                        task, f"{harness.name}: throughput, {processes * threads} server limit x{batch_size}"
-                    )
-                    row.setdefault("limit_rounds", []).append(
-                        limit_drain(filler, processes * threads, batch_size, settings, last_limit)
-                    )
-                    progress.advance(task)
-                if batch_size == 1 and not pgbench_reason:
-                    progress.describe(task, f"{harness.name}: throughput, {processes * threads} pgbench")
-                    row.setdefault("pgbench_rounds", []).append(
-                        pgbench_drain(filler, processes * threads, settings)
-                    )
-                    progress.advance(task)
+                server_drains(
+                    row,
+                    filler,
+                    settings,
+                    limit=(processes, threads) in limit_points and last_limit,
+                    pgbench=batch_size == 1 and not pgbench_reason,
+                    tick=lambda what: progress.describe(task, f"{harness.name}: throughput, {what}"),
+                    done=lambda: progress.advance(task),
+                )
             summarize(row, row_modes)
             rows.append(row)
         progress.done(task)
@@ -293,15 +311,13 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             "target_ratio": TARGET_RATIO,
             "rows": rows,
         }
-        if raw_reason:
-            result["raw_skipped"] = raw_reason
-        if pgbench_reason:
-            result["pgbench_skipped"] = pgbench_reason
-        if limit_reason:
-            result["limit_skipped"] = limit_reason
-        cpu_reason = server_cpu_reason(harness)
-        if cpu_reason:
-            result["server_cpu_skipped"] = cpu_reason
+        skipped = {
+            "raw_skipped": raw_reason,
+            "pgbench_skipped": pgbench_reason,
+            "limit_skipped": limit_reason,
+            "server_cpu_skipped": server_cpu_reason(harness),
+        }
+        result.update((key, reason) for key, reason in skipped.items() if reason)
         if settings.profile and not raw_reason:
             ptask = progress.task(f"{harness.name}: profile", 1)
             truncate(harness)
