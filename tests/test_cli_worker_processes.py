@@ -149,3 +149,39 @@ def test_metrics_port_with_several_processes_is_a_usage_error(
     )
     assert result.code == ExitCode.USAGE_ERROR
     assert "--metrics-port serves one process's metrics" in result.err
+
+
+def test_a_second_signal_makes_every_process_exit_at_once(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 20})
+    process = _start(database, "ignores_stop")
+    wait_for(marker.exists, timeout=60, what="the job to start", process=process)
+    # Back to back: the command must pass on two stops, not one merged signal.
+    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    assert re.search(r"worker process [12] of 2 \(pid \d+\) exited with code 130 while stopping", err), err
+    [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
+    assert job.attempts == 0
+
+
+def test_processes_whose_command_was_killed_stop_by_themselves(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
+    process = _start(database, "honours_stop")
+    assert process.stderr is not None
+    first_line = process.stderr.readline()
+    children = [int(pid) for pid in re.findall(r"pids (\d+), (\d+)", first_line)[0]]
+    wait_for(marker.exists, timeout=60, what="the job to start", process=process)
+    process.kill()  # SIGKILL: the command cannot pass anything on
+    process.communicate(timeout=10)
+    wait_for(lambda: not any(_alive(pid) for pid in children), timeout=30, what="both children to stop")
+    # The one holding the job saw the stop (proletarian_ref.sleep raised) and left it queued.
+    [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
+    assert job.attempts == 0
+    assert database.archived_jobs() == []

@@ -3,10 +3,10 @@
 Each child is the same `worker` command with `--processes 1`, so it has its own threads, connections and
 interpreter (no shared GIL), and keeps every promise of a single worker: a stop drains its jobs in flight
 and releases the rest. The children run in a session of their own, so a terminal's Ctrl-C reaches only the
-parent, which passes each SIGINT/SIGTERM on once: the first stops every child, draining; a second makes
-them exit at once, as it makes a single worker. A child that ends before any stop was asked (a crash, a
-lost schema) stops the others, and the command exits non-zero naming it. A child whose parent is gone
-(killed with SIGKILL) stops itself (see `PARENT_ENV`).
+parent, which passes each SIGINT/SIGTERM on: the first as SIGTERM, which stops every child, draining; a
+second as SIGINT (two SIGTERMs close together would reach a child as one), which makes them exit at once.
+A child that ends before any stop was asked (a crash, a lost schema) stops the others, and the command
+exits non-zero naming it. A child whose parent is gone (killed with SIGKILL) stops itself (`PARENT_ENV`).
 """
 
 from __future__ import annotations
@@ -59,9 +59,11 @@ def run_processes(argv: Sequence[str], count: int) -> int:
     signals_seen = 0
 
     def forward() -> None:
+        # SIGTERM first, SIGINT after: two of one signal sent close together reach a child as one.
+        sent = signal.SIGTERM if signals_seen <= 1 else signal.SIGINT
         for child in children:
             if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+                child.send_signal(sent)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         nonlocal signals_seen
