@@ -520,6 +520,19 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "compact / library", r["compact_ratio"]]
                 )
+            for mode, label in (
+                ("library", "batch" if r.get("batch_size", 1) > 1 else "library"),
+                ("compact", "compact"),
+            ):
+                if f"{mode}_ratio_limit" in r:
+                    rows.append(
+                        [
+                            e["backend"],
+                            f"throughput {_config(r, 'x')}",
+                            f"{label} / server limit",
+                            r[f"{mode}_ratio_limit"],
+                        ]
+                    )
     for e in _entries(results, "enqueue_rate"):
         for r in e.get("rows", []):
             if "ratio" in r:

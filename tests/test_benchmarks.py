@@ -105,12 +105,32 @@ def _check_poll_and_throughput(results: dict[str, Any], out: Path, backend: str,
             assert len(row["compact_rounds"]) == TINY.throughput_rounds
         else:
             assert "compact_rounds" not in row
+        if sql and (row["processes"], row["threads"]) in TINY.limit_points:
+            # The server's limit at the row's jobs a commit, in every round, and each mode's ratio to it.
+            assert [r["per_commit"] for r in row["limit_rounds"]] == [row.get("batch_size", 1)] * len(
+                row["limit_rounds"]
+            )
+            assert len(row["limit_rounds"]) == TINY.throughput_rounds
+            assert row["limit_jobs_per_s"] > 0 and row["library_ratio_limit"] > 0
+            assert row["raw_ratio_limit"] > 0
+            assert ("compact_ratio_limit" in row) == (row.get("batch_size", 1) == 1)
+        else:
+            assert "limit_rounds" not in row
+        if sql:
+            # What a job costs: the client's CPU always, round trips in one process, server CPU on PostgreSQL.
+            # (Present; the kernel counts CPU in clock ticks, so a tiny window may read none.)
+            assert row["library_client_cpu_us_per_job"] >= 0
+            assert ("library_round_trips_per_job" in row) == (row["processes"] == 1)
+            assert ("library_server_cpu_us_per_job" in row) == (backend == "postgresql")
     if sql:
+        assert "limit_skipped" not in throughput
+        assert "| library of limit |" in (out / "results.md").read_text(encoding="utf-8")
         profile = throughput["profile"]
         assert profile["library"]["us_per_job"] > 0 and profile["raw"]["us_per_job"] > 0
         assert (out / f"profile_{backend}.txt").read_text(encoding="utf-8").startswith("===== library")
     else:
         assert "raw_skipped" in throughput
+        assert "limit_skipped" in throughput
 
 
 def _check_the_rest(results: dict[str, Any], sql: bool) -> None:
@@ -423,10 +443,17 @@ def test_summary_lists_every_ratio_and_each_peer_against_ours() -> None:
         }
     }
     results["benchmarks"]["throughput"][0]["rows"][0]["ratio_pgbench"] = 0.71
+    results["benchmarks"]["throughput"][0]["rows"][0]["library_ratio_limit"] = 0.42
+    results["benchmarks"]["throughput"][0]["rows"][0]["compact_ratio_limit"] = 0.47
+    batch_row = {"processes": 2, "threads": 2, "batch_size": 10, "ratio": 4.0, "library_ratio_limit": 0.61}
+    results["benchmarks"]["throughput"][1]["rows"].append(batch_row)
     table = "\n".join(summary(results))
     assert "| postgresql | throughput 1x4 | library / raw | 0.93 |" in table
     assert "| postgresql | throughput 1x4 | library / pgbench | 0.71 |" in table
     assert "| mysql | throughput 2x2 | library / raw | 0.88 |" in table
+    assert "| postgresql | throughput 1x4 | library / server limit | 0.42 |" in table
+    assert "| postgresql | throughput 1x4 | compact / server limit | 0.47 |" in table
+    assert "| mysql | throughput 2x2 batch 10 | batch / server limit | 0.61 |" in table
     assert "| mysql | enqueue 100/txn | library / raw | 0.80 |" in table
     assert "| postgresql | drain 1,000 jobs | pgqueuer / proletarian-ref | 2.00 |" in table
 
