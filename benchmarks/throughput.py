@@ -15,6 +15,7 @@ from benchmarks.common import (
     count_rows,
     open_harness,
     require_sql,
+    sql_dialect,
     truncate,
 )
 from benchmarks.costs import RoundTrips, ServerCpu, client_cpu_s, server_cpu_reason
@@ -98,6 +99,13 @@ def limit_drain(
     """The server's own limit for the whole job at `connections`, `per_commit` jobs a transaction, on the
     (topped-up) same queue; `last` keeps each per_commit's latest rate to size the next queue and calls."""
     seconds = max(1.0, round(settings.throughput_window_s))
+    if per_commit not in last and sql_dialect(filler.harness) == "mysql":
+        # mysqlslap runs a fixed number of calls, not a time: a short first drain (ten calls a
+        # connection) sizes the measured one, which a guess could make last a minute on a slow server.
+        filler.top_up()
+        last[per_commit] = max(
+            limit_rate(filler.harness, connections, per_commit, seconds, 0)["jobs_per_s"], 1.0
+        )
     for _attempt in range(3):
         guess = last.get(per_commit) or LIMIT_FIRST_GUESS_JOBS_PER_S.get(per_commit, 60_000)
         filler.top_up(at_least=int(2 * guess * seconds) + 1000)
