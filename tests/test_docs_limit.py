@@ -93,3 +93,17 @@ def test_the_targets_are_not_claimed_where_the_run_misses_them() -> None:
         for r in _rows(backend, "library_ratio_limit", batch=batch)
     )
     assert (lowest < 0.6) == ("**not met**" in _prose())
+
+
+def test_the_long_first_mariadb_limit_drains_quoted_are_the_runs() -> None:
+    def first_seconds(processes: int, threads: int, per_commit: int) -> str:
+        (row,) = [
+            r
+            for r in _rows("mysql", "limit_rounds", batch=per_commit > 1)
+            if (r["processes"], r["threads"]) == (processes, threads)
+        ]
+        return f"{row['limit_rounds'][0]['seconds']:.0f} s"
+
+    assert (
+        f"ran {first_seconds(1, 1, 1)} and {first_seconds(1, 4, 10)} instead of about one second" in _prose()
+    )
