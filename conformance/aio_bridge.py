@@ -197,6 +197,17 @@ class BlockingBackend:
         return sorted({*super().__dir__(), *dir(self.backend)})
 
 
+def blocking_enqueue(conn: BlockingConnection, job_type: str, payload: Any, **options: Any) -> Any:
+    """proletarian_ref.aio.enqueue on the async connection `conn` views, waited for on its loop; a
+    BlockingBackend as `backend=` goes as the AsyncBackend it wraps."""
+    from proletarian_ref import aio
+
+    backend = options.get("backend")
+    if isinstance(backend, BlockingBackend):
+        options["backend"] = backend.backend
+    return conn._loop.run(aio.enqueue(conn.target, job_type, payload, **options))
+
+
 def blocking_backend_class(
     backend_class: Callable[[Callable[[], Awaitable[Any]]], AsyncBackend],
 ) -> Callable[[Callable[[], Any]], Any]:

@@ -28,6 +28,16 @@ SYNC_NAMES: Final = {
     "AsyncBatchClaim": "BatchClaim",
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
     "asettle": "settle",
+    # The side tables' stores (proletarian_ref/_async/unique_claims.py).
+    "AsyncSqlUniqueStore": "SqlUniqueStore",
+    "AsyncUniqueStore": "UniqueStore",
+    "_arun": "_run",
+    "arun": "run",
+    "arows": "rows",
+    "acount": "count",
+    "AbstractAsyncContextManager": "AbstractContextManager",
+    # The asyncio modules import each other by this package name; their threaded twins, _sync's.
+    "_async": "_sync",
 }
 
 

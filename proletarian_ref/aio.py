@@ -11,13 +11,17 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, cast
 
+from proletarian_ref import aio_shutdown_hook
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
+from proletarian_ref._async.job_tx import JobTransaction, current_job
+from proletarian_ref._async.unique_claims import enqueued_before
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
+from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.job import (
     DEFAULT_NOTIFY,
     JobSpec,
@@ -25,17 +29,27 @@ from proletarian_ref.job import (
     _job_record,
     _record_stream,
     announced_queues,
+    batch_unique_keys,
 )
 from proletarian_ref.job_ids import JobIdStrategy
 from proletarian_ref.keywords import DEFAULT_QUEUE
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.serializers import Serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
+from proletarian_ref.unique import UniqueKey, unique_key_of
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
 from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
 from proletarian_ref.worker_settings import job_settings
 
-__all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many", "process_next_job"]
+__all__ = [
+    "AsyncQueueWorker",
+    "JobTransaction",
+    "create_queue_worker",
+    "current_job",
+    "enqueue",
+    "enqueue_many",
+    "process_next_job",
+]
 
 
 def backend_for_connection(conn: Any) -> AsyncBackend:
@@ -127,12 +141,14 @@ async def enqueue(
     clock: Clock | None = None,
     backend: AsyncBackend | None = None,
     notify: bool = DEFAULT_NOTIFY,
+    unique_key: str | UniqueKey | None = None,
 ) -> Any:
     """proletarian_ref.enqueue, awaited, on the caller's async connection and transaction, never committing.
 
     `conn` is a psycopg AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection (docs/sqlalchemy.md).
 
-    The same options, checks, errors and row: everything is checked and encoded before the INSERT.
+    The same options, checks, errors and row: everything is checked and encoded before the INSERT. A
+    `unique_key` takes the same side table row as the threaded API's (docs/unique.md).
     """
     conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
@@ -140,6 +156,12 @@ async def enqueue(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
     )
     job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
+    if unique_key is not None:
+        key = unique_key_of(unique_key)
+        decode = setup.strategy.decode_id
+        held = await enqueued_before(conn, active, setup.table, decode, setup.now, [key], [record.job_id])
+        if held[0] is not None:
+            return held[0]
     stored_id = await active.enqueue(conn, setup.table, record)
     if notify:
         await _announce(conn, active, setup.table, announced_queues(setup, (record,)))
@@ -160,18 +182,30 @@ async def enqueue_many(
     notify: bool = DEFAULT_NOTIFY,
 ) -> list[Any]:
     """proletarian_ref.enqueue_many, awaited: every job is checked and encoded before any SQL runs, so a
-    bad one (its error's `index` set) writes no job of the batch."""
+    bad one (its error's `index` set) writes no job of the batch. A JobSpec's unique_key is claimed as
+    the threaded API claims it: a job whose key a live job holds is answered with that job's id."""
     conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
     setup = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
     )
+    items = jobs if type(jobs) is list or type(jobs) is tuple else list(jobs)
+    keyed = any(type(item) is JobSpec and item.unique_key is not None for item in items)
+    keys = batch_unique_keys(items) if keyed else None
     ids: list[Any] = []
     records: list[Any] = []
-    for _ in _record_stream(conn, setup, jobs, queue, ids, records):
+    for _ in _record_stream(conn, setup, items, queue, ids, records):
         pass
     if not records:
         return []
+    if keys is not None:
+        decode = setup.strategy.decode_id
+        new_ids = [record.job_id for record in records]
+        held = await enqueued_before(conn, active, setup.table, decode, setup.now, keys, new_ids)
+        ids = [own if holder is None else holder for own, holder in zip(ids, held, strict=True)]
+        records = [record for record, holder in zip(records, held, strict=True) if holder is None]
+        if not records:
+            return ids
     many = getattr(active, "enqueue_many", None)
     if many is not None:
         stored = await many(conn, setup.table, records)
@@ -233,9 +267,10 @@ class AsyncQueueWorker(WorkerCore):
 
     backend: AsyncBackend
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, install_shutdown_hook: bool = False, **kwargs: Any) -> None:
         # WorkerCore's arguments, as worker_arguments makes them.
         super().__init__(*args, **kwargs)
+        self._install_shutdown_hook = install_shutdown_hook
         self._stop_event = asyncio.Event()
         self._wake = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
@@ -249,6 +284,8 @@ class AsyncQueueWorker(WorkerCore):
         if self._started:
             return None
         self._started = True
+        if self._install_shutdown_hook:
+            aio_shutdown_hook.hook(self)
         for n in range(1, self._worker_threads + 1):
             self._tasks.append(asyncio.create_task(self._poll(n), name=f"{self.queue_worker_id}-{n}"))
         if self._listens:
@@ -271,6 +308,7 @@ class AsyncQueueWorker(WorkerCore):
             self._safe_log(ev.ALREADY_SHUT_DOWN, context)
             return True
         self._stopped = True
+        aio_shutdown_hook.unhook(self)
         self._safe_log(ev.SHUTTING_DOWN, context)
         self._stop_event.set()
         async with self._wake:
@@ -312,7 +350,10 @@ class AsyncQueueWorker(WorkerCore):
         return True
 
     def stopping(self) -> bool:
-        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back."""
+        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back.
+
+        Inside a handler, proletarian_ref.interrupted() says the same, or that the job's time is up.
+        """
         return self._stop_event.is_set()
 
     async def __aenter__(self) -> AsyncQueueWorker:
@@ -346,8 +387,12 @@ class AsyncQueueWorker(WorkerCore):
         run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
         if n > 1 and await self._wait_stop(random.uniform(0, min(self._interval, 1.0))):
             return
+        if n == 1:
+            await self._check_server_limits()
         failures = 0
         backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
+        if self._job_timeout_ms is not None:
+            handler_fn = self._timed_handler(n, handler_fn, self._job_timeout_ms)
         stop_event = self._stop_event
         while not stop_event.is_set():
             delay = self._interval
@@ -379,6 +424,56 @@ class AsyncQueueWorker(WorkerCore):
                 await self._wait_stop(delay)
             else:
                 await self._idle(delay, generation)
+
+    # -- the job timeout -------------------------------------------------------------------------------
+
+    async def _check_server_limits(self) -> None:
+        """Warn at start of a server limit shorter than the job bound, read on a connection of the worker's
+        own before its first transaction (never a caller's)."""
+        read = getattr(self.backend, "server_time_limits", None)
+        if read is None:
+            return
+        try:
+            limits = await read()
+        except Exception as exc:
+            self._server_limits_failed(exc)
+            return
+        self._log_server_limits(limits)
+
+    def _timed_handler(self, n: int, handler_fn: AsyncHandlerFn, timeout_ms: float) -> AsyncHandlerFn:
+        """handler_fn under task n's job bound: told at the deadline (interrupted() turns true), cancelled
+        after the grace; either way, once past its deadline its end is the job's JobTimeoutError.
+
+        Cancellation reaches the handler at its next await, with the transaction still the worker's, so
+        unlike a thread's the job's failure is written: attempts counted, retry_strategy_fn decides.
+        """
+        stopping = self._stop_event.is_set
+        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n}
+
+        async def timed(*args: Any, **kwargs: Any) -> object:
+            late = asyncio.Event()
+
+            def at_deadline() -> None:
+                late.set()
+                job = self._current_jobs.get(n, {})
+                self._safe_log(ev.JOB_TIMED_OUT, {**context, **job, **self._timeout_data()})
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.call_later(timeout_ms / 1000, at_deadline)
+            bound = asyncio.timeout((timeout_ms + self._grace_ms) / 1000)
+            token = bind_task_check(lambda: late.is_set() or stopping())
+            try:
+                async with bound:
+                    return await handler_fn(*args, **kwargs)
+            except Exception as exc:
+                if late.is_set() or bound.expired():
+                    raise JobTimeoutError(f"the job ran past job_timeout_ms={timeout_ms:g}") from exc
+                raise
+            finally:
+                deadline.cancel()
+                unbind_task_check(token)
+
+        return timed
 
     async def _stop_logging_errors(self) -> None:
         """stop() where no caller could catch its error (after a polling task's error)."""
@@ -458,18 +553,22 @@ def create_queue_worker(
     a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, or an
     AsyncBackend; `worker_threads` the number of polling tasks. Nothing runs until `await start()` or
     `async with`. failed_job_fn, retry_strategy_fn and on_shutdown may be plain or coroutine functions.
-    install_shutdown_hook is not supported yet (docs/worker.md, "asyncio")."""
+    With install_shutdown_hook, start() makes SIGTERM and SIGINT stop the worker and end the process, as
+    the threaded hook does, through the running loop's signal handlers (proletarian_ref.aio_shutdown_hook).
+    """
     unknown = sorted(set(options) - set(WORKER_OPTION_DEFAULTS))
     if unknown:
         raise TypeError(f"create_queue_worker() got unexpected keyword arguments: {', '.join(unknown)}")
     handler = _check_handler(handler_fn)
     merged = {**WORKER_OPTION_DEFAULTS, **options}
     check_worker_options(merged)
-    if install_shutdown_hook is not False:
-        raise ConfigurationError(
-            "install_shutdown_hook is not supported by the asyncio worker yet: stop it from your own signal "
-            "handler (loop.add_signal_handler) or leave an `async with` block"
-        )
     active, owns_backend = (backend, False) if backend is not None else backend_for_data_source(data_source)
     settings, arguments = worker_arguments(active, merged)
-    return AsyncQueueWorker(active, handler, settings, owns_backend=owns_backend, **arguments)
+    return AsyncQueueWorker(
+        active,
+        handler,
+        settings,
+        owns_backend=owns_backend,
+        install_shutdown_hook=bool(install_shutdown_hook),
+        **arguments,
+    )

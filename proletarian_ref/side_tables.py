@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
-from proletarian_ref.backend import Backend
+from proletarian_ref.backend import AsyncBackend, Backend
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.sql import parse_named_blocks, read_sql_file
 from proletarian_ref.tables import DEFAULT_JOB_TABLE, TableName, table_name
@@ -116,14 +116,44 @@ def exists(backend: Backend, conn: Any, feature: str, job_table: TableName) -> b
     """Whether the side table of `feature` is there for `job_table`; looked up once by whoever uses it."""
     if backend.dialect == "memory":
         return True
+    found = run(backend, conn, *exists_query(backend.dialect, feature, job_table), rows)
+    return bool(found and found[0][0])
+
+
+def exists_query(dialect: str, feature: str, job_table: TableName) -> tuple[str, dict[str, Any]]:
+    """The statement telling whether the side table of `feature` is there for `job_table`, and its
+    parameters: one row, true or false."""
     table = side_table(job_table, feature)
     params: dict[str, Any] = (
-        {"table": str(table)}
-        if backend.dialect == "postgresql"
-        else {"schema": table.schema, "name": table.name}
+        {"table": str(table)} if dialect == "postgresql" else {"schema": table.schema, "name": table.name}
     )
-    found = run(backend, conn, statement(backend.dialect, feature, "table_exists", job_table), params, rows)
-    return bool(found and found[0][0])
+    return statement(dialect, feature, "table_exists", job_table), params
+
+
+# -- the same on an asyncio backend's connection (the source of the generated threaded stores) ----------
+
+
+async def arun(
+    backend: Any, conn: Any, sql_text: str, params: dict[str, Any], read: Callable[[Any], Awaitable[_T]]
+) -> _T:
+    """run, awaited: one statement on the caller's async connection through the backend's statement
+    runner, `_execute(conn, sql, params, read)` with `read` awaited on its cursor (AsyncPostgresBackend's)."""
+    execute: Callable[..., Awaitable[_T]] | None = getattr(backend, "_execute", None)
+    if execute is None:
+        raise ConfigurationError(
+            f"the side tables (unique keys) on the asyncio API need a backend that runs statements on the "
+            f"caller's connection, _execute(conn, sql, params, read), as AsyncPostgresBackend (psycopg) "
+            f"does; {type(backend).__name__} has none"
+        )
+    return await execute(conn, sql_text, params, read)
+
+
+async def arows(cursor: Any) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in await cursor.fetchall()]
+
+
+async def acount(cursor: Any) -> int:
+    return int(cursor.rowcount)
 
 
 class SqlStore:
@@ -131,14 +161,23 @@ class SqlStore:
 
     feature: str
 
-    def __init__(self, backend: Backend, job_table: TableName) -> None:
-        self.backend = backend
+    def __init__(self, backend: Backend | AsyncBackend, job_table: TableName) -> None:
+        # Typed as the threaded stores use it; an asyncio store's only goes to arun, which takes either.
+        self.backend = cast(Backend, backend)
         self.dialect = backend.dialect
         self.job_table = job_table
 
     def _run(self, conn: Any, name: str, params: dict[str, Any], read: Callable[[Any], _T]) -> _T:
         """Run the statement `name` of the store's feature on `conn`; `read` of its cursor."""
         return run(
+            self.backend, conn, statement(self.dialect, self.feature, name, self.job_table), params, read
+        )
+
+    async def _arun(
+        self, conn: Any, name: str, params: dict[str, Any], read: Callable[[Any], Awaitable[_T]]
+    ) -> _T:
+        """_run on an asyncio connection (an asyncio store's; its generated threaded twin calls _run)."""
+        return await arun(
             self.backend, conn, statement(self.dialect, self.feature, name, self.job_table), params, read
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -70,3 +71,20 @@ def crashes_once(job_type: str, payload: Mapping[str, Any]) -> None:
     if not marker.exists():
         marker.write_text("crashed", encoding="utf-8")
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- coroutine handlers: the worker command runs them on the asyncio worker ----------------------------
+
+
+async def records_runs_async(job_type: str, payload: Mapping[str, Any]) -> None:
+    """records_runs as a coroutine: appends the job's n to payload["runs"], then fails if asked to."""
+    await asyncio.sleep(0)
+    records_runs(job_type, payload)
+
+
+async def sleeps_async(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Marks its start, then awaits asyncio.sleep(payload["seconds"]): the asyncio worker's stop cancels
+    it there at the shutdown deadline."""
+    _started(payload)
+    await asyncio.sleep(float(payload["seconds"]))
+    Path(str(payload["marker"]) + ".finished").write_text("finished", encoding="utf-8")

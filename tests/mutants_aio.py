@@ -9,6 +9,8 @@ from typing import Any
 
 from mutants import Mutant, _rewrite
 
+from proletarian_ref import side_tables
+from proletarian_ref._async.unique_claims import AsyncSqlUniqueStore
 from proletarian_ref.backend import JobRecord
 from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 from proletarian_ref.tables import TableName
@@ -58,6 +60,17 @@ class AsyncNeverCommits(AsyncPostgresBackend):
             await conn.rollback()
 
 
+class AsyncHandlerWritesCommitEarly(AsyncPostgresBackend):
+    """The job's savepoint commits the transaction when it is released: a handler's writes (and its
+    follow-up jobs) commit before, and apart from, the job's archive row."""
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self, conn: Any) -> AsyncIterator[None]:
+        async with super().savepoint(conn):
+            yield
+        await conn.commit()
+
+
 POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "aio_commit_before_handler",
@@ -85,9 +98,77 @@ POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
         batch_size=8,
     ),
     Mutant(
+        "aio_handler_writes_commit_early",
+        "the async job's savepoint commits at its release: a handler's writes commit apart from its archive",
+        AsyncHandlerWritesCommitEarly,
+        ("H1",),
+        fault=("write", "committed"),
+    ),
+    Mutant(
+        "aio_handler_savepoint_keeps_writes",
+        "the async job's savepoint rolls nothing back: a failed handler's writes commit with its failure",
+        AsyncSavepointKeepsWrites,
+        ("H2",),
+        fault=("savepoint",),
+    ),
+    Mutant(
         "aio_never_commits",
         "the async transaction rolls back at its end: nothing a job wrote stays",
         AsyncNeverCommits,
         ("A1", "P1"),
+    ),
+)
+
+
+# -- unique keys through aio.enqueue (conformance/side_tables.py's U clauses on the bridge) ---------------
+
+
+class _AsyncCheckThenInsertStore(AsyncSqlUniqueStore):
+    """Reads the key's row without a lock, then writes it over whatever another transaction put there."""
+
+    async def claim(self, conn: Any, key: str, job_id: Any, now: datetime) -> Any:
+        table = side_tables.side_table(self.job_table, "unique")
+        async with conn.cursor() as cursor:
+            await cursor.execute(f"SELECT job_id FROM {table} WHERE unique_key = %s", (key,))
+            row = await cursor.fetchone()
+            if row is not None:
+                return row[0]
+            await cursor.execute(
+                f"INSERT INTO {table} (unique_key, job_id, claimed_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (unique_key) DO UPDATE SET job_id = EXCLUDED.job_id",
+                (key, job_id, self._time(now)),
+            )
+        return job_id
+
+
+class AsyncUniqueCheckThenInsert(AsyncPostgresBackend):
+    """aio.enqueue checks a unique key before its row is locked: two open enqueues of one key both insert."""
+
+    unique_store = _AsyncCheckThenInsertStore
+
+
+class _AsyncReleasedWhileRunningStore(AsyncSqlUniqueStore):
+    async def holder_live(self, conn: Any, key: str, holder_id: Any, until: Any) -> bool:
+        return await super().holder_live(conn, key, holder_id, "started")
+
+
+class AsyncKeyReleasedWhileRunning(AsyncPostgresBackend):
+    """aio.enqueue frees a key once its job is claimed, before the archive commits: a retry has a twin."""
+
+    unique_store = _AsyncReleasedWhileRunningStore
+
+
+POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "aio_unique_check_then_insert",
+        AsyncUniqueCheckThenInsert.__doc__ or "",
+        AsyncUniqueCheckThenInsert,
+        ("U3",),
+    ),
+    Mutant(
+        "aio_key_released_while_running",
+        AsyncKeyReleasedWhileRunning.__doc__ or "",
+        AsyncKeyReleasedWhileRunning,
+        ("U2",),
     ),
 )

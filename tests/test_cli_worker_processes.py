@@ -185,3 +185,30 @@ def test_processes_whose_command_was_killed_stop_by_themselves(
     [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
     assert job.attempts == 0
     assert database.archived_jobs() == []
+
+
+def test_two_processes_of_a_coroutine_handler_run_every_job_once(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    # Each child runs the asyncio worker, as a single command with that handler would.
+    runs = tmp_path / "runs"
+    jobs = 20
+    for n in range(jobs):
+        _enqueue(capsys, database, {"runs": str(runs), "n": n})
+    process = _start(database, "records_runs_async", "--threads", "2")
+    if database.dialect == "mysql":
+        # No asyncio MySQL backend yet: the children refuse (exit 2), and the command passes that on.
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == ExitCode.USAGE_ERROR, err
+        assert "a coroutine handler on MySQL needs an asyncio MySQL backend" in err
+        assert "exited with code 2 without being asked to stop" in err
+        return
+    wait_for(
+        lambda: len(database.archived_jobs()) == jobs, timeout=60, what="every job archived", process=process
+    )
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.OK, err
+    ran = [int(n) for n in runs.read_text(encoding="utf-8").split()]
+    assert Counter(ran) == Counter(range(jobs)), "each job ran exactly once"
+    assert "all 2 worker processes stopped" in err

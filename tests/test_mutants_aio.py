@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from fix_db import _load
 from mutants import Mutant
-from mutants_aio import POSTGRESQL_ASYNC_MUTANTS
+from mutants_aio import POSTGRESQL_ASYNC_MUTANTS, POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS
 from test_mutants import _survivors
+from test_side_table_mutants import BriefSideTables
 
 from conformance import SqlHarness
 from conformance.aio_bridge import blocking_backend_class
@@ -36,4 +37,16 @@ def test_the_suite_catches_the_async_postgresql_mutant(
         blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
     )
     survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize("mutant", POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS, ids=lambda m: m.name)
+def test_the_side_table_clauses_catch_the_async_postgresql_mutant(
+    mutant: Mutant, pg_async_db_for_mutants: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    """The U clauses, whose keyed enqueues go through aio.enqueue on the bridge, fail each broken store."""
+    harness = pg_async_db_for_mutants.with_backend(
+        blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
+    )
+    survived = _survivors(mutant, harness, record_property, BriefSideTables)
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"

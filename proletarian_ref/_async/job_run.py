@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import AsyncHandlerFn, asettle
+from proletarian_ref._async.job_tx import JobTransaction
 from proletarian_ref.backend import (
     STATUS_FAILURE,
     STATUS_SUCCESS,
@@ -19,6 +20,7 @@ from proletarian_ref.backend import (
 )
 from proletarian_ref.clock import Clock, now_from
 from proletarian_ref.errors import FailedJobFnError, JobInterrupted, PayloadDecodeError
+from proletarian_ref.job_tx import CURRENT
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.retry import FailedJobFn, RetryData, RetryStrategyFn, parse_retry_strategy, retry_data
 from proletarian_ref.tables import TableName
@@ -55,7 +57,9 @@ async def run_next_job(
         job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
         if may_handle is not None and not may_handle(job_context):
             return False
-        failure = await handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+        failure = await run_handler(
+            backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+        )
         if failure is None:
             finished_at = settings.now()
             await archive_and_delete(
@@ -72,6 +76,32 @@ async def run_next_job(
         else:
             await write_failure(backend, conn, settings, record, job, failure, log, job_context)
         return not stop_event.is_set()
+
+
+async def run_handler(
+    backend: AsyncBackend,
+    conn: Any,
+    settings: JobSettings,
+    handler_fn: AsyncHandlerFn,
+    log: LogFn,
+    job: Job,
+    decode_error: PayloadDecodeError | None,
+    job_context: Mapping[str, Any],
+    stop_event: AEvent,
+) -> Exception | _GivenBack | None:
+    """handle_job with current_job() set for the handler: what it wrote in the job's transaction is kept
+    when it finished and undone otherwise (JobTransaction.finish), which raises JobTransactionError if
+    the handler ended the transaction itself."""
+    tx = JobTransaction(backend, conn, settings, job)
+    token = CURRENT.set(tx)
+    try:
+        outcome = await handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+    except BaseException as exc:
+        await tx.abandon(exc)  # the whole transaction rolls back after this
+        raise
+    finally:
+        CURRENT.reset(token)
+    return await tx.finish(outcome)
 
 
 async def handle_job(
@@ -233,7 +263,9 @@ async def run_next_batch(
             if may_handle is not None and not may_handle(job_context):
                 go_on = False
                 break
-            failure = await handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+            failure = await run_handler(
+                backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+            )
             if failure is None:
                 finished.append(record.job_id)
             elif failure is GIVEN_BACK:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import HandlerFn, settle
+from proletarian_ref._sync.job_tx import JobTransaction
 from proletarian_ref.backend import (
     STATUS_FAILURE,
     STATUS_SUCCESS,
@@ -20,6 +21,7 @@ from proletarian_ref.backend import (
 )
 from proletarian_ref.clock import Clock, now_from
 from proletarian_ref.errors import FailedJobFnError, JobInterrupted, PayloadDecodeError
+from proletarian_ref.job_tx import CURRENT
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.retry import FailedJobFn, RetryData, RetryStrategyFn, parse_retry_strategy, retry_data
 from proletarian_ref.tables import TableName
@@ -56,7 +58,9 @@ def run_next_job(
         job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
         if may_handle is not None and not may_handle(job_context):
             return False
-        failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+        failure = run_handler(
+            backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+        )
         if failure is None:
             finished_at = settings.now()
             archive_and_delete(
@@ -73,6 +77,32 @@ def run_next_job(
         else:
             write_failure(backend, conn, settings, record, job, failure, log, job_context)
         return not stop_event.is_set()
+
+
+def run_handler(
+    backend: Backend,
+    conn: Any,
+    settings: JobSettings,
+    handler_fn: HandlerFn,
+    log: LogFn,
+    job: Job,
+    decode_error: PayloadDecodeError | None,
+    job_context: Mapping[str, Any],
+    stop_event: Event,
+) -> Exception | _GivenBack | None:
+    """handle_job with current_job() set for the handler: what it wrote in the job's transaction is kept
+    when it finished and undone otherwise (JobTransaction.finish), which raises JobTransactionError if
+    the handler ended the transaction itself."""
+    tx = JobTransaction(backend, conn, settings, job)
+    token = CURRENT.set(tx)
+    try:
+        outcome = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+    except BaseException as exc:
+        tx.abandon(exc)  # the whole transaction rolls back after this
+        raise
+    finally:
+        CURRENT.reset(token)
+    return tx.finish(outcome)
 
 
 def handle_job(
@@ -234,7 +264,9 @@ def run_next_batch(
             if may_handle is not None and not may_handle(job_context):
                 go_on = False
                 break
-            failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+            failure = run_handler(
+                backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+            )
             if failure is None:
                 finished.append(record.job_id)
             elif failure is GIVEN_BACK:

@@ -35,7 +35,7 @@ class AsyncPostgresBackend:
     """
 
     dialect: ClassVar[str] = "postgresql"
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
 
     def __init__(self, data_source: Any = None, *, compact: bool = False) -> None:
         # The threaded backend with no data source: it never connects, it only makes statements,
@@ -127,6 +127,28 @@ class AsyncPostgresBackend:
                     await conn.set_autocommit(True)
         finally:
             await self._checkin(conn)
+
+    async def server_time_limits(self) -> dict[str, float] | None:
+        """The server's limits on a transaction's life, in seconds, by setting name (only those set).
+
+        Read (sql/postgresql/sessions.sql) on a connection of the worker's own, as a transaction takes it
+        (from the pool, or the factory's, kept for the next transaction), then rolled back; never on a
+        caller's.
+        """
+        conn = await self._checkout()
+        try:
+            try:
+                async with conn.cursor(row_factory=tuple_row) as cursor:
+                    await cursor.execute(sql.sessions("postgresql")["time_limits"])
+                    rows = await cursor.fetchall()
+            finally:
+                with contextlib.suppress(Exception):
+                    await conn.rollback()
+        except psycopg.Error as exc:
+            self._raise(exc)
+        finally:
+            await self._checkin(conn)
+        return {str(name): int(ms) / 1000 for name, ms in rows if ms is not None and int(ms) > 0}
 
     async def close(self) -> None:
         """Close the connections this backend opened (a pool, and the factory, stay the caller's)."""
