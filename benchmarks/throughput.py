@@ -263,7 +263,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         single = sum(1 for *_, batch in configs if batch == 1)
         drains = len(configs) * len(modes) + (0 if pgbench_reason else single)
         drains += (single if compact is not None else 0) + sum(
-            1 for p, t, _ in configs if (p, t) in limit_points
+            1 for config in configs if config in limit_points
         )
         task = progress.task(f"{harness.name}: throughput", drains * settings.throughput_rounds)
         filler = QueueFiller(harness, settings.throughput_preload)
@@ -305,7 +305,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                     row,
                     filler,
                     settings,
-                    limit=(processes, threads) in limit_points and last_limit,
+                    limit=(processes, threads, batch_size) in limit_points and last_limit,
                     pgbench=batch_size == 1 and not pgbench_reason,
                     tick=lambda what: progress.describe(task, f"{harness.name}: throughput, {what}"),
                     done=lambda: progress.advance(task),

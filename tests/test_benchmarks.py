@@ -105,7 +105,7 @@ def _check_poll_and_throughput(results: dict[str, Any], out: Path, backend: str,
             assert len(row["compact_rounds"]) == TINY.throughput_rounds
         else:
             assert "compact_rounds" not in row
-        if sql and (row["processes"], row["threads"]) in TINY.limit_points:
+        if sql and (row["processes"], row["threads"], row.get("batch_size", 1)) in TINY.limit_points:
             # The server's limit at the row's jobs a commit, in every round, and each mode's ratio to it.
             assert [r["per_commit"] for r in row["limit_rounds"]] == [row.get("batch_size", 1)] * len(
                 row["limit_rounds"]
