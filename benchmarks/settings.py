@@ -88,6 +88,9 @@ class Settings:
     batch_configs: tuple[tuple[int, int], ...] = ((1, 4), (2, 2))
     # Serializer (benchmarks/serializer.py, once per run, no database): least CPU seconds of one timing.
     serializer_seconds: float = 0.2
+    # Throughput's (processes, threads, jobs a commit) rows at which the server's limit for the whole job
+    # is measured too (server_limit.py): one point in quick mode, a scaling curve in full.
+    limit_points: tuple[tuple[int, int, int], ...] = ((1, 4, 1),)
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0
@@ -105,7 +108,12 @@ FULL: Final = Settings(
     noindex_samples=200,
     noindex_budget_s=12.0,
     thread_counts=(1, 2, 4, 8),
-    process_configs=((2, 4),),
+    process_configs=((2, 2), (2, 4), (4, 4)),
+    batch_configs=((1, 4), (2, 2), (4, 4)),
+    limit_points=(
+        *((p, t, 1) for p, t in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 4))),
+        *((p, t, 10) for p, t in ((1, 4), (2, 2), (4, 4))),
+    ),
     throughput_warmup_s=0.3,
     throughput_window_s=0.8,
     throughput_preload=40_000,
@@ -200,6 +208,7 @@ TINY: Final = QUICK.with_(
     thread_counts=(1, 2),
     process_configs=((2, 1),),
     batch_configs=((1, 2),),
+    limit_points=((1, 2, 1), (1, 2, 10)),
     throughput_warmup_s=0.1,
     throughput_window_s=0.3,
     throughput_preload=2_000,

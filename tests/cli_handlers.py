@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,6 +56,21 @@ def by_job(job: Job) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+def records_pid(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Appends "n pid" to the file payload["runs"] names: which job ran, in which worker process."""
+    with Path(str(payload["runs"])).open("a", encoding="utf-8") as runs:
+        runs.write(f"{payload['n']} {os.getpid()}\n")
+
+
+def crashes_once(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Kills its own process at once, as a segfaulting extension or the OOM killer would, the first time
+    (payload["marker"] not there yet); runs normally after that."""
+    marker = Path(str(payload["marker"]))
+    if not marker.exists():
+        marker.write_text("crashed", encoding="utf-8")
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 # -- coroutine handlers: the worker command runs them on the asyncio worker ----------------------------

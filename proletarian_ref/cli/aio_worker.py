@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     retry_fn = worker.retry_strategy_fn(args.retries, args.delays)
     queues = worker.queues_of(args.queue)
     tables = tables_from(args)
+    if args.processes > 1:
+        return worker.run_several(args)
     with open_database(args, tables) as db, worker.metrics_server(args, db) as metrics:
         source = async_data_source(db, args.threads * len(queues))
         stop = threading.Event()  # the scheduler thread's

@@ -83,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         # argparse exits 2 on a usage error and 0 after --help or --version.
         return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE_ERROR)
+    # `worker --processes N` starts its children with the same arguments.
+    args.cli_argv = arguments
     with cli_logging(args.log_level, args.log_format):
         return _run(args)
 

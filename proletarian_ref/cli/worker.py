@@ -34,6 +34,7 @@ from proletarian_ref.cli.errors import (
 )
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.cli.periodic import running_scheduler
+from proletarian_ref.cli.processes import run_processes, watch_parent
 from proletarian_ref.errors import InvalidKeywordError, SchemaMissingError, ShutdownTimeoutError
 from proletarian_ref.job import Job
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
@@ -97,6 +98,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--threads", type=_positive, default=1, help="worker threads per queue (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=_positive,
+        default=1,
+        help="worker processes, each with --threads threads per queue and its own connections; one "
+        "signal stops them all, draining (default: %(default)s)",
     )
     parser.add_argument(
         "--batch-size",
@@ -429,18 +437,31 @@ def running_notice(args: argparse.Namespace, queues: list[str], db: Database, un
     )
 
 
+def run_several(args: argparse.Namespace) -> int:
+    """`--processes N` above 1: the options already checked once here, N children run the command."""
+    if args.metrics_port is not None:
+        raise UsageError(
+            "--metrics-port serves one process's metrics and cannot be shared by --processes "
+            f"{args.processes}; run one worker command per metrics port instead"
+        )
+    return run_processes(getattr(args, "cli_argv", None) or sys.argv[1:], args.processes)
+
+
 def run(args: argparse.Namespace, handler: HandlerFn | None = None) -> int:
     """The threaded worker command; `handler` if already loaded (cli.aio_worker chose this worker)."""
     handler = handler if handler is not None else load_handler(args.handler)
     retry_fn = retry_strategy_fn(args.retries, args.delays)
     queues = queues_of(args.queue)
     tables = tables_from(args)
+    if args.processes > 1:
+        return run_several(args)
     with (
         open_database(args, tables) as db,
         metrics_server(args, db) as metrics,
         _shared_backend(db, compact=args.compact) as backend,
     ):
         stop = threading.Event()
+        watch_parent(stop)
         runs: list[tuple[WorkerRun, QueueWorker]] = []
         for queue in queues:
             run_state = WorkerRun(stop)
