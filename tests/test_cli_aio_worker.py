@@ -26,6 +26,8 @@ def database(request: pytest.FixtureRequest) -> Iterator[Target]:
 
 
 on_postgresql = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+# aiomysql on MySQL, psycopg on PostgreSQL: the same command, the dialect's own asyncio backend.
+on_both = pytest.mark.parametrize("database", ["postgresql", "mysql"], indirect=True)
 
 
 def _enqueue(capsys: pytest.CaptureFixture[str], database: Target, payload: object) -> None:
@@ -46,7 +48,7 @@ def _start_worker(database: Target, handler: str, *extra: str) -> subprocess.Pop
     )
 
 
-@on_postgresql
+@on_both
 def test_a_coroutine_handler_runs_each_job_once_on_the_asyncio_worker_and_sigterm_stops_it(
     capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
 ) -> None:
@@ -137,13 +139,3 @@ def test_a_second_signal_ends_the_asyncio_worker_at_once_with_130(
     [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
     assert job.attempts == 0
     assert database.archived_jobs() == []
-
-
-@pytest.mark.parametrize("database", ["mysql"], indirect=True)
-def test_a_coroutine_handler_on_mysql_exits_2_naming_the_missing_async_backend(
-    capsys: pytest.CaptureFixture[str], database: Target
-) -> None:
-    result = run(capsys, "worker", "--handler", "cli_handlers:records_runs_async", *database.args)
-    assert result.code == ExitCode.USAGE_ERROR
-    assert "a coroutine handler on MySQL needs an asyncio MySQL backend" in result.err
-    assert "worker running" not in result.err
