@@ -139,3 +139,20 @@ def test_a_second_signal_ends_the_asyncio_worker_at_once_with_130(
     [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
     assert job.attempts == 0
     assert database.archived_jobs() == []
+
+
+@pytest.mark.parametrize("database", ["mysql"], indirect=True)
+def test_compact_on_mysql_runs_the_asyncio_worker_on_the_mysql_backend(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    # --compact builds the dialect's own asyncio backend on the command's pool (an aiomysql.Pool here).
+    runs = tmp_path / "runs"
+    _enqueue(capsys, database, {"runs": str(runs), "n": 1})
+    process = _start_worker(database, "records_runs_async", "--compact")
+    wait_for(lambda: len(database.archived_jobs()) == 1, timeout=60, what="the job", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert runs.read_text(encoding="utf-8").split() == ["1"]
+    assert [(a.status, a.attempts) for a in database.archived_jobs()] == [(":success", 1)]
+    assert database.jobs() == []
