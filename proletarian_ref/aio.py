@@ -99,7 +99,13 @@ def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
     if is_sqlalchemy(data_source):
         from proletarian_ref.integrations.sqlalchemy import async_data_source
 
+        # An AsyncEngine's connections come from a closure of ours: the engine's dialect names the backend.
+        dialect = getattr(getattr(data_source, "dialect", None), "name", None)
         data_source = async_data_source(data_source)
+        if dialect in ("mysql", "mariadb"):
+            from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+            return AsyncMySQLBackend(data_source), True
     if isinstance(data_source, Backend) or (
         type(data_source).__name__ == "ConnectionPool" and not hasattr(data_source, "__aenter__")
     ):

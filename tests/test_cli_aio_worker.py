@@ -26,6 +26,8 @@ def database(request: pytest.FixtureRequest) -> Iterator[Target]:
 
 
 on_postgresql = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+# aiomysql on MySQL, psycopg on PostgreSQL: the same command, the dialect's own asyncio backend.
+on_both = pytest.mark.parametrize("database", ["postgresql", "mysql"], indirect=True)
 
 
 def _enqueue(capsys: pytest.CaptureFixture[str], database: Target, payload: object) -> None:
@@ -46,7 +48,7 @@ def _start_worker(database: Target, handler: str, *extra: str) -> subprocess.Pop
     )
 
 
-@on_postgresql
+@on_both
 def test_a_coroutine_handler_runs_each_job_once_on_the_asyncio_worker_and_sigterm_stops_it(
     capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
 ) -> None:
@@ -140,10 +142,17 @@ def test_a_second_signal_ends_the_asyncio_worker_at_once_with_130(
 
 
 @pytest.mark.parametrize("database", ["mysql"], indirect=True)
-def test_a_coroutine_handler_on_mysql_exits_2_naming_the_missing_async_backend(
-    capsys: pytest.CaptureFixture[str], database: Target
+def test_compact_on_mysql_runs_the_asyncio_worker_on_the_mysql_backend(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
 ) -> None:
-    result = run(capsys, "worker", "--handler", "cli_handlers:records_runs_async", *database.args)
-    assert result.code == ExitCode.USAGE_ERROR
-    assert "a coroutine handler on MySQL needs an asyncio MySQL backend" in result.err
-    assert "worker running" not in result.err
+    # --compact builds the dialect's own asyncio backend on the command's pool (an aiomysql.Pool here).
+    runs = tmp_path / "runs"
+    _enqueue(capsys, database, {"runs": str(runs), "n": 1})
+    process = _start_worker(database, "records_runs_async", "--compact")
+    wait_for(lambda: len(database.archived_jobs()) == 1, timeout=60, what="the job", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert runs.read_text(encoding="utf-8").split() == ["1"]
+    assert [(a.status, a.attempts) for a in database.archived_jobs()] == [(":success", 1)]
+    assert database.jobs() == []

@@ -75,10 +75,30 @@ def _postgresql(db: Database, size: int) -> Any:
 
 
 def _mysql(db: Database, size: int) -> Any:
-    raise UsageError(
-        "a coroutine handler on MySQL needs an asyncio MySQL backend, which proletarian_ref.aio does not "
-        "have yet: run a plain function handler (the threaded worker) on MySQL, or this one on PostgreSQL"
-    )
+    return _AiomysqlPool(db.dsn, size)
+
+
+class _AiomysqlPool:
+    """An aiomysql.Pool of `size` connections to a mysql:// DSN, made when entered: aiomysql makes its
+    pools on the running loop only, which the command starts after picking the data source."""
+
+    def __init__(self, dsn: str, size: int) -> None:
+        from proletarian_ref.backends.mysql_async import aiomysql_connect_kwargs
+
+        # Checked now, so a DSN the asyncio backend cannot take is a usage error before anything runs.
+        self._kwargs = {"connect_timeout": CONNECT_TIMEOUT_S, **aiomysql_connect_kwargs(dsn)}
+        self._size = size
+        self._pool: Any = None
+
+    async def __aenter__(self) -> Any:
+        import aiomysql
+
+        self._pool = await aiomysql.create_pool(minsize=self._size, maxsize=self._size, **self._kwargs)
+        return self._pool
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._pool.close()
+        await self._pool.wait_closed()
 
 
 # One small function per dialect: an unopened asyncio data source of `size` connections for the workers.
@@ -89,7 +109,8 @@ ASYNC_DATA_SOURCES: Final[dict[str, Callable[[Database, int], Any]]] = {
 
 
 def async_data_source(db: Database, size: int) -> Any:
-    """The asyncio workers' data source on `db` (an AsyncConnectionPool on PostgreSQL), opened by _serve."""
+    """The asyncio workers' data source on `db` (an AsyncConnectionPool on PostgreSQL, an aiomysql.Pool
+    on MySQL), an async context manager entered by _serve, which gives the open pool."""
     make = ASYNC_DATA_SOURCES.get(db.dialect)
     if make is None:
         raise UsageError(f"a coroutine handler has no asyncio worker on {db.dialect}")
@@ -169,18 +190,14 @@ async def _serve(
     scheduler_stop: threading.Event,
 ) -> None:
     stop = asyncio.Event()
-    backend = None
-    if args.compact:
-        from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
-
-        backend = AsyncPostgresBackend(source, compact=True)
-    async with source:
+    async with source as pool:
+        backend = _compact_backend(db, pool) if args.compact else None
         runs: list[tuple[AsyncWorkerRun, aio.AsyncQueueWorker]] = []
         for queue in queues:
             run_state = AsyncWorkerRun(stop)
             log = stdlib_logger if metrics is None else metrics.log_for(queue, stdlib_logger)
             queue_worker = aio.create_queue_worker(
-                source,
+                pool,
                 handler,
                 job_table=db.tables.job,
                 archived_job_table=db.tables.archived,
@@ -216,3 +233,14 @@ async def _serve(
     for result in results:
         if isinstance(result, BaseException):
             raise result
+
+
+def _compact_backend(db: Database, pool: Any) -> Any:
+    """The backend for --compact on `pool`: its dialect's asyncio backend with the compact plan."""
+    if db.dialect == "mysql":
+        from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+        return AsyncMySQLBackend(pool, compact=True)
+    from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+    return AsyncPostgresBackend(pool, compact=True)

@@ -143,6 +143,16 @@ class _AsyncJobConnection(_JobConnection):
         return None
 
 
+class _AiomysqlJobConnection(_JobConnection):
+    """_JobConnection for the asyncio adaptation of an aiomysql Connection: its graceful close is
+    ensure_closed (awaited), its forced close a plain close(); neither touches the job's transaction."""
+
+    __slots__ = ()
+
+    async def ensure_closed(self) -> None:
+        return None
+
+
 @contextmanager
 def job_session(engine: Engine, **session_options: Any) -> Iterator[Session]:
     """A Session on the running job's own transaction, for a handler on the threaded worker.
@@ -182,16 +192,17 @@ def job_session(engine: Engine, **session_options: Any) -> Iterator[Session]:
 async def async_job_session(engine: AsyncEngine, **session_options: Any) -> AsyncIterator[AsyncSession]:
     """job_session for the asyncio worker: an AsyncSession on the running job's own transaction.
 
-    `engine` is the application's AsyncEngine of that database (postgresql+psycopg); the same promises as
-    job_session: the session's savepoint commits at the end of the block, the job's transaction with its
-    archive row.
+    `engine` is the application's AsyncEngine of that database (postgresql+psycopg, mysql+aiomysql); the
+    same promises as job_session: the session's savepoint commits at the end of the block, the job's
+    transaction with its archive row.
     """
     if not isinstance(engine, AsyncEngine):
         raise ConfigurationError(
             f"async_job_session takes a SQLAlchemy AsyncEngine, got {type(engine).__name__}"
         )
-    held = _AsyncJobConnection(await async_current_job().connection())
     dialect = engine.sync_engine.dialect
+    wrap = _AiomysqlJobConnection if dialect.driver == "aiomysql" else _AsyncJobConnection
+    held = wrap(await async_current_job().connection())
     if getattr(dialect, "server_version_info", None) is None:
         async with engine.connect():  # sets the dialect up on the engine's own pool
             pass
