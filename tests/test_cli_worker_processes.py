@@ -89,7 +89,10 @@ def test_two_processes_run_every_job_once_and_one_sigterm_stops_both(
     assert database.jobs() == []
     assert {job.status for job in database.archived_jobs()} == {":success"}
     assert "SIGTERM: stopping 2 worker processes" in err
-    assert err.count("worker stopped") == 2, err
+    # Every child that got as far as running its worker stops it cleanly; under load a child may still be
+    # starting when the jobs are done, and the SIGTERM passed on then ends it before it has a worker.
+    started = err.count("worker running on queue")
+    assert started >= 1 and err.count("worker stopped") == started, err
     assert "all 2 worker processes stopped" in err
     assert not any(_alive(pid) for pid in children)
 
