@@ -27,6 +27,7 @@ SYNC_NAMES: Final = {
     "AsyncBackend": "Backend",
     "AsyncBatchClaim": "BatchClaim",
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
+    "AsyncErrorStore": "ErrorStore",
     "asettle": "settle",
 }
 

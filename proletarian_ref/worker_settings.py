@@ -6,7 +6,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from proletarian_ref.backend import AsyncBackend, Backend, BatchClaim, JobRecord
 from proletarian_ref.clock import Clock, reader, system_utc
@@ -40,6 +40,10 @@ class JobSettings:
     # Jobs claimed and run per transaction: 1 is Proletarian's one job a transaction (run_next_job),
     # more is batch mode (proletarian_ref.batch.run_next_batch).
     batch_size: int = 1
+    # The error history's store (proletarian_ref.error_history), found once when the worker starts; None
+    # when the side table is not there, so a failure writes only Proletarian's statements. An ErrorStore
+    # for the threaded worker, an AsyncErrorStore for the asyncio one.
+    error_store: Any = field(default=None, compare=False)
     # now_from(clock), as clock.reader makes it: what the worker reads the time with.
     now: Callable[[], datetime] = field(init=False, repr=False, compare=False)
 
