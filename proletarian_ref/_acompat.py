@@ -29,6 +29,7 @@ SYNC_NAMES: Final = {
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
     "AsyncErrorStore": "ErrorStore",
     "asettle": "settle",
+    "astore_in": "store_in",
 }
 
 

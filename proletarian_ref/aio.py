@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import inspect
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -18,7 +17,6 @@ from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.clock import Clock
-from proletarian_ref.error_history import afind_store
 from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
 from proletarian_ref.job import (
     DEFAULT_NOTIFY,
@@ -35,7 +33,7 @@ from proletarian_ref.serializers import Serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
 from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
-from proletarian_ref.worker_settings import JobSettings, job_settings
+from proletarian_ref.worker_settings import job_settings
 
 __all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many", "process_next_job"]
 
@@ -217,26 +215,12 @@ async def process_next_job(
     handler = _check_handler(handler_fn)
     active, owns = (backend, False) if backend is not None else backend_for_data_source(data_source)
     try:
-        log_fn = log or stdlib_logger
-        settings = await with_error_store(active, job_settings(active, **options), log_fn, {})
+        settings = job_settings(active, **options)
         run = run_next_job if settings.batch_size == 1 else run_next_batch
-        return await run(active, settings, handler, log_fn, {}, asyncio.Event())
+        return await run(active, settings, handler, log or stdlib_logger, {}, asyncio.Event())
     finally:
         if owns:
             await active.close()
-
-
-async def with_error_store(
-    backend: AsyncBackend, settings: JobSettings, log: LogFn, context: Mapping[str, Any]
-) -> JobSettings:
-    """proletarian_ref.worker.with_error_store, awaited."""
-    try:
-        async with backend.transaction() as conn:
-            store = await afind_store(backend, conn, settings.job_table)
-    except Exception as exc:
-        log(ev.ERROR_HISTORY_UNKNOWN, {**context, ev.THROWABLE: exc})
-        return settings
-    return dataclasses.replace(settings, error_store=store)
 
 
 class AsyncQueueWorker(WorkerCore):
@@ -264,9 +248,6 @@ class AsyncQueueWorker(WorkerCore):
         """Start the polling tasks on the running loop; None if already started."""
         if self._started:
             return None
-        self.settings = await with_error_store(
-            self.backend, self.settings, self._safe_log, {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        )
         self._started = True
         for n in range(1, self._worker_threads + 1):
             self._tasks.append(asyncio.create_task(self._poll(n), name=f"{self.queue_worker_id}-{n}"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import traceback as tb
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -77,13 +78,16 @@ def entry(
 
 
 class ErrorStore(Protocol):
-    """The side table's writes on the worker's connection, inside the job's transaction."""
+    """The side table's writes, each in the caller's transaction: a failed attempt's row on the worker's
+    connection in the job's transaction; the purged archive rows' history in the purge's batch."""
 
     def record(self, conn: Any, row: ErrorEntry) -> None: ...
 
+    def purge(self, conn: Any, job_ids: list[Any]) -> None: ...
+
 
 class AsyncErrorStore(Protocol):
-    """ErrorStore, awaited (the asyncio worker's)."""
+    """ErrorStore's worker side, awaited (the asyncio worker's)."""
 
     async def record(self, conn: Any, row: ErrorEntry) -> None: ...
 
@@ -113,6 +117,11 @@ class SqlErrorStore(side_tables.SqlStore):
 
     def history(self, conn: Any, job_id: Any) -> list[ErrorEntry]:
         return history_of(self._run(conn, "history", {"job_id": job_id}, side_tables.rows), job_id)
+
+    def purge(self, conn: Any, job_ids: list[Any]) -> None:
+        # MySQL's `IN %(job_ids)s` takes a tuple, PostgreSQL's `= ANY(%(job_ids)s)` a list.
+        ids = tuple(job_ids) if self.dialect == "mysql" else list(job_ids)
+        self._run(conn, "purge_batch", {"job_ids": ids}, side_tables.count)
 
 
 class AsyncSqlErrorStore:
@@ -183,8 +192,9 @@ class MemoryErrorStore:
 def find_store(backend: Any, conn: Any, job_table: TableName) -> ErrorStore | None:
     """The backend's store for `job_table`'s error history, or None when the side table is not there.
 
-    Called once when a worker starts: a worker on tables without it writes nothing more than Proletarian.
-    A backend may bring its own store class as `error_store` (a fork; the conformance suite's mutants).
+    The lookup is one read of the catalog (PostgreSQL's to_regclass, MySQL's information_schema), which
+    cannot fail the transaction it runs in. A backend may bring its own store class as `error_store` (a
+    fork; the conformance suite's mutants).
     """
     chosen = side_tables.store_class(backend, "error_store", MemoryErrorStore, SqlErrorStore)
     if chosen is SqlErrorStore and not side_tables.exists(backend, conn, FEATURE, job_table):
@@ -203,3 +213,44 @@ async def afind_store(backend: Any, conn: Any, job_table: TableName) -> AsyncErr
         return None  # a backend this module cannot run statements on: no history, as without the table
     found = AsyncSqlErrorStore(backend, job_table)
     return found if await found.exists(conn) else None
+
+
+class ErrorHistory:
+    """Where one worker's failures go: the side table's store, or None, found once and kept.
+
+    Found at the worker's first failed job, inside that job's transaction, on the connection that writes
+    the failure: never on the caller's thread, never on a connection or transaction of its own, and never
+    for a job that succeeds. The answer is shared by the worker's threads (or tasks) and kept for the
+    worker's life (docs/errors.md, "Found once, at the first failure"). A lookup that raises is not kept:
+    it fails that job's writes as any of their statements would, and the next failure looks again.
+    """
+
+    __slots__ = ("_found", "_lock", "_store")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._found = False
+        self._store: Any = None
+
+    def _keep(self, store: Any) -> Any:
+        # Threads whose first failures come together may each look; the first answer kept is everyone's.
+        with self._lock:
+            if not self._found:
+                self._found, self._store = True, store
+            return self._store
+
+    def store_in(self, backend: Any, conn: Any, job_table: TableName) -> ErrorStore | None:
+        """The store, looked up on `conn` (the failed job's transaction) the first time only."""
+        if self._found:
+            found: ErrorStore | None = self._store
+            return found
+        kept: ErrorStore | None = self._keep(find_store(backend, conn, job_table))
+        return kept
+
+    async def astore_in(self, backend: Any, conn: Any, job_table: TableName) -> AsyncErrorStore | None:
+        """store_in, awaited (the asyncio worker's)."""
+        if self._found:
+            found: AsyncErrorStore | None = self._store
+            return found
+        kept: AsyncErrorStore | None = self._keep(await afind_store(backend, conn, job_table))
+        return kept

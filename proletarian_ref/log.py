@@ -41,9 +41,6 @@ LISTENER_ERROR: Final = "proletarian.worker/listener-error"
 # The listener's test notification did not come back: notifications may never reach it (PgBouncer in
 # transaction mode); jobs then run at the polling interval.
 LISTENER_UNCONFIRMED: Final = "proletarian.worker/listener-unconfirmed"
-# The error history's side table could not be looked up when the worker started (the database was not
-# reachable, say): the worker runs on without it, writing Proletarian's statements alone.
-ERROR_HISTORY_UNKNOWN: Final = "proletarian.worker/error-history-unknown"
 
 # Data keys, as Proletarian names them (note the singular "attempt").
 QUEUE_WORKER_ID: Final = "proletarian.worker/queue-worker-id"
@@ -74,7 +71,6 @@ _LEVELS: Final = {
     POLLING_FOR_JOBS: logging.DEBUG,
     LISTENER_ERROR: logging.WARNING,
     LISTENER_UNCONFIRMED: logging.WARNING,
-    ERROR_HISTORY_UNKNOWN: logging.WARNING,
 }
 
 logger = logging.getLogger("proletarian_ref")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import random
 import threading
@@ -17,7 +16,6 @@ from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_j
 from proletarian_ref.backend import Backend, Listener, Notifications
 from proletarian_ref.backends import backend_for_data_source, refuse_async
 from proletarian_ref.clock import Clock
-from proletarian_ref.error_history import find_store
 from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_stop_event
 from proletarian_ref.job_ids import JobIdStrategy
@@ -87,30 +85,14 @@ def process_next_job(
     """
     active, own_backend = _backend_for(data_source, backend)
     try:
-        log_fn = log if log is not None else stdlib_logger
-        settings = with_error_store(active, job_settings(active, **options), log_fn, {})
+        settings = job_settings(active, **options)
         run = run_next_job if settings.batch_size == 1 else run_next_batch
-        return run(active, settings, handler_fn, log_fn, {}, threading.Event())
+        return run(
+            active, settings, handler_fn, log if log is not None else stdlib_logger, {}, threading.Event()
+        )
     finally:
         if own_backend:
             active.close()
-
-
-def with_error_store(
-    backend: Backend, settings: JobSettings, log: LogFn, context: Mapping[str, Any]
-) -> JobSettings:
-    """`settings` with the error history's store, looked up once (proletarian_ref.error_history).
-
-    A lookup that fails (the database down when the worker starts) is logged, and the worker runs without
-    the history rather than not at all: its jobs are Proletarian's either way.
-    """
-    try:
-        with backend.transaction() as conn:
-            store = find_store(backend, conn, settings.job_table)
-    except Exception as exc:
-        log(ev.ERROR_HISTORY_UNKNOWN, {**context, ev.THROWABLE: exc})
-        return settings
-    return dataclasses.replace(settings, error_store=store)
 
 
 def _backend_for(data_source: Any, backend: Backend | None) -> tuple[Backend, bool]:
@@ -197,9 +179,6 @@ class QueueWorker(WorkerCore):
         with self._lock:
             if self._started:
                 return None
-            self.settings = with_error_store(
-                self.backend, self.settings, self._safe_log, {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-            )
             self._started = True
             if self._install_shutdown_hook:
                 hook(self)

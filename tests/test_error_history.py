@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,18 +19,31 @@ import psycopg
 import pytest
 from cli_support import isolate
 from cli_support import run as cli
+from support import wait_until
 
 from conformance.harness import Harness, SqlHarness
 from conformance.side_tables import prepare
-from proletarian_ref import aio
+from proletarian_ref import aio, side_tables
+from proletarian_ref.backends._dbapi import SqlBackend
+from proletarian_ref.backends.mysql import MySQLBackend
+from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.cli import ExitCode
-from proletarian_ref.error_history import KEEP_ATTEMPTS, MAX_MESSAGE, TRUNCATED, ErrorEntry, find_store
-from proletarian_ref.errors import FailedJobFnError
+from proletarian_ref.error_history import (
+    KEEP_ATTEMPTS,
+    MAX_MESSAGE,
+    TRUNCATED,
+    ErrorEntry,
+    ErrorHistory,
+    find_store,
+)
+from proletarian_ref.errors import FailedJobFnError, TransientDatabaseError
 from proletarian_ref.job import enqueue
+from proletarian_ref.log import null_logger as no_log
 from proletarian_ref.ops import jobs as ops
 from proletarian_ref.ops.db import Tables
+from proletarian_ref.schema import install
 from proletarian_ref.tables import table_name
-from proletarian_ref.worker import process_next_job
+from proletarian_ref.worker import create_queue_worker, job_settings, process_next_job, run_next_job
 
 NOW = datetime(2026, 1, 1, 10, 0, 0, tzinfo=UTC)
 RETRY_AT_ONCE = {"retries": 2, "delays": [0]}
@@ -219,30 +233,129 @@ def test_the_async_worker_writes_the_history_the_threaded_one_writes(pg_db: SqlH
     assert "in fail" in history[0].traceback
 
 
-def test_a_failed_lookup_at_start_is_logged_and_the_worker_runs_without_the_history() -> None:
-    from contextlib import _GeneratorContextManager
+class _Noting(SqlBackend):
+    """Notes each statement it sends and the thread that sends it; fails the first `failing_lookups`
+    lookups of a side table as a lost connection would."""
 
-    from proletarian_ref import log as ev
-    from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
-    from proletarian_ref.errors import TransientDatabaseError
+    sent: list[tuple[str, int]]
+    failing_lookups = 0
 
-    class DownAtFirst(MemoryBackend):
-        calls = 0
+    def _execute(self, conn: Any, statement: str, params: Any, read: Any, *, copy: bool = False) -> Any:
+        self.sent.append((statement, threading.get_ident()))
+        if _is_lookup(statement) and self.failing_lookups:
+            self.failing_lookups -= 1
+            raise TransientDatabaseError("the connection was lost during the lookup")
+        return super()._execute(conn, statement, params, read, copy=copy)
 
-        def transaction(self) -> _GeneratorContextManager[MemoryConnection, None, None]:
-            DownAtFirst.calls += 1
-            if DownAtFirst.calls == 1:
-                raise TransientDatabaseError("the database is not reachable yet")
-            return super().transaction()
 
-    backend = DownAtFirst()
-    conn = backend.db.connect()
-    job_id = enqueue(conn, "t/e", 7, backend=backend)
-    conn.commit()
-    events: list[str] = []
-    process_next_job(None, _fail, backend=backend, log=lambda event, data: events.append(event))
-    assert events[0] == ev.ERROR_HISTORY_UNKNOWN and ev.NOT_RETRYING in events
-    assert [row.job_id for row in backend.db.archived_jobs()] == [job_id]
-    with backend.transaction() as conn:
-        store = find_store(backend, conn, table_name("proletarian.job"))
-        assert store is not None and store.history(conn, job_id) == []  # type: ignore[attr-defined]
+def _is_lookup(statement: str) -> bool:
+    return "to_regclass" in statement or "information_schema.TABLES" in statement
+
+
+def _noting(db: SqlHarness, failing_lookups: int = 0) -> Any:
+    base = PostgresBackend if db.dialect == "postgresql" else MySQLBackend
+    backend = type(f"Noting{base.__name__}", (_Noting, base), {})(db.data_source)
+    backend.sent = []
+    backend.failing_lookups = failing_lookups
+    return backend
+
+
+def _bare_tables(db: SqlHarness) -> dict[str, Any]:
+    """A job table and archive of their own, with no side table beside them (dropped if a run left one)."""
+    names: dict[str, Any] = {
+        "job_table": db.job_table + "_bare",
+        "archived_job_table": db.archived_job_table + "_bare",
+    }
+    conn = db.connect()
+    try:
+        install(conn, **names)
+    finally:
+        conn.close()
+    db.execute(f"DROP TABLE IF EXISTS {side_tables.side_table(names['job_table'], 'errors')}")
+    db.execute(f"DELETE FROM {names['job_table']}")
+    db.execute(f"DELETE FROM {names['archived_job_table']}")
+    return names
+
+
+@SQL_DBS
+def test_a_worker_without_the_side_table_looks_once_at_its_first_failure_on_its_own_thread(
+    request: pytest.FixtureRequest, fixture: str
+) -> None:
+    """No statement on the caller's thread at start(), none for a job that succeeds, and one catalog read
+    in the first failed job's transaction for the worker's life; nothing else beyond Proletarian's."""
+    db = _sql(request, fixture)
+    tables = _bare_tables(db)
+    conn = db.connect()
+    try:
+        for n, payload in enumerate(["ok", "fail", "fail", "ok", "fail"]):
+            at = NOW + timedelta(seconds=n)
+            enqueue(conn, "t/e", payload, clock=functools.partial(lambda at: at, at), **tables)
+        conn.commit()
+    finally:
+        conn.close()
+
+    def handle(job_type: str, payload: Any) -> None:
+        if payload == "fail":
+            raise Boom(payload)
+
+    backend = _noting(db)
+    worker = create_queue_worker(
+        None,
+        handle,
+        backend=backend,
+        clock=lambda: NOW + timedelta(minutes=1),
+        polling_interval_ms=20,
+        **tables,
+    )
+    caller = threading.get_ident()
+    try:
+        worker.start()
+        assert wait_until(lambda: len(db.select(f"SELECT 1 FROM {tables['archived_job_table']}")) == 5)
+    finally:
+        worker.stop()
+        backend.close()
+    assert [thread for _, thread in backend.sent if thread == caller] == [], (
+        "a statement on the caller's thread"
+    )
+    statements = [text for text, _ in backend.sent]
+    assert len([text for text in statements if _is_lookup(text)]) == 1
+    first_failure = next(i for i, text in enumerate(statements) if _is_lookup(text))
+    # The lookup comes after the first failed job's claim, and no job before it asked: the success first.
+    assert sum("INSERT INTO" in text for text in statements[:first_failure]) == 1
+    side_table = str(side_tables.side_table(tables["job_table"], "errors"))
+    assert not [text for text in statements if side_table in text and not _is_lookup(text)]
+
+
+@SQL_DBS
+def test_a_failed_lookup_fails_that_jobs_writes_and_the_next_failure_looks_again(
+    request: pytest.FixtureRequest, fixture: str
+) -> None:
+    """The lookup runs in the job's transaction: when it raises (a lost connection), the job's writes fail
+    as they would on any of their statements, the job stays queued as it was, and nothing is kept: the
+    next failure looks again and writes its row."""
+    db = _sql(request, fixture)
+    prepare(db)
+    job_id = _enqueue(db)
+    backend = _noting(db, failing_lookups=1)
+    settings = job_settings(
+        backend, retry_strategy_fn=lambda job, exc: None, clock=lambda: NOW, **db.table_options
+    )
+    try:
+        with pytest.raises(TransientDatabaseError):
+            run_next_job(backend, settings, _fail, no_log, {}, threading.Event())
+        assert [job.attempts for job in db.jobs()] == [0] and db.archived_jobs() == []
+        assert _history(db, job_id) == []
+        assert run_next_job(backend, settings, _fail, no_log, {}, threading.Event()) is True
+        assert [e.attempt for e in _history(db, job_id)] == [1]
+        _enqueue(db)
+        assert run_next_job(backend, settings, _fail, no_log, {}, threading.Event()) is True
+    finally:
+        backend.close()
+    assert len([text for text, _ in backend.sent if _is_lookup(text)]) == 2, "kept after the first answer"
+
+
+def test_threads_whose_first_failures_come_together_keep_one_answer() -> None:
+    history = ErrorHistory()
+    first, second = object(), object()
+    assert history._keep(first) is first
+    assert history._keep(second) is first

@@ -135,9 +135,9 @@ def write_failure(
     def job_log(event: str, data: Mapping[str, Any]) -> None:
         log(event, {**data, **job_context})
 
-    # Any on JobSettings, which both workers share: the asyncio worker's store is awaited, the threaded one's
-    # not (proletarian_ref.error_history).
-    error_store: ErrorStore | None = settings.error_store
+    # Looked up here, at the worker's first failure, in this job's transaction (ErrorHistory): a job that
+    # succeeds, and a worker that has not failed one yet, send no statement for it.
+    error_store = settings.error_history.store_in(backend, conn, settings.job_table)
     maybe_retry(
         backend,
         conn,
@@ -175,8 +175,8 @@ def maybe_retry(
 
     Runs inside the claiming transaction, so a raise from failed_job_fn (or an invalid strategy) rolls the
     archive back and leaves the job queued with attempts unchanged. With an `error_store` (the error
-    history's side table, found when the worker started) the attempt's error is written there too, in the
-    same transaction: it commits with the retry or the failure archive and rolls back with them.
+    history's side table, found at the worker's first failure) the attempt's error is written there too,
+    in the same transaction: it commits with the retry or the failure archive and rolls back with them.
     """
     spec = settle(retry_strategy_fn(job, exception))
     strategy = parse_retry_strategy(spec)
