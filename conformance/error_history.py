@@ -1,4 +1,4 @@
-"""The error history's clauses (E): an attempt's row commits with its retry or archive, or not at all."""
+"""The error history's clauses (H): an attempt's row commits with its retry or archive, goes with purge."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class ErrorHistoryTests(SuiteBase):
     __test__ = False
 
     def test_a_failed_attempt_is_kept_with_its_retry_and_its_failure_archive(self, harness: Harness) -> None:
-        """E1 Each failed attempt leaves one row, committed with the retry and with the failure archive."""
+        """H1 Each failed attempt leaves one row, committed with the retry and with the failure archive."""
         prepare(harness)
         job_id = self.enqueue_job(harness, EPOCH)
         stored = harness.job_id_strategy().encode_id(job_id)
@@ -79,11 +79,11 @@ class ErrorHistoryTests(SuiteBase):
         assert [(row.attempt, row.message) for row in rows] == [
             (1, "the handler failed"),
             (2, "the handler failed"),
-        ], f"E1: the history is {rows}"
-        assert all(row.error_type.endswith("_Failed") for row in rows), f"E1: the history is {rows}"
+        ], f"H1: the history is {rows}"
+        assert all(row.error_type.endswith("_Failed") for row in rows), f"H1: the history is {rows}"
 
     def test_a_killed_session_takes_the_attempts_row_with_it(self, harness: Harness) -> None:
-        """E2 A session killed right after the row is written commits neither the row nor the retry or
+        """H2 A session killed right after the row is written commits neither the row nor the retry or
         archive it belongs to: the job is queued again with attempts unchanged and no history.
 
         A row written outside the job's transaction would stay behind, naming an attempt that never counted.
@@ -105,7 +105,34 @@ class ErrorHistoryTests(SuiteBase):
                     retry_strategy_fn=lambda j, e, retried=retried: RETRY_ONCE if retried else None,
                 )
             assert [job.attempts for job in harness.jobs()] == [0], (
-                f"E2 ({what}): the job is not back as it was"
+                f"H2 ({what}): the job is not back as it was"
             )
-            assert harness.archived_jobs() == [], f"E2 ({what}): the killed transaction's archive stayed"
-            assert history(harness, stored) == [], f"E2 ({what}): the killed attempt's row stayed"
+            assert harness.archived_jobs() == [], f"H2 ({what}): the killed transaction's archive stayed"
+            assert history(harness, stored) == [], f"H2 ({what}): the killed attempt's row stayed"
+
+    def test_purging_archived_jobs_takes_their_history_with_them(self, harness: Harness) -> None:
+        """H3 The store's purge of archived jobs' history (what `purge` runs in each batch's transaction)
+        leaves none of their rows, keeps every other job's, and rolls back with its transaction.
+
+        A purge that left the rows would keep the history of jobs no longer anywhere, and grow without end.
+        """
+        prepare(harness)
+        purged, kept = (self.enqueue_job(harness, EPOCH) for _ in range(2))
+        for _ in range(2):
+            assert self.run_next(harness, ManualClock(EPOCH), _fail), "H3: a due job did not run"
+        assert len(harness.archived_jobs()) == 2 and harness.jobs() == [], "H3: both jobs are not archived"
+        strategy = harness.job_id_strategy()
+        gone, stays = strategy.encode_id(purged), strategy.encode_id(kept)
+        backend = harness.backend()
+        with pytest.raises(_Failed), backend.transaction() as conn:
+            store = find_store(backend, conn, table_name(harness.job_table))
+            assert store is not None
+            store.purge(conn, [gone])
+            raise _Failed("the purge's batch rolls back")
+        assert len(history(harness, gone)) == 1, "H3: a rolled-back purge took the history anyway"
+        with backend.transaction() as conn:
+            store = find_store(backend, conn, table_name(harness.job_table))
+            assert store is not None
+            store.purge(conn, [gone])
+        assert history(harness, gone) == [], "H3: the purged job's history stayed after its purge"
+        assert len(history(harness, stays)) == 1, "H3: the purge took the history of a job it did not purge"

@@ -1401,11 +1401,43 @@ class MemoryHistoryOutsideTheJob(MemoryBackend):
     error_store = _MemoryHistoryOutsideStore
 
 
+class _SqlHistoryNotPurgedStore(SqlErrorStore):
+    def purge(self, conn: Any, job_ids: list[Any]) -> None:
+        return None
+
+
+class _MemoryHistoryNotPurgedStore(MemoryErrorStore):
+    def purge(self, conn: Any, job_ids: list[Any]) -> None:
+        return None
+
+
+class PgHistoryNotPurged(PostgresBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _SqlHistoryNotPurgedStore
+
+
+class MySQLHistoryNotPurged(MySQLBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _SqlHistoryNotPurgedStore
+
+
+class MemoryHistoryNotPurged(MemoryBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _MemoryHistoryNotPurgedStore
+
+
 ERROR_HISTORY_MUTANTS: Final = tuple(
-    Mutant(f"{prefix}_history_outside_the_job", cls.__doc__ or "", cls, ("E2",))
-    for prefix, cls in (
-        ("pg", PgHistoryOutsideTheJob),
-        ("mysql", MySQLHistoryOutsideTheJob),
-        ("memory", MemoryHistoryOutsideTheJob),
+    Mutant(f"{prefix}_{name}", cls.__doc__ or "", cls, (clause,))
+    for name, clause, classes in (
+        (
+            "history_outside_the_job",
+            "H2",
+            (PgHistoryOutsideTheJob, MySQLHistoryOutsideTheJob, MemoryHistoryOutsideTheJob),
+        ),
+        ("history_not_purged", "H3", (PgHistoryNotPurged, MySQLHistoryNotPurged, MemoryHistoryNotPurged)),
     )
+    for prefix, cls in zip(("pg", "mysql", "memory"), classes, strict=True)
 )

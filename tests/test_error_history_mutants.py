@@ -1,4 +1,5 @@
-"""The error history's clauses have teeth: a store writing apart from the job's transaction fails E2."""
+"""The error history's clauses have teeth: a store writing apart from the job's transaction fails H2, one
+whose purge leaves the rows fails H3."""
 
 from __future__ import annotations
 

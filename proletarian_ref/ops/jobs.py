@@ -390,6 +390,14 @@ def has_error_history(conn: Any, dialect: str, tables: Tables) -> bool:
     return bool(rows and rows[0][0])
 
 
+def _error_store(dialect: str, tables: Tables) -> error_history.ErrorStore:
+    """The error history's SQL store, as a worker on `dialect` writes it, for statements on a caller's
+    connection (the store's purge is what the E3 clause proves; docs/conformance.md)."""
+    from proletarian_ref.backends import backend_for_dialect
+
+    return error_history.SqlErrorStore(backend_for_dialect(dialect), tables.job)
+
+
 def _run(conn: Any, dialect: str, tables: Tables, name: str, params: dict[str, Any]) -> Any:
     return execute(conn, dialect, render(dialect, "ops.sql", name, tables), params)
 
@@ -660,7 +668,7 @@ def purge_archive(
     require_no_transaction(conn, active, "purge")
     # Looked up once: an archived job's error history goes in the transaction that deletes the job.
     try:
-        errors = has_error_history(conn, active, tables)
+        errors = _error_store(active, tables) if has_error_history(conn, active, tables) else None
     finally:
         end_read(conn)
     while True:
@@ -671,9 +679,8 @@ def purge_archive(
             if found:
                 ids = found if active == "postgresql" else tuple(found)
                 deleted = int(_run(conn, active, tables, "purge_batch", {**params, "job_ids": ids})[1])
-                if errors:
-                    text = side_tables.statement(active, FEATURE, "purge_batch", tables.job)
-                    execute(conn, active, text, {"job_ids": ids})
+                if errors is not None:
+                    errors.purge(conn, found)
             conn.commit()
         except BaseException:
             conn.rollback()
