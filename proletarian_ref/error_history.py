@@ -221,8 +221,9 @@ class ErrorHistory:
     Found at the worker's first failed job, inside that job's transaction, on the connection that writes
     the failure: never on the caller's thread, never on a connection or transaction of its own, and never
     for a job that succeeds. The answer is shared by the worker's threads (or tasks) and kept for the
-    worker's life (docs/errors.md, "Found once, at the first failure"). A lookup that raises is not kept:
-    it fails that job's writes as any of their statements would, and the next failure looks again.
+    worker's life (docs/errors.md, "Found once, at the worker's first failure"). A lookup that raises is
+    not kept: it fails that job's writes as any of their statements would, and the next failure looks
+    again.
     """
 
     __slots__ = ("_found", "_lock", "_store")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +32,7 @@ from proletarian_ref.cli import ExitCode
 from proletarian_ref.error_history import (
     KEEP_ATTEMPTS,
     MAX_MESSAGE,
+    MAX_TRACEBACK,
     TRUNCATED,
     ErrorEntry,
     ErrorHistory,
@@ -359,3 +361,11 @@ def test_threads_whose_first_failures_come_together_keep_one_answer() -> None:
     first, second = object(), object()
     assert history._keep(first) is first
     assert history._keep(second) is first
+
+
+def test_the_docs_quote_the_bounds_the_code_keeps() -> None:
+    text = re.sub(r"\s+", " ", (Path(__file__).resolve().parent.parent / "docs" / "errors.md").read_text())
+    assert f"`str(exception)`, at most {MAX_MESSAGE} characters (`error_history.MAX_MESSAGE`)" in text
+    assert f"at most {MAX_TRACEBACK} characters (`MAX_TRACEBACK`)" in text
+    assert f"A job keeps its newest {KEEP_ATTEMPTS} rows (`KEEP_ATTEMPTS`)" in text
+    assert f"ends in `{TRUNCATED.strip()}`" in text
