@@ -153,6 +153,8 @@ def test_the_readme_counts_every_mutant() -> None:
     readme = (DOCS.parent.parent / "README.md").read_text(encoding="utf-8")
     counts = re.findall(r"(\d+) deliberately broken backends", readme)
     assert counts == [str(len(POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS))]
+    side = re.findall(r"catch (\d+) broken stores more", re.sub(r"\s+", " ", readme))
+    assert side == [str(len(SIDE_TABLE_MUTANTS + ERROR_HISTORY_MUTANTS))]
 
 
 def test_the_docs_list_every_clause() -> None:
