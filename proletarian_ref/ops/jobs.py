@@ -392,7 +392,7 @@ def has_error_history(conn: Any, dialect: str, tables: Tables) -> bool:
 
 def _error_store(dialect: str, tables: Tables) -> error_history.ErrorStore:
     """The error history's SQL store, as a worker on `dialect` writes it, for statements on a caller's
-    connection (the store's purge is what the E3 clause proves; docs/conformance.md)."""
+    connection (the store's purge is what clause H3 proves; docs/conformance.md)."""
     from proletarian_ref.backends import backend_for_dialect
 
     return error_history.SqlErrorStore(backend_for_dialect(dialect), tables.job)
