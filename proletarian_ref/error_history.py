@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import socket
 import threading
 import traceback as tb
@@ -197,6 +198,8 @@ def find_store(backend: Any, conn: Any, job_table: TableName) -> ErrorStore | No
     fork; the conformance suite's mutants).
     """
     chosen = side_tables.store_class(backend, "error_store", MemoryErrorStore, SqlErrorStore)
+    if chosen is SqlErrorStore and inspect.iscoroutinefunction(getattr(backend, "_execute", None)):
+        return None  # an asyncio backend behind a blocking bridge: no statement of ours runs on it
     if chosen is SqlErrorStore and not side_tables.exists(backend, conn, FEATURE, job_table):
         return None
     store: ErrorStore = chosen(backend, job_table)
