@@ -22,7 +22,7 @@ from proletarian_ref.periodic import PeriodicStore, Schedule, Scheduler, due_tic
 from proletarian_ref.tables import table_name
 from proletarian_ref.unique import UniqueKey
 
-FEATURES: Final = ["periodic", "unique"]
+FEATURES: Final = ["periodic", "unique", "errors"]
 START: Final = datetime(2026, 3, 28, 22, 0, tzinfo=UTC)  # Europe/Oslo springs forward that night
 
 

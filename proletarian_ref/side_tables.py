@@ -1,4 +1,4 @@
-"""Optional side tables beside the job table (periodic ticks, unique keys): names, SQL, install, lookup."""
+"""Optional side tables beside the job table (periodic ticks, unique keys, error history): names, SQL."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from proletarian_ref.tables import DEFAULT_JOB_TABLE, TableName, table_name
 FEATURES: Final = {
     "periodic": ("periodic.sql", "_periodic_tick", "tick_table"),
     "unique": ("unique.sql", "_unique_key", "unique_table"),
+    "errors": ("errors.sql", "_error", "error_table"),
 }
 _T = TypeVar("_T")
 
 
 def side_table(job_table: str | TableName, feature: str) -> TableName:
-    """`<job_table>_periodic_tick` or `<job_table>_unique_key`, in the job table's schema."""
+    """`<job_table>_periodic_tick`, `_unique_key` or `_error`, in the job table's schema."""
     job = table_name(job_table, option="job_table")
     suffix = _feature(feature)[1]
     if len(job.name) + len(suffix) > 63:
@@ -183,6 +184,15 @@ class SqlStore:
 
     def _time(self, value: datetime) -> datetime:
         return db_time(self.dialect, value)
+
+
+def store_class(backend: Any, attribute: str, memory: type, sql: type) -> Callable[[Any, TableName], Any]:
+    """The store class of a side table for `backend`: its own `attribute` where it brings one (a fork; the
+    conformance suite's mutants), else `memory` for the in-memory backend, else `sql`."""
+    own: Callable[[Any, TableName], Any] | None = getattr(backend, attribute, None)
+    if own is not None:
+        return own
+    return memory if backend.dialect == "memory" else sql
 
 
 def missing_table_error(feature: str, job_table: TableName) -> ConfigurationError:

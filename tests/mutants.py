@@ -18,6 +18,7 @@ from proletarian_ref.backends._dbapi import _fetchone
 from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
 from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend
+from proletarian_ref.error_history import ErrorEntry, MemoryErrorStore, SqlErrorStore
 from proletarian_ref.errors import DatabaseError, TransientDatabaseError
 from proletarian_ref.job import default_serializer
 from proletarian_ref.periodic import Advance, MemoryPeriodicStore, SqlPeriodicStore, TickRow
@@ -1437,3 +1438,78 @@ PROTOCOL_MEMORY_MUTANTS: tuple[Mutant, ...] = (
 POSTGRESQL_MUTANTS += PROTOCOL_POSTGRESQL_MUTANTS
 MYSQL_MUTANTS += PROTOCOL_MYSQL_MUTANTS
 MEMORY_MUTANTS += PROTOCOL_MEMORY_MUTANTS
+
+
+# -- the error history: its row written apart from the job's transaction ------------------------------------
+
+
+class _SqlHistoryOutsideStore(SqlErrorStore):
+    def record(self, conn: Any, row: ErrorEntry) -> None:
+        with self.backend.transaction() as own:
+            super().record(own, row)
+
+
+class _MemoryHistoryOutsideStore(MemoryErrorStore):
+    def record(self, conn: Any, row: ErrorEntry) -> None:
+        with self.backend.transaction() as own:
+            super().record(own, row)
+
+
+class PgHistoryOutsideTheJob(PostgresBackend):
+    """Writes a failed attempt's row in a transaction of its own: a rolled-back retry leaves it behind."""
+
+    error_store = _SqlHistoryOutsideStore
+
+
+class MySQLHistoryOutsideTheJob(MySQLBackend):
+    """Writes a failed attempt's row in a transaction of its own: a rolled-back retry leaves it behind."""
+
+    error_store = _SqlHistoryOutsideStore
+
+
+class MemoryHistoryOutsideTheJob(MemoryBackend):
+    """Writes a failed attempt's row in a transaction of its own: a rolled-back retry leaves it behind."""
+
+    error_store = _MemoryHistoryOutsideStore
+
+
+class _SqlHistoryNotPurgedStore(SqlErrorStore):
+    def purge(self, conn: Any, job_ids: list[Any]) -> None:
+        return None
+
+
+class _MemoryHistoryNotPurgedStore(MemoryErrorStore):
+    def purge(self, conn: Any, job_ids: list[Any]) -> None:
+        return None
+
+
+class PgHistoryNotPurged(PostgresBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _SqlHistoryNotPurgedStore
+
+
+class MySQLHistoryNotPurged(MySQLBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _SqlHistoryNotPurgedStore
+
+
+class MemoryHistoryNotPurged(MemoryBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _MemoryHistoryNotPurgedStore
+
+
+ERROR_HISTORY_MUTANTS: Final = tuple(
+    Mutant(f"{prefix}_{name}", cls.__doc__ or "", cls, (clause,))
+    for name, clause, classes in (
+        (
+            "history_outside_the_job",
+            "F2",
+            (PgHistoryOutsideTheJob, MySQLHistoryOutsideTheJob, MemoryHistoryOutsideTheJob),
+        ),
+        ("history_not_purged", "F3", (PgHistoryNotPurged, MySQLHistoryNotPurged, MemoryHistoryNotPurged)),
+    )
+    for prefix, cls in zip(("pg", "mysql", "memory"), classes, strict=True)
+)

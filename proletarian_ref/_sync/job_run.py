@@ -20,6 +20,7 @@ from proletarian_ref.backend import (
     JobRecord,
 )
 from proletarian_ref.clock import Clock, now_from
+from proletarian_ref.error_history import ErrorStore, entry
 from proletarian_ref.errors import FailedJobFnError, JobInterrupted, PayloadDecodeError
 from proletarian_ref.job_tx import CURRENT
 from proletarian_ref.log import LogFn, stdlib_logger
@@ -164,6 +165,9 @@ def write_failure(
     def job_log(event: str, data: Mapping[str, Any]) -> None:
         log(event, {**data, **job_context})
 
+    # Looked up here, at the worker's first failure, in this job's transaction (ErrorHistory): a job that
+    # succeeds, and a worker that has not failed one yet, send no statement for it.
+    error_store = settings.error_history.store_in(backend, conn, settings.job_table)
     maybe_retry(
         backend,
         conn,
@@ -176,6 +180,8 @@ def write_failure(
         failed_job_fn=settings.failed_job_fn,
         clock=settings.clock,
         log=job_log,
+        error_store=error_store,
+        context=job_context,
     )
 
 
@@ -192,11 +198,15 @@ def maybe_retry(
     failed_job_fn: FailedJobFn,
     clock: Clock,
     log: Callable[[str, Mapping[str, Any]], None],
+    error_store: ErrorStore | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> None:
     """Proletarian's maybe-retry!: reschedule the job, or archive it as a failure and call failed_job_fn.
 
     Runs inside the claiming transaction, so a raise from failed_job_fn (or an invalid strategy) rolls the
-    archive back and leaves the job queued with attempts unchanged.
+    archive back and leaves the job queued with attempts unchanged. With an `error_store` (the error
+    history's side table, found at the worker's first failure) the attempt's error is written there too,
+    in the same transaction: it commits with the retry or the failure archive and rolls back with them.
     """
     spec = settle(retry_strategy_fn(job, exception))
     strategy = parse_retry_strategy(spec)
@@ -208,11 +218,18 @@ def maybe_retry(
     if data.retries_left > 0 and data.retry_at is not None:
         log(ev.RETRYING, {ev.RETRY_AT: data.retry_at, ev.RETRIES_LEFT: data.retries_left})
         backend.retry_at(conn, job_table, stored_job_id, data.retry_at)
+        if error_store is not None:
+            error_store.record(
+                conn, entry(stored_job_id, job.attempts, exception, now_from(clock), context or {})
+            )
         return
     log(ev.NOT_RETRYING, {ev.RETRY_SPEC: spec})
+    finished_at = now_from(clock)
     archive_and_delete(
-        backend, conn, job_table, archived_job_table, stored_job_id, STATUS_FAILURE, now_from(clock)
+        backend, conn, job_table, archived_job_table, stored_job_id, STATUS_FAILURE, finished_at
     )
+    if error_store is not None:
+        error_store.record(conn, entry(stored_job_id, job.attempts, exception, finished_at, context or {}))
     try:
         settle(failed_job_fn(job, exception))
     except Exception as exc:
