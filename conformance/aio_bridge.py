@@ -201,6 +201,9 @@ class BlockingBackend:
         if not inspect.iscoroutinefunction(value):
             return value
 
+        # wraps: __wrapped__ lets a caller that must not run its own statements on an asyncio backend
+        # (error_history.find_store) still see the coroutine function behind the blocking view.
+        @functools.wraps(value)
         def blocking(*args: Any, **kwargs: Any) -> Any:
             return self._loop.run(value(*map(_target, args), **kwargs))
 

@@ -198,7 +198,12 @@ def find_store(backend: Any, conn: Any, job_table: TableName) -> ErrorStore | No
     fork; the conformance suite's mutants).
     """
     chosen = side_tables.store_class(backend, "error_store", MemoryErrorStore, SqlErrorStore)
-    if chosen is SqlErrorStore and inspect.iscoroutinefunction(getattr(backend, "_execute", None)):
+    execute = getattr(backend, "_execute", None)
+    if (
+        chosen is SqlErrorStore
+        and execute is not None
+        and inspect.iscoroutinefunction(inspect.unwrap(execute))
+    ):
         return None  # an asyncio backend behind a blocking bridge: no statement of ours runs on it
     if chosen is SqlErrorStore and not side_tables.exists(backend, conn, FEATURE, job_table):
         return None
