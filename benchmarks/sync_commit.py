@@ -33,9 +33,9 @@ def _reached(done: list[int], jobs: int) -> bool:
     return done[0] >= jobs
 
 
-def drain(spec: BackendSpec, jobs: int, threads: int, rounds: int) -> dict[str, Any]:
+def drain(spec: BackendSpec, jobs: int, threads: int, rounds: int, suffix: str = "") -> dict[str, Any]:
     """Jobs a second for each setting, the settings alternating (A B, then B A) round by round."""
-    harness = open_harness(spec, "sync_commit")
+    harness = open_harness(spec, "sync_commit", suffix)
     rates: dict[str, list[float]] = {"on": [], "off": []}
     with closing_harness(harness):
         sql_harness, dialect = require_sql(harness)
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--table-suffix", default="", help="appended to the bench_ table names")
     args = parser.parse_args(argv)
     options = {"dsn": args.dsn} if args.dsn else {}
     result = drain(
