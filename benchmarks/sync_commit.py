@@ -57,9 +57,11 @@ def drain(spec: BackendSpec, jobs: int, threads: int, rounds: int, suffix: str =
                 )
                 start = time.perf_counter()
                 drainer.start()
-                wait_until(partial(_reached, done, jobs), 600.0, 0.002)
+                finished = wait_until(partial(_reached, done, jobs), 600.0, 0.002)
                 seconds = time.perf_counter() - start
                 drainer.stop()
+                if not finished:
+                    raise RuntimeError(f"synchronous_commit {setting}: {done[0]:,} of {jobs:,} jobs in 600 s")
                 rates[setting].append(jobs / seconds)
     on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
     return {

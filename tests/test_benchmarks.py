@@ -693,3 +693,14 @@ def test_the_server_limit_does_the_whole_job_archiving_each_job_it_counts_once(
     if fixture == "mysql_db":
         leftovers = run_sql(harness, "SHOW DATABASES LIKE 'bench\\_limit\\_%%'")
         assert leftovers == [], "the throwaway database of the procedure must be dropped"
+
+
+@pytest.mark.postgresql
+def test_sync_commit_drains_every_round_with_the_setting_on_and_off(pg_dsn: str) -> None:
+    from benchmarks import sync_commit
+
+    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn})
+    result = sync_commit.drain(spec, 200, 2, 2, f"_sc{table_suffix()}")
+    assert [len(result["rounds_jobs_per_s"][k]) for k in ("on", "off")] == [2, 2]
+    assert all(rate > 0 for rates in result["rounds_jobs_per_s"].values() for rate in rates)
+    assert result["off_over_on"] == result["jobs_per_s"]["off"] / result["jobs_per_s"]["on"]
