@@ -54,6 +54,14 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="throughput's interleaved rounds per configuration (default: the mode's)",
     )
+    for name, what in (
+        ("processes", "consumer processes per system"),
+        ("connections", "consumer connections per process"),
+        ("jobs", "jobs per drain"),
+    ):
+        run.add_argument(
+            f"--peers-{name}", type=int, default=None, help=f"peers: {what} (default: the mode's)"
+        )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (for CI logs)")
     report = commands.add_parser("report", help="re-render results.md and the charts from a results.json")
     report.add_argument("results", type=Path)
@@ -90,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.rounds is not None:
         settings = settings.with_(throughput_rounds=max(1, args.rounds))
+    for name in ("processes", "connections", "jobs"):
+        value = getattr(args, f"peers_{name}")
+        if value is not None:
+            settings = settings.with_(**{f"peers_{name}": max(1, value)})
     progress: Progress = Progress() if args.no_progress else RichProgressDisplay()
     try:
         with progress:

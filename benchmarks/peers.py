@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from benchmarks import latency, peer_ours, peer_pgqueuer, peer_procrastinate
+from benchmarks import latency, peer_aio, peer_ours, peer_pgqueuer, peer_procrastinate
 from benchmarks.common import (
     BackendSpec,
     analyze,
@@ -182,6 +182,59 @@ class Ours:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class AsyncOurs(Ours):
+    """proletarian-ref's asyncio worker (proletarian_ref.aio) on one driver of peer_aio.DRIVERS, on the
+    same bench tables as the threaded worker (the rounds run one system at a time)."""
+
+    def __init__(
+        self,
+        spec: BackendSpec,
+        harness: Harness,
+        polling_interval_ms: float,
+        driver: str,
+        batch_size: int = 1,
+    ) -> None:
+        super().__init__(spec, harness, polling_interval_ms, batch_size)
+        self.driver = driver
+        self.dsn = server_dsn(spec)
+        self.config = (
+            f"P processes x T polling tasks on one event loop each, one {driver} connection per task "
+            "(proletarian_ref.aio.create_queue_worker)"
+        )
+        if batch_size > 1:
+            self.name = f"{OURS} async batch {batch_size} ({driver})"
+            self.config += f", batch_size={batch_size}"
+        else:
+            self.name = f"{OURS} async ({driver})"
+
+    def consumer(self, connections: int) -> Callable[[Signals], None]:
+        h = self.harness
+        return partial(
+            peer_aio.consume,
+            self.dsn,
+            self.driver,
+            h.job_table,
+            h.archived_job_table,
+            self.polling_interval_ms,
+            connections,
+            self.batch_size,
+        )
+
+    def latency(self, settings: Settings) -> dict[str, Any]:
+        truncate(self.harness)
+        h = self.harness
+        seconds = peer_aio.latency(
+            self.dsn,
+            self.driver,
+            h.job_table,
+            h.archived_job_table,
+            self.batch_size,
+            settings.peers_latency_jobs,
+            settings.latency_gap_ms,
+        )
+        return summarize_ms(seconds)
 
 
 class Peer:
@@ -380,6 +433,12 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             Ours(spec, harness, settings.polling_interval_ms),
             Ours(spec, harness, settings.polling_interval_ms, settings.batch_size),
         ]
+        # The asyncio worker beside the threaded one, default and batch mode, on each driver asked for.
+        for driver in settings.peers_async_drivers:
+            systems += [
+                AsyncOurs(spec, harness, settings.polling_interval_ms, driver),
+                AsyncOurs(spec, harness, settings.polling_interval_ms, driver, settings.batch_size),
+            ]
         pools: list[ConsumerPool] = []
         try:
             systems += [Peer(m, spec, settings.table_suffix) for m in PEERS if m.PACKAGE not in missing]

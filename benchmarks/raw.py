@@ -76,9 +76,13 @@ class RawDrainer:
         threads: int,
         polling_interval_ms: float,
         on_job: Callable[[], Any],
+        *,
+        synchronous_commit_off: bool = False,
     ) -> None:
         self._dialect: Dialect = dialect
         self._statements = RawStatements.of(harness, dialect)
+        # PostgreSQL: SET LOCAL synchronous_commit = off first in each transaction (benchmarks.sync_commit).
+        self._prelude = "SET LOCAL synchronous_commit = off" if synchronous_commit_off else None
         self._interval = polling_interval_ms / 1000
         self._on_job = on_job
         self._stop = threading.Event()
@@ -106,6 +110,8 @@ class RawDrainer:
     def _loop(self, conn: Any) -> None:
         cursor = conn.cursor()
         while not self._stop.is_set():
+            if self._prelude is not None:
+                cursor.execute(self._prelude)
             if not claim_one(conn, cursor, self._statements, self._dialect, self._on_job):
                 self._stop.wait(self._interval)
         cursor.close()

@@ -580,7 +580,11 @@ def summary(results: dict[str, Any]) -> list[str]:
                     ]
                 )
         # Batch mode against each peer at equal connections: the target is >= 1 beside pgqueuer.
-        for batch in (s for s in systems if s["name"].startswith("proletarian-ref batch")):
+        # The threaded and the asyncio worker's batch modes alike (the asyncio target is >= 2x pgqueuer).
+        ours_batch = [
+            s for s in systems if s["name"].startswith("proletarian-ref") and " batch " in s["name"]
+        ]
+        for batch in ours_batch:
             for peer in (s for s in systems if not s["name"].startswith("proletarian-ref")):
                 if peer["jobs_per_s"]:
                     rows.append(

@@ -86,6 +86,9 @@ class Settings:
     # configurations throughput adds in batch mode, and whether the peers scenario runs it too.
     batch_size: int = 10
     batch_configs: tuple[tuple[int, int], ...] = ((1, 4), (2, 2))
+    # The peers scenario's asyncio worker, default and batch mode, on each of these drivers
+    # (benchmarks.peer_aio.DRIVERS); none in quick mode, so CI's run keeps its length.
+    peers_async_drivers: tuple[str, ...] = ("psycopg",)
     # Serializer (benchmarks/serializer.py, once per run, no database): least CPU seconds of one timing.
     serializer_seconds: float = 0.2
     # Throughput's (processes, threads, jobs a commit) rows at which the server's limit for the whole job
@@ -195,6 +198,7 @@ QUICK: Final = Settings(
     long_stream_threads=2,
     serializer_seconds=0.02,
     profile=False,
+    peers_async_drivers=(),
 )
 
 # For the smoke test: the quick machinery on sizes that say nothing about speed but finish in seconds.
@@ -235,6 +239,7 @@ TINY: Final = QUICK.with_(
     peers_processes=1,
     peers_latency_jobs=2,
     peers_drain_timeout_s=20.0,
+    peers_async_drivers=("psycopg",),
     long_hold_s=1.5,
     long_before_s=0.5,
     long_after_s=0.5,

@@ -362,14 +362,21 @@ def _check_peers(results: dict[str, Any], out: Path, expected: list[str]) -> dic
 def test_peers_drain_every_job_exactly_once_on_each_system(pg_dsn: str, tmp_path: Path) -> None:
     results = _run(BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn}), tmp_path, ("peers",))
     missing = peers.missing_peers()
-    ours = ["proletarian-ref", f"proletarian-ref batch {TINY.batch_size}"]
-    expected = ours + [m.NAME for m in peers.PEERS if m.PACKAGE not in missing]
-    entry = _check_peers(results, tmp_path, expected)
+    ours = [
+        "proletarian-ref",
+        f"proletarian-ref batch {TINY.batch_size}",
+        "proletarian-ref async (psycopg)",
+        f"proletarian-ref async batch {TINY.batch_size} (psycopg)",
+    ]
+    assert TINY.peers_async_drivers == ("psycopg",)
+    others = [m.NAME for m in peers.PEERS if m.PACKAGE not in missing]
+    entry = _check_peers(results, tmp_path, ours + others)
     summary = (tmp_path / "results.md").read_text(encoding="utf-8").split("### Beside")[0]
-    for name in expected[1:]:
+    for name in ours[1:] + others:
         assert f"| {name} / proletarian-ref |" in summary
-    for name in expected[2:]:
-        assert f"| {ours[1]} / {name} |" in summary
+    for batch in (ours[1], ours[3]):
+        for name in others:
+            assert f"| {batch} / {name} |" in summary
     assert ("peers_missing" in entry) is bool(missing)
 
 
@@ -379,7 +386,16 @@ def test_peers_without_their_packages_runs_ours_alone_and_says_so(
 ) -> None:
     monkeypatch.setattr(peers, "missing_peers", lambda: ["pgqueuer", "procrastinate"])
     results = _run(BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn}), tmp_path, ("peers",))
-    entry = _check_peers(results, tmp_path, ["proletarian-ref", f"proletarian-ref batch {TINY.batch_size}"])
+    entry = _check_peers(
+        results,
+        tmp_path,
+        [
+            "proletarian-ref",
+            f"proletarian-ref batch {TINY.batch_size}",
+            "proletarian-ref async (psycopg)",
+            f"proletarian-ref async batch {TINY.batch_size} (psycopg)",
+        ],
+    )
     assert "pgqueuer, procrastinate not installed" in entry["peers_missing"]
     assert "not installed" in (tmp_path / "results.md").read_text(encoding="utf-8").split("### Beside")[0]
 
@@ -677,3 +693,14 @@ def test_the_server_limit_does_the_whole_job_archiving_each_job_it_counts_once(
     if fixture == "mysql_db":
         leftovers = run_sql(harness, "SHOW DATABASES LIKE 'bench\\_limit\\_%%'")
         assert leftovers == [], "the throwaway database of the procedure must be dropped"
+
+
+@pytest.mark.postgresql
+def test_sync_commit_drains_every_round_with_the_setting_on_and_off(pg_dsn: str) -> None:
+    from benchmarks import sync_commit
+
+    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn})
+    result = sync_commit.drain(spec, 200, 2, 2, f"_sc{table_suffix()}")
+    assert [len(result["rounds_jobs_per_s"][k]) for k in ("on", "off")] == [2, 2]
+    assert all(rate > 0 for rates in result["rounds_jobs_per_s"].values() for rate in rates)
+    assert result["off_over_on"] == result["jobs_per_s"]["off"] / result["jobs_per_s"]["on"]
