@@ -469,7 +469,8 @@ def create_queue_worker(
     """proletarian_ref.create_queue_worker for asyncio, with the same options and defaults
     (proletarian_ref.worker.WORKER_OPTION_DEFAULTS). `handler_fn` is a coroutine function; the data source
     a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, an asyncpg.Pool
-    (or asyncpg.connect in a functools.partial), or an AsyncBackend such as AsyncpgBackend(factory); `worker_threads` the number of polling tasks. Nothing runs until `await start()` or
+    (or asyncpg.connect in a functools.partial), or an AsyncBackend such as AsyncpgBackend(factory);
+    `worker_threads` the number of polling tasks. Nothing runs until `await start()` or
     `async with`. failed_job_fn, retry_strategy_fn and on_shutdown may be plain or coroutine functions.
     install_shutdown_hook is not supported yet (docs/worker.md, "asyncio")."""
     unknown = sorted(set(options) - set(WORKER_OPTION_DEFAULTS))
