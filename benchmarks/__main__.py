@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--table-suffix", default="", help="appended to the bench_ table names, to keep concurrent runs apart"
     )
+    run.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="throughput's interleaved rounds per configuration (default: the mode's)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (for CI logs)")
     report = commands.add_parser("report", help="re-render results.md and the charts from a results.json")
     report.add_argument("results", type=Path)
@@ -82,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         profile=settings.profile and not args.no_profile,
         table_suffix=args.table_suffix,
     )
+    if args.rounds is not None:
+        settings = settings.with_(throughput_rounds=max(1, args.rounds))
     progress: Progress = Progress() if args.no_progress else RichProgressDisplay()
     try:
         with progress:

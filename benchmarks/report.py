@@ -14,6 +14,8 @@ matplotlib.use("Agg")
 # The Agg backend must be chosen before pyplot loads, so no display is ever needed.
 import matplotlib.pyplot as plt
 
+from benchmarks.serializer import table as serializer_table
+
 POLL_CHART = "poll_latency.png"
 THROUGHPUT_CHART = "throughput.png"
 PEERS_CHART = "peers.png"
@@ -80,6 +82,7 @@ def markdown(results: dict[str, Any]) -> str:
     out += _locust_section(results)
     out += _peers_section(results)
     out += _long_handlers_section(results)
+    out += _serializer_section(results)
     out += _profile_section(results)
     return "\n".join(out).rstrip() + "\n"
 
@@ -205,7 +208,96 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
         rows,
     )
     out.append("")
+    out += _limit_section(entries)
     return out + _notes(entries)
+
+
+def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
+    """The drains against the server's limit for the whole job, and what a job costs each side."""
+    rows: list[list[Any]] = []
+    costs: list[list[Any]] = []
+    for e in entries:
+        for r in e.get("rows", []):
+            if "limit_jobs_per_s" in r:
+                rows.append(
+                    [
+                        e["backend"],
+                        _config(r, " x "),
+                        r.get("batch_size", 1),
+                        r["limit_jobs_per_s"],
+                        r.get("library_jobs_per_s"),
+                        r.get("library_ratio_limit", "-"),
+                        r.get("compact_ratio_limit", "-"),
+                        r.get("raw_ratio_limit", "-"),
+                        r.get("pgbench_ratio_limit", "-"),
+                        r.get("ratio", "-"),
+                        r.get("ratio_pgbench", "-"),
+                    ]
+                )
+            for mode in ("library", "compact", "raw"):
+                if f"{mode}_client_cpu_us_per_job" not in r:
+                    continue
+                label = "batch" if mode == "library" and r.get("batch_size", 1) > 1 else mode
+                costs.append(
+                    [
+                        e["backend"],
+                        _config(r, " x "),
+                        label,
+                        r[f"{mode}_client_cpu_us_per_job"],
+                        r.get(f"{mode}_server_cpu_us_per_job", "-"),
+                        r.get(f"{mode}_round_trips_per_job", "-"),
+                    ]
+                )
+    if not rows and not costs:
+        return []
+    out = ["#### Against the server's limit", ""]
+    out.append(
+        "*limit*: the whole job's work done inside the server, on the same tables in the same rounds: "
+        "PostgreSQL, one statement (claim with FOR UPDATE SKIP LOCKED, delete, archive) under pgbench; "
+        "MariaDB/MySQL, a stored procedure under mariadb-slap/mysqlslap; at the row's connections and "
+        "*jobs/commit* (1, or batch mode's batch size). *of limit* is the median of the rounds' drain / "
+        "limit: *library* (default mode, or batch mode on batch rows), *compact* (the compact plan), *raw* "
+        "(Proletarian's statements on the bare driver), *pgbench* (Proletarian's statements under pgbench). "
+        "*of raw* and *of pgbench* repeat the table above."
+    )
+    out.append("")
+    out += _table(
+        [
+            "backend",
+            "processes x threads",
+            "jobs/commit",
+            "limit jobs/s",
+            "library jobs/s",
+            "library of limit",
+            "compact of limit",
+            "raw of limit",
+            "pgbench of limit",
+            "library of raw",
+            "library of pgbench",
+        ],
+        rows,
+    )
+    out.append("")
+    if costs:
+        out.append(
+            "Per-job costs, median of the rounds' windows: *client CPU* of the drain's processes, *server "
+            "CPU* of the PostgreSQL backends serving its connections (read from /proc; not measured on "
+            "MariaDB/MySQL), *round trips* counted at the driver (one-process drains only)."
+        )
+        out.append("")
+        out += _table(
+            [
+                "backend",
+                "processes x threads",
+                "drain",
+                "client CPU µs/job",
+                "server CPU µs/job",
+                "round trips/job",
+            ],
+            costs,
+        )
+        out.append("")
+    return out
 
 
 def _enqueue_section(results: dict[str, Any]) -> list[str]:
@@ -431,6 +523,19 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "compact / library", r["compact_ratio"]]
                 )
+            for mode, label in (
+                ("library", "batch" if r.get("batch_size", 1) > 1 else "library"),
+                ("compact", "compact"),
+            ):
+                if f"{mode}_ratio_limit" in r:
+                    rows.append(
+                        [
+                            e["backend"],
+                            f"throughput {_config(r, 'x')}",
+                            f"{label} / server limit",
+                            r[f"{mode}_ratio_limit"],
+                        ]
+                    )
     for e in _entries(results, "enqueue_rate"):
         for r in e.get("rows", []):
             if "ratio" in r:
@@ -607,6 +712,23 @@ def _long_handlers_section(results: dict[str, Any]) -> list[str]:
         )
         out.append("")
     out += _table(["backend", "phase", "short jobs/s", "poll ms median", "poll ms max", "server (max)"], rows)
+    out.append("")
+    return out + _notes(entries)
+
+
+def _serializer_section(results: dict[str, Any]) -> list[str]:
+    entries = _entries(results, "serializer")
+    if not entries:
+        return []
+    out = ["### Serializer", ""]
+    for e in entries:
+        if "payloads" not in e:
+            continue
+        out.append(
+            f"Transit encode and decode in this process, µs of CPU a call (best of {e['repeats']} timings "
+            f"of at least {e['seconds']} s; `python -m benchmarks.serializer`):"
+        )
+        out += ["", *serializer_table(e["payloads"]).splitlines()]
     out.append("")
     return out + _notes(entries)
 

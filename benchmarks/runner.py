@@ -7,7 +7,7 @@ import traceback
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from benchmarks import (
     enqueue_rate,
@@ -17,6 +17,7 @@ from benchmarks import (
     memory,
     peers,
     poll_latency,
+    serializer,
     throughput,
 )
 from benchmarks.common import BackendSpec, BenchmarkFailure
@@ -24,6 +25,9 @@ from benchmarks.machine import describe, machine
 from benchmarks.progress import Progress
 from benchmarks.report import write
 from benchmarks.settings import ALL_BENCHMARKS, Settings
+
+# Benchmarks that use no database: run with the first backend only.
+ONCE_PER_RUN: Final = frozenset({"serializer"})
 
 
 def _one(
@@ -45,6 +49,8 @@ def _one(
         return peers.run(spec, settings, progress)
     if name == "long_handlers":
         return long_handlers.run(spec, settings, progress)
+    if name == "serializer":
+        return serializer.run(spec, settings, progress)
     raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(ALL_BENCHMARKS)}")
 
 
@@ -74,9 +80,13 @@ def run_all(
         "meta": describe(backends),
         "benchmarks": {name: [] for name in settings.benchmarks},
     }
-    overall = progress.task("benchmarks", len(backends) * len(settings.benchmarks))
-    for spec in backends:
+    once = [name for name in settings.benchmarks if name in ONCE_PER_RUN]
+    per_backend = [name for name in settings.benchmarks if name not in ONCE_PER_RUN]
+    overall = progress.task("benchmarks", len(backends) * len(per_backend) + len(once))
+    for index, spec in enumerate(backends):
         for name in settings.benchmarks:
+            if name in ONCE_PER_RUN and index:
+                continue
             progress.describe(overall, f"{spec.factory}: {name}")
             bench_start = time.perf_counter()
             try:

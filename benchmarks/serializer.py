@@ -2,6 +2,9 @@
 
     python -m benchmarks.serializer [--seconds 0.2] [--json]
 
+It is also a section of ``python -m benchmarks run`` (once per run, whatever the backends; quick mode
+times each call for 0.02 s rather than 0.2 s).
+
 Prints, for each payload, the microseconds of CPU one call takes (best of three timings, each at least
 --seconds of CPU): ``encode`` (the default serializer), ``decode`` (plain, the default) and ``decode
 exact``. A version that refuses a payload (older ones stop at about 1,000 levels) shows "refused".
@@ -24,7 +27,12 @@ import timeit
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from benchmarks.common import BackendSpec
+    from benchmarks.progress import Progress
+    from benchmarks.settings import Settings
 
 REPO: Final = Path(__file__).resolve().parents[1]
 OPERATIONS: Final = ("encode", "decode", "decode exact")
@@ -155,6 +163,21 @@ def table(results: dict[str, dict[str, float | None]]) -> str:
         cells = ("refused" if row[op] is None else f"{row[op]:,.1f}" for op in OPERATIONS)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
+    """The section of `python -m benchmarks run`: this version's timings, once per run (no database)."""
+    task = progress.task("serializer", 1)
+    payload_times = measure(settings.serializer_seconds)
+    progress.advance(task)
+    progress.done(task)
+    return {
+        "factory": spec.factory,
+        "backend": "no database",
+        "seconds": settings.serializer_seconds,
+        "repeats": REPEATS,
+        "payloads": payload_times,
+    }
 
 
 # --- one version against another (python -m benchmarks.versus REV --serializer) ---------------------

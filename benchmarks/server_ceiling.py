@@ -37,17 +37,34 @@ _PARAMETERS = {
 def pgbench_skip_reason(harness: Harness) -> str | None:
     if sql_dialect(harness) != "postgresql":
         return "pgbench runs against PostgreSQL only"
-    if _pgbench() is None:
+    if pgbench_path() is None:
         return "pgbench is not installed (Debian: postgresql-client or postgresql)"
     return None
 
 
-def _pgbench() -> str | None:
+def pgbench_path() -> str | None:
     found = shutil.which("pgbench")
     if found:
         return found
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"), reverse=True)
     return str(candidates[0]) if candidates else None
+
+
+def pgbench_env(harness: SqlHarness) -> dict[str, str]:
+    """The environment that points pgbench (libpq) at the harness's database."""
+    conn = harness.connect()
+    try:
+        info = conn.info
+        return dict(
+            os.environ,
+            PGHOST=info.host,
+            PGPORT=str(info.port),
+            PGUSER=info.user,
+            PGDATABASE=info.dbname,
+            PGPASSWORD=info.password or "",
+        )
+    finally:
+        conn.close()
 
 
 def script(harness: SqlHarness) -> str:
@@ -74,22 +91,10 @@ def pgbench_rate(harness: SqlHarness, clients: int, seconds: int) -> dict[str, A
 
     The queue must hold enough due jobs for the whole run: a claim that finds none aborts its client.
     """
-    executable = _pgbench()
+    executable = pgbench_path()
     if executable is None:
         raise RuntimeError("pgbench is not installed")
-    conn = harness.connect()
-    try:
-        info = conn.info
-        env = dict(
-            os.environ,
-            PGHOST=info.host,
-            PGPORT=str(info.port),
-            PGUSER=info.user,
-            PGDATABASE=info.dbname,
-            PGPASSWORD=info.password or "",
-        )
-    finally:
-        conn.close()
+    env = pgbench_env(harness)
     with tempfile.NamedTemporaryFile("w", suffix=".sql", encoding="utf-8") as file:
         file.write(script(harness))
         file.flush()

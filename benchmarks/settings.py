@@ -18,6 +18,7 @@ ALL_BENCHMARKS: Final = (
     "locust",
     "peers",
     "long_handlers",
+    "serializer",
 )
 
 
@@ -85,6 +86,11 @@ class Settings:
     # configurations throughput adds in batch mode, and whether the peers scenario runs it too.
     batch_size: int = 10
     batch_configs: tuple[tuple[int, int], ...] = ((1, 4), (2, 2))
+    # Serializer (benchmarks/serializer.py, once per run, no database): least CPU seconds of one timing.
+    serializer_seconds: float = 0.2
+    # Throughput's (processes, threads, jobs a commit) rows at which the server's limit for the whole job
+    # is measured too (server_limit.py): one point in quick mode, a scaling curve in full.
+    limit_points: tuple[tuple[int, int, int], ...] = ((1, 4, 1),)
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0
@@ -102,7 +108,12 @@ FULL: Final = Settings(
     noindex_samples=200,
     noindex_budget_s=12.0,
     thread_counts=(1, 2, 4, 8),
-    process_configs=((2, 4),),
+    process_configs=((2, 2), (2, 4), (4, 4)),
+    batch_configs=((1, 4), (2, 2), (4, 4)),
+    limit_points=(
+        *((p, t, 1) for p, t in ((1, 1), (1, 2), (1, 4), (1, 8), (2, 2), (2, 4), (4, 4))),
+        *((p, t, 10) for p, t in ((1, 4), (2, 2), (4, 4))),
+    ),
     throughput_warmup_s=0.3,
     throughput_window_s=0.8,
     throughput_preload=40_000,
@@ -182,6 +193,7 @@ QUICK: Final = Settings(
     long_sample_s=0.5,
     long_stream_rate=200.0,
     long_stream_threads=2,
+    serializer_seconds=0.02,
     profile=False,
 )
 
@@ -196,6 +208,7 @@ TINY: Final = QUICK.with_(
     thread_counts=(1, 2),
     process_configs=((2, 1),),
     batch_configs=((1, 2),),
+    limit_points=((1, 2, 1), (1, 2, 10)),
     throughput_warmup_s=0.1,
     throughput_window_s=0.3,
     throughput_preload=2_000,
@@ -226,6 +239,7 @@ TINY: Final = QUICK.with_(
     long_before_s=0.5,
     long_after_s=0.5,
     long_stream_rate=100.0,
+    serializer_seconds=0.002,
     profile=True,
 )
 

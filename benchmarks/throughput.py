@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import (
@@ -14,11 +15,14 @@ from benchmarks.common import (
     count_rows,
     open_harness,
     require_sql,
+    sql_dialect,
     truncate,
 )
+from benchmarks.costs import RoundTrips, ServerCpu, client_cpu_s, server_cpu_reason
 from benchmarks.profiling import profile_paths
 from benchmarks.progress import Progress
 from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason
+from benchmarks.server_limit import limit_rate, limit_skip_reason
 from benchmarks.settings import Settings
 from benchmarks.workers import DrainRun, Mode, measure_rate, processes_skip_reason, raw_skip_reason
 from conformance.harness import Harness
@@ -85,6 +89,60 @@ def pgbench_drain(filler: QueueFiller, connections: int, settings: Settings) -> 
     return pgbench_rate(require_sql(filler.harness)[0], connections, seconds)
 
 
+# A first guess at the server's limit, jobs a second, to size the queue before it was measured once.
+LIMIT_FIRST_GUESS_JOBS_PER_S = {1: 15_000, 10: 60_000}
+
+
+def limit_drain(
+    filler: QueueFiller, connections: int, per_commit: int, settings: Settings, last: dict[int, float]
+) -> dict[str, Any]:
+    """The server's own limit for the whole job at `connections`, `per_commit` jobs a transaction, on the
+    (topped-up) same queue; `last` keeps each per_commit's latest rate to size the next queue and calls."""
+    seconds = max(1.0, round(settings.throughput_window_s))
+    if per_commit not in last and sql_dialect(filler.harness) == "mysql":
+        # mysqlslap runs a fixed number of calls, not a time: a short first drain (ten calls a
+        # connection) sizes the measured one, which a guess could make last a minute on a slow server.
+        filler.top_up()
+        last[per_commit] = max(
+            limit_rate(filler.harness, connections, per_commit, seconds, 0)["jobs_per_s"], 1.0
+        )
+    for _attempt in range(3):
+        guess = last.get(per_commit) or LIMIT_FIRST_GUESS_JOBS_PER_S.get(per_commit, 60_000)
+        filler.top_up(at_least=int(2 * guess * seconds) + 1000)
+        result = limit_rate(filler.harness, connections, per_commit, seconds, guess)
+        last[per_commit] = max(result["jobs_per_s"], 1.0)
+        if not result["ran_dry"]:
+            return result
+        # The queue ran out before the time did: this rate is the load's; again with twice the rows.
+        last[per_commit] = 2 * guess
+    raise RuntimeError(f"the server's limit ran its queue dry three times at {connections} connections")
+
+
+def server_drains(
+    row: dict[str, Any],
+    filler: QueueFiller,
+    settings: Settings,
+    *,
+    limit: dict[int, float] | bool,
+    pgbench: bool,
+    tick: Callable[[str], None],
+    done: Callable[[], None],
+) -> None:
+    """A round's drains without Python: the server's limit (when `limit` is the latest-rate memo) at the
+    row's jobs a commit, and pgbench of Proletarian's statements (when `pgbench`)."""
+    connections, per_commit = row["concurrency"], row.get("batch_size", 1)
+    if isinstance(limit, dict):
+        tick(f"{connections} server limit x{per_commit}")
+        row.setdefault("limit_rounds", []).append(
+            limit_drain(filler, connections, per_commit, settings, limit)
+        )
+        done()
+    if pgbench:
+        tick(f"{connections} pgbench")
+        row.setdefault("pgbench_rounds", []).append(pgbench_drain(filler, connections, settings))
+        done()
+
+
 def drain_rate(
     filler: QueueFiller,
     spec: BackendSpec,
@@ -110,10 +168,30 @@ def drain_rate(
         settings.polling_interval_ms,
         batch_size=batch_size if mode == "library" else 1,
     )
+    drained = harness or filler.harness
+    trips = RoundTrips()
+    server: list[ServerCpu] = []
+
+    def costs() -> dict[str, float]:
+        # Read at the window's edges, once the drain's connections are open.
+        found = {"client_cpu_us": client_cpu_s(run.pids) * 1e6}
+        if not server and server_cpu_reason(drained) is None:
+            server.append(ServerCpu(drained, run.pids))
+        if server and server[0].reason is None:
+            found["server_cpu_us"] = server[0].seconds() * 1e6
+        if processes == 1:
+            found["round_trips"] = float(trips.count)
+        return found
+
     try:
-        return measure_rate(
-            run, count_rows(filler.harness), settings.throughput_warmup_s, settings.throughput_window_s
-        )
+        with trips.installed() if processes == 1 else contextlib.nullcontext(trips):
+            return measure_rate(
+                run,
+                count_rows(filler.harness),
+                settings.throughput_warmup_s,
+                settings.throughput_window_s,
+                costs,
+            )
     finally:
         run.stop()
 
@@ -134,6 +212,19 @@ def summarize(row: dict[str, Any], modes: list[str]) -> None:
         row["round_ratios"] = [round(r, 3) for r in ratios]
         row["ratio"] = statistics.median(ratios)
         row["pass"] = row["ratio"] >= TARGET_RATIO
+    if row.get("limit_rounds"):
+        row["limit_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row["limit_rounds"])
+        for mode in modes:
+            ratios = paired_ratios(row, mode, "limit")
+            if ratios:
+                # Library rows in batch mode run against the limit at the same jobs a commit.
+                row[f"{mode}_ratio_limit"] = statistics.median(ratios)
+        if row.get("pgbench_rounds"):
+            row["pgbench_ratio_limit"] = statistics.median(paired_ratios(row, "pgbench", "limit"))
+    for mode in modes:
+        per_job = [r["per_job"] for r in row[f"{mode}_rounds"] if "per_job" in r]
+        for key in sorted({k for p in per_job for k in p}):
+            row[f"{mode}_{key}_per_job"] = statistics.median(p[key] for p in per_job if key in p)
     if row.get("pgbench_rounds"):
         row["pgbench_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row["pgbench_rounds"])
         row["ratio_pgbench"] = statistics.median(pgbench_ratios(row))
@@ -164,13 +255,17 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             plans["compact"] = ("library", compact, compact_harness)
         # The server's ceiling (PostgreSQL): pgbench at the same connections, one job a transaction only.
         pgbench_reason = pgbench_skip_reason(harness)
+        # The server's limit for the whole job (claim, archive, delete inside the server), at the
+        # configurations of settings.limit_points, the row's jobs a commit.
+        limit_reason = limit_skip_reason(harness)
+        limit_points = set() if limit_reason else set(settings.limit_points)
+        last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)
-        pgbench_configs = 0 if pgbench_reason else single
-        compact_configs = single if compact is not None else 0
-        task = progress.task(
-            f"{harness.name}: throughput",
-            (len(configs) * len(modes) + pgbench_configs + compact_configs) * settings.throughput_rounds,
+        drains = len(configs) * len(modes) + (0 if pgbench_reason else single)
+        drains += (single if compact is not None else 0) + sum(
+            1 for config in configs if config in limit_points
         )
+        task = progress.task(f"{harness.name}: throughput", drains * settings.throughput_rounds)
         filler = QueueFiller(harness, settings.throughput_preload)
         rows: list[dict[str, Any]] = []
         for processes, threads, batch_size in configs:
@@ -206,12 +301,15 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                         )
                     )
                     progress.advance(task)
-                if batch_size == 1 and not pgbench_reason:
-                    progress.describe(task, f"{harness.name}: throughput, {processes * threads} pgbench")
-                    row.setdefault("pgbench_rounds", []).append(
-                        pgbench_drain(filler, processes * threads, settings)
-                    )
-                    progress.advance(task)
+                server_drains(
+                    row,
+                    filler,
+                    settings,
+                    limit=(processes, threads, batch_size) in limit_points and last_limit,
+                    pgbench=batch_size == 1 and not pgbench_reason,
+                    tick=lambda what: progress.describe(task, f"{harness.name}: throughput, {what}"),
+                    done=lambda: progress.advance(task),
+                )
             summarize(row, row_modes)
             rows.append(row)
         progress.done(task)
@@ -221,10 +319,13 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             "target_ratio": TARGET_RATIO,
             "rows": rows,
         }
-        if raw_reason:
-            result["raw_skipped"] = raw_reason
-        if pgbench_reason:
-            result["pgbench_skipped"] = pgbench_reason
+        skipped = {
+            "raw_skipped": raw_reason,
+            "pgbench_skipped": pgbench_reason,
+            "limit_skipped": limit_reason,
+            "server_cpu_skipped": server_cpu_reason(harness),
+        }
+        result.update((key, reason) for key, reason in skipped.items() if reason)
         if settings.profile and not raw_reason:
             ptask = progress.task(f"{harness.name}: profile", 1)
             truncate(harness)

@@ -217,8 +217,18 @@ class DrainRun:
         return [int(v.value) for v in self._rss]
 
 
-def measure_rate(run: DrainRun, total: int, warmup_s: float, window_s: float) -> dict[str, Any]:
-    """Jobs per second in a window after a warm-up; the window ends early before the queue could run dry."""
+def measure_rate(
+    run: DrainRun,
+    total: int,
+    warmup_s: float,
+    window_s: float,
+    costs: Callable[[], dict[str, float]] | None = None,
+) -> dict[str, Any]:
+    """Jobs per second in a window after a warm-up; the window ends early before the queue could run dry.
+
+    `costs` reads counters (CPU seconds, round trips) at the window's start and end; their differences
+    per job are the result's "per_job".
+    """
     started = time.perf_counter()
     run.start()
     if not wait_until(lambda: run.count > 0, 30.0):
@@ -227,6 +237,7 @@ def measure_rate(run: DrainRun, total: int, warmup_s: float, window_s: float) ->
     c_first, t_first = run.count, time.perf_counter()
     time.sleep(warmup_s)
     c0, t0 = run.count, time.perf_counter()
+    before = costs() if costs is not None else {}
     limit = int(total * 0.95)
     if c0 >= limit:
         # A backend fast enough to near the end of the queue during the warm-up: count from the first job,
@@ -234,10 +245,14 @@ def measure_rate(run: DrainRun, total: int, warmup_s: float, window_s: float) ->
         c0, t0 = (c_first, t_first) if c_first < limit else (0, started)
     wait_until(lambda: run.count >= limit, window_s, step_s=0.01)
     c1, t1 = run.count, time.perf_counter()
-    return {
+    after = costs() if costs is not None else {}
+    result: dict[str, Any] = {
         "jobs": c1 - c0,
         "seconds": round(t1 - t0, 4),
         "jobs_per_s": (c1 - c0) / (t1 - t0) if t1 > t0 else 0.0,
         "first_job_s": round(first_job_s, 4),
         "window_cut_short": c1 >= limit,
     }
+    if after and c1 > c0:
+        result["per_job"] = {k: (after[k] - before[k]) / (c1 - c0) for k in after if k in before}
+    return result

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import os
 import sys
@@ -30,6 +31,8 @@ from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 _T = TypeVar("_T")
 PG_ENV: Final = "PROLETARIAN_TEST_PG_DSN"
 DEFAULT_PG_DSN: Final = "postgresql://postgres@127.0.0.1:5432/test"
+MYSQL_ENV: Final = "PROLETARIAN_TEST_MYSQL_DSN"
+DEFAULT_MYSQL_DSN: Final = "mysql://root@127.0.0.1:3306/test"
 
 
 class EventLoopThread:
@@ -85,8 +88,13 @@ class BlockingConnection:
                 return self._view(self._loop.run(value(*args, **kwargs)))
 
             return blocking
-        if inspect.ismethod(value) and name == "cursor":
-            return lambda *args, **kwargs: self._view(value(*args, **kwargs))
+        if inspect.ismethod(value):
+            # A plain method runs on the loop too, and what it returns is awaited there if it can be:
+            # aiomysql's cursor() and fetchone() are not coroutine functions but return awaitables.
+            def on_loop(*args: Any, **kwargs: Any) -> Any:
+                return self._view(self._loop.run(_called(value, args, kwargs)))
+
+            return on_loop
         return value
 
     def __enter__(self) -> BlockingConnection:
@@ -130,6 +138,11 @@ class BlockingListener:
 
 async def _awaited(value: Awaitable[_T]) -> _T:
     return await value
+
+
+async def _called(method: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    result = method(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
 
 
 class BlockingBackend:
@@ -195,6 +208,17 @@ class BlockingBackend:
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *dir(self.backend)})
+
+
+def blocking_enqueue(conn: BlockingConnection, job_type: str, payload: Any, **options: Any) -> Any:
+    """proletarian_ref.aio.enqueue on the async connection `conn` views, waited for on its loop; a
+    BlockingBackend as `backend=` goes as the AsyncBackend it wraps."""
+    from proletarian_ref import aio
+
+    backend = options.get("backend")
+    if isinstance(backend, BlockingBackend):
+        options["backend"] = backend.backend
+    return conn._loop.run(aio.enqueue(conn.target, job_type, payload, **options))
 
 
 def blocking_backend_class(
@@ -290,4 +314,37 @@ def postgresql_asyncpg(
         backend_class=AsyncpgBackend,
         job_table=job_table,
         archived_job_table=archived_job_table,
+    )
+
+
+def mysql_async(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """aiomysql's Connection (AsyncMySQLBackend) at `dsn`, else $PROLETARIAN_TEST_MYSQL_DSN."""
+    from proletarian_ref.backends.mysql_async import AsyncMySQLBackend, aiomysql_connection_factory
+
+    connect = aiomysql_connection_factory(dsn or os.environ.get(MYSQL_ENV) or DEFAULT_MYSQL_DSN)
+    return async_harness(
+        "mysql-async",
+        dialect="mysql",
+        connect=connect,
+        backend_class=AsyncMySQLBackend,
+        job_table=job_table,
+        archived_job_table=archived_job_table,
+    )
+
+
+def mysql_async_compact(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """The same, its backend on the compact plan (AsyncMySQLBackend(compact=True))."""
+    from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+    harness = mysql_async(dsn, job_table, archived_job_table)
+    return harness.with_backend(
+        blocking_backend_class(functools.partial(AsyncMySQLBackend, compact=True)), "mysql-async-compact"
     )

@@ -1,8 +1,10 @@
-"""The release clause (release_connection): stop() gives a stuck handler's job back, and only that job."""
+"""The release clauses (release_connection): stop() gives a stuck handler's job back, and only that job (L1);
+a job past the worker's job_timeout_ms is given back the same way and runs again exactly once (L2)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from typing import Any, Final
 
@@ -34,7 +36,9 @@ class ReleaseTests(SuiteBase):
 
     __test__ = False
 
-    def _worker(self, harness: Harness, backend: Any, queue: str, handler: Any, name: str) -> QueueWorker:
+    def _worker(
+        self, harness: Harness, backend: Any, queue: str, handler: Any, name: str, **options: Any
+    ) -> QueueWorker:
         return create_queue_worker(
             None,
             handler,
@@ -50,7 +54,7 @@ class ReleaseTests(SuiteBase):
             await_termination_timeout_ms=AWAIT_MS,
             clock=ManualClock(EPOCH + timedelta(seconds=1)),
             log=no_log,
-            **harness.worker_options,
+            **{**harness.worker_options, **options},
         )
 
     @requires(NEEDS_RELEASE)
@@ -135,4 +139,104 @@ class ReleaseTests(SuiteBase):
         left = self.only_job(harness)
         assert (self.key(harness, left.job_id), left.attempts) == (str(stuck_id), 0), (
             f"L1: the released job is left as {left}; expected job {stuck_id}, attempts 0"
+        )
+
+    @requires(NEEDS_RELEASE)
+    def test_a_job_past_its_timeout_is_given_back_and_runs_again_exactly_once(self, harness: Harness) -> None:
+        """L2: a job whose handler outlasts job_timeout_ms and its grace is given back, and runs again once.
+
+        Two workers share one backend. The first has job_timeout_ms and a handler that ignores the bound on
+        its first run; past the grace its job is claimable by another transaction at once, attempts
+        unchanged, while the second worker's running job stays held. When the late handler returns nothing
+        of it is written, and the same worker runs the job again, once, and archives it (attempts 1).
+        """
+        job_table, _ = self.tables(harness)
+        beside_id = self.enqueue_job(harness, EPOCH, queue=BESIDE)
+        stuck_id: Any = None
+        backend = harness.backend()
+        started = {STUCK: threading.Event(), BESIDE: threading.Event()}
+        go_on = {STUCK: threading.Event(), BESIDE: threading.Event()}
+        runs: list[str] = []
+
+        def handler(job: Job) -> None:
+            queue = STUCK if str(job.job_id) == str(stuck_id) else BESIDE
+            runs.append(queue)
+            if runs.count(queue) > 1:
+                return
+            started[queue].set()
+            go_on[queue].wait(STARTED_WITHIN_S + ENDED_WITHIN_S)  # ignores the bound
+
+        timed = self._worker(
+            harness,
+            backend,
+            STUCK,
+            handler,
+            "conformance-l2-timed",
+            job_timeout_ms=AWAIT_MS,
+            job_timeout_grace_ms=AWAIT_MS,
+        )
+        beside = self._worker(harness, backend, BESIDE, handler, "conformance-l2-beside")
+        try:
+            # The other worker's job claimed before this one exists: on InnoDB a batch claim can lock the
+            # record ending its scan (claim_locks_only_the_claimed_row), which would hold the job given back.
+            for worker, queue in ((beside, BESIDE), (timed, STUCK)):
+                if queue == STUCK:
+                    stuck_id = self.enqueue_job(harness, EPOCH, queue=STUCK)
+                worker.start()
+                assert started[queue].wait(STARTED_WITHIN_S), (
+                    f"L2: the worker of {queue} did not start its job"
+                )
+            released = held = None
+            deadline = time.monotonic() + STARTED_WITHIN_S
+            with AgentPool(harness.make_backend, self.step_timeout) as pool:
+                agent = pool.agent()
+                while released is None and time.monotonic() < deadline:
+                    agent.begin()
+                    released, held = (
+                        self.claim_in(
+                            agent,
+                            job_table,
+                            to_keyword_text(queue, what="queue"),
+                            EPOCH + timedelta(seconds=2),
+                            f"L2: claiming the job of {queue} past its bound",
+                        )
+                        for queue in (STUCK, BESIDE)
+                    )
+                    agent.rollback()
+                    time.sleep(AWAIT_MS / 1000)
+            assert released is not None, (
+                "L2: a job whose handler outlasted job_timeout_ms and its grace stayed held; expected it "
+                "claimable by another transaction (its transaction ended, rolled back by the server)"
+            )
+            assert self.key(harness, released.job_id) == str(stuck_id) and released.attempts == 0, (
+                f"L2: the timed-out job came back as {released}; expected job {stuck_id} with attempts 0"
+            )
+            assert held is None, (
+                "L2: ending a timed-out job's transaction released the job another worker on the same "
+                "backend is running"
+            )
+            go_on[STUCK].set()
+            deadline = time.monotonic() + ENDED_WITHIN_S
+            while time.monotonic() < deadline and not any(
+                self.key(harness, row.job_id) == str(stuck_id) for row in harness.archived_jobs()
+            ):
+                time.sleep(0.02)
+            go_on[BESIDE].set()
+        finally:
+            for event in go_on.values():
+                event.set()
+            timed.stop()
+            beside.stop()
+        archived = sorted(
+            (self.key(harness, row.job_id), row.attempts, row.status) for row in harness.archived_jobs()
+        )
+        assert archived == sorted(
+            [(str(stuck_id), 1, STATUS_SUCCESS), (str(beside_id), 1, STATUS_SUCCESS)]
+        ), (
+            f"L2: archived {archived}; expected each job once, attempts 1 (the late handler writes nothing, "
+            "the job's second run is its one archived attempt)"
+        )
+        assert sorted(runs) == sorted([STUCK, STUCK, BESIDE]), (
+            f"L2: the handlers ran {runs}; expected the timed-out job twice (once past its bound, once "
+            "again) and the other once"
         )

@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Final
 
 from hypothesis import strategies as st
 
+from conformance import aio_bridge
 from conformance.base import SuiteBase, property_test
 from conformance.harness import Harness, MemoryHarness, SqlHarness
 from proletarian_ref import side_tables
@@ -21,7 +22,7 @@ from proletarian_ref.periodic import PeriodicStore, Schedule, Scheduler, due_tic
 from proletarian_ref.tables import table_name
 from proletarian_ref.unique import UniqueKey
 
-FEATURES: Final = ["periodic", "unique"]
+FEATURES: Final = ["periodic", "unique", "errors"]
 START: Final = datetime(2026, 3, 28, 22, 0, tzinfo=UTC)  # Europe/Oslo springs forward that night
 
 
@@ -37,6 +38,14 @@ def prepare(harness: Harness) -> None:
         harness.execute(statement)
     for table in tables:
         harness.execute(f"DELETE FROM {table}")
+
+
+def keyed_enqueue(conn: Any, job_type: str, payload: Any, **options: Any) -> Any:
+    """The U clauses' enqueue: proletarian_ref.enqueue, or on the asyncio bridge's connections
+    proletarian_ref.aio.enqueue, awaited on the bridge's loop (so the clauses prove the asyncio API)."""
+    if isinstance(conn, aio_bridge.BlockingConnection):
+        return aio_bridge.blocking_enqueue(conn, job_type, payload, **options)
+    return enqueue(conn, job_type, payload, **options)
 
 
 def _options(harness: Harness) -> dict[str, Any]:
@@ -134,19 +143,19 @@ class SideTableTests(SuiteBase):
         backend = harness.backend()
         options = {**_options(harness), "backend": backend}
         with _connection(harness) as conn:
-            rolled_back = enqueue(conn, "t/u", {"n": 0}, unique_key="k", **options)
+            rolled_back = keyed_enqueue(conn, "t/u", {"n": 0}, unique_key="k", **options)
             conn.rollback()
-            first = enqueue(conn, "t/u", {"n": 1}, unique_key="k", **options)
+            first = keyed_enqueue(conn, "t/u", {"n": 1}, unique_key="k", **options)
             conn.commit()
             assert first != rolled_back
-            assert enqueue(conn, "t/u", {"n": 2}, unique_key="k", **options) == first
+            assert keyed_enqueue(conn, "t/u", {"n": 2}, unique_key="k", **options) == first
             conn.commit()
             assert len(harness.jobs()) == 1
             assert _archive_one(backend, harness)
-            second = enqueue(conn, "t/u", {"n": 3}, unique_key="k", **options)
+            second = keyed_enqueue(conn, "t/u", {"n": 3}, unique_key="k", **options)
             conn.commit()
             assert second != first
-            assert enqueue(conn, "t/u", {"n": 4}, unique_key="k", **options) == second
+            assert keyed_enqueue(conn, "t/u", {"n": 4}, unique_key="k", **options) == second
             conn.commit()
         assert sorted(p["n"] for p in _payloads(harness)) == [1, 3]
 
@@ -161,14 +170,14 @@ class SideTableTests(SuiteBase):
         options = {**_options(harness), "backend": backend}
         job_table = table_name(harness.job_table)
         with _connection(harness) as conn:
-            first = enqueue(conn, "t/u", {"n": 1}, unique_key="k", **options)
+            first = keyed_enqueue(conn, "t/u", {"n": 1}, unique_key="k", **options)
             conn.commit()
             with backend.transaction() as worker:
                 claimed = backend.get_next_job(worker, job_table, ":proletarian/default", datetime.now(UTC))
                 assert claimed is not None
-                assert enqueue(conn, "t/u", {"n": 2}, unique_key="k", **options) == first
+                assert keyed_enqueue(conn, "t/u", {"n": 2}, unique_key="k", **options) == first
                 conn.commit()
-                started = enqueue(
+                started = keyed_enqueue(
                     conn, "t/u", {"n": 3}, unique_key=UniqueKey("k", until="started"), **options
                 )
                 conn.commit()
@@ -186,12 +195,12 @@ class SideTableTests(SuiteBase):
         options = {**_options(harness), "backend": harness.backend()}
         answers: list[Any] = []
         with _connection(harness) as first_conn, _connection(harness) as second_conn:
-            first = enqueue(first_conn, "t/u", {"n": 1}, unique_key="k", **options)
+            first = keyed_enqueue(first_conn, "t/u", {"n": 1}, unique_key="k", **options)
 
             def second() -> None:
                 for _ in range(50):
                     try:
-                        answers.append(enqueue(second_conn, "t/u", {"n": 2}, unique_key="k", **options))
+                        answers.append(keyed_enqueue(second_conn, "t/u", {"n": 2}, unique_key="k", **options))
                         second_conn.commit()
                         return
                     except DatabaseError:
@@ -235,7 +244,7 @@ class SideTableTests(SuiteBase):
                 for step, (key, rollback, archive) in enumerate(ops):
                     op = number * 100 + step
                     try:
-                        job_id = enqueue(
+                        job_id = keyed_enqueue(
                             conn, "t/u", {"n": op, "key": f"k{key}"}, unique_key=f"k{key}", **options
                         )
                         if rollback:

@@ -11,6 +11,7 @@ from conformance.contract_batch import BatchClaimTests
 from conformance.contract_enqueue_many import EnqueueManyTests
 from conformance.contract_release import ReleaseTests
 from conformance.isolation import IsolationTests
+from conformance.job_transaction import HandlerTransactionTests
 from conformance.notifications import NotificationProtocolTests, NotificationTests
 from conformance.payloads import PayloadTests
 from conformance.properties import PropertyTests
@@ -30,6 +31,7 @@ class BackendSuite(
     EnqueueManyTests,
     ReleaseTests,
     NotificationProtocolTests,
+    HandlerTransactionTests,
     PropertyTests,
 ):
     """Proof that a backend behaves as Proletarian's database does.
@@ -68,7 +70,7 @@ def clauses(suite: type = BackendSuite) -> dict[str, tuple[str, str]]:
 # The clauses that run a queue worker or process_next_job. The others call the backend's verbs directly,
 # so a harness's worker_options (batch mode) change nothing in them.
 WORKER_CLAUSES: Final = frozenset(
-    {"A2", "A3", "A4", "B1", "K1", "L1", "P1", "P2", "R2", "T1", "T3", "T5", "Z2"}
+    {"A2", "A3", "A4", "B1", "H1", "H2", "K1", "L1", "L2", "P1", "P2", "R2", "T1", "T3", "T5", "Z2"}
 )
 
 

@@ -5,6 +5,7 @@
 from typing import Any
 
 from proletarian_ref import schema
+from proletarian_ref._sync.job_tx import JobTransaction, current_job
 from proletarian_ref.backend import Backend, BatchEnqueue, Capabilities, JobRecord, StreamEnqueue
 from proletarian_ref.errors import (
     ConfigurationError,
@@ -13,6 +14,8 @@ from proletarian_ref.errors import (
     InvalidKeywordError,
     InvalidRetryStrategyError,
     JobInterrupted,
+    JobTimeoutError,
+    JobTransactionError,
     PayloadDecodeError,
     PayloadTooLargeError,
     ProletarianError,
@@ -65,6 +68,9 @@ __all__ = [
     "JobInterrupted",
     "JobRecord",
     "JobSpec",
+    "JobTimeoutError",
+    "JobTransaction",
+    "JobTransactionError",
     "MysqlUuidStrategy",
     "PayloadDecodeError",
     "PayloadTooLargeError",
@@ -84,6 +90,7 @@ __all__ = [
     "constant_id_strategy",
     "create_queue_worker",
     "create_serializer",
+    "current_job",
     "db_generated_strategy",
     "enqueue",
     "enqueue_many",

@@ -27,7 +27,19 @@ SYNC_NAMES: Final = {
     "AsyncBackend": "Backend",
     "AsyncBatchClaim": "BatchClaim",
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
+    "AsyncErrorStore": "ErrorStore",
     "asettle": "settle",
+    # The side tables' stores (proletarian_ref/_async/unique_claims.py).
+    "AsyncSqlUniqueStore": "SqlUniqueStore",
+    "AsyncUniqueStore": "UniqueStore",
+    "_arun": "_run",
+    "arun": "run",
+    "arows": "rows",
+    "acount": "count",
+    "AbstractAsyncContextManager": "AbstractContextManager",
+    # The asyncio modules import each other by this package name; their threaded twins, _sync's.
+    "_async": "_sync",
+    "astore_in": "store_in",
 }
 
 

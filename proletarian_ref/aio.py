@@ -11,35 +11,52 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, cast
 
+from proletarian_ref import aio_shutdown_hook
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
+from proletarian_ref._async.job_tx import JobTransaction, current_job
+from proletarian_ref._async.unique_claims import enqueued_before
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ProletarianError, ShutdownTimeoutError
+from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.job import (
     DEFAULT_NOTIFY,
     JobSpec,
+    _at_index,
+    _Enqueuing,
     _enqueuing,
     _job_record,
     _record_stream,
     announced_queues,
+    batch_unique_keys,
 )
 from proletarian_ref.job_ids import JobIdStrategy
 from proletarian_ref.keywords import DEFAULT_QUEUE
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.serializers import Serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
+from proletarian_ref.unique import UniqueKey, unique_key_of
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
 from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
 from proletarian_ref.worker_settings import job_settings
 
-__all__ = ["AsyncQueueWorker", "create_queue_worker", "enqueue", "enqueue_many", "process_next_job"]
+__all__ = [
+    "AsyncQueueWorker",
+    "JobTransaction",
+    "create_queue_worker",
+    "current_job",
+    "enqueue",
+    "enqueue_many",
+    "process_next_job",
+]
 
 
 def backend_for_connection(conn: Any) -> AsyncBackend:
-    """The asyncio backend that runs enqueue on `conn`: psycopg's AsyncConnection, or asyncpg's."""
+    """The asyncio backend that runs enqueue on `conn`: psycopg's AsyncConnection, asyncpg's connections,
+    aiomysql's Connection."""
     own = getattr(conn, "proletarian_backend", None)
     if callable(own):
         return _checked(own())
@@ -54,8 +71,16 @@ def backend_for_connection(conn: Any) -> AsyncBackend:
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
         return _ENQUEUE_BACKENDS.setdefault("asyncpg", AsyncpgBackend(None))
+    if type(conn).__module__.split(".", 1)[0] == "aiomysql":
+        import aiomysql
+
+        from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+        if isinstance(conn, aiomysql.Connection):
+            return _ENQUEUE_BACKENDS.setdefault("mysql", AsyncMySQLBackend(None))
     raise ConfigurationError(
-        "proletarian_ref.aio takes a psycopg.AsyncConnection or an asyncpg connection (or backend=an "
+        "proletarian_ref.aio takes a psycopg.AsyncConnection, an asyncpg connection or an aiomysql "
+        "Connection (or backend=an "
         f"AsyncBackend), got "
         f"{type(conn).__module__}.{type(conn).__name__}"
     )
@@ -74,7 +99,13 @@ def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
     if is_sqlalchemy(data_source):
         from proletarian_ref.integrations.sqlalchemy import async_data_source
 
+        # An AsyncEngine's connections come from a closure of ours: the engine's dialect names the backend.
+        dialect = getattr(getattr(data_source, "dialect", None), "name", None)
         data_source = async_data_source(data_source)
+        if dialect in ("mysql", "mariadb"):
+            from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+            return AsyncMySQLBackend(data_source), True
     if isinstance(data_source, Backend) or (
         type(data_source).__name__ == "ConnectionPool" and not hasattr(data_source, "__aenter__")
     ):
@@ -87,11 +118,15 @@ def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
         return AsyncpgBackend(data_source), True
+    if _driver_module(data_source) == "aiomysql":
+        from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+        return AsyncMySQLBackend(data_source), True
     if not callable(data_source) and type(data_source).__module__.split(".", 1)[0] != "psycopg_pool":
         raise ConfigurationError(
-            f"data_source must be a psycopg_pool.AsyncConnectionPool, an asyncpg.Pool, or a zero-argument "
-            f"callable returning an awaitable psycopg.AsyncConnection (for asyncpg connections of your own "
-            f"factory: AsyncpgBackend(factory)), got {type(data_source).__name__}"
+            f"data_source must be a psycopg_pool.AsyncConnectionPool, an asyncpg.Pool, an aiomysql.Pool, "
+            f"or a zero-argument callable returning an awaitable psycopg.AsyncConnection (for asyncpg "
+            f"connections of your own factory: AsyncpgBackend(factory)), got {type(data_source).__name__}"
         )
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
@@ -104,6 +139,15 @@ def _is_asyncpg(data_source: Any) -> bool:
     made_by = getattr(data_source, "func", data_source)
     module = getattr(made_by, "__module__", None) or type(data_source).__module__
     return module.split(".", 1)[0] == "asyncpg"
+
+
+def _driver_module(data_source: Any) -> str:
+    """The top-level package of a pool, or of the function a functools.partial factory calls."""
+    target = getattr(data_source, "func", data_source)  # functools.partial(aiomysql.connect, ...)
+    module = target.__module__ if callable(target) and hasattr(target, "__module__") else None
+    if target is data_source or not isinstance(module, str):
+        module = type(data_source).__module__
+    return module.split(".", 1)[0]
 
 
 async def _caller_connection(conn: Any) -> Any:
@@ -140,19 +184,31 @@ async def enqueue(
     clock: Clock | None = None,
     backend: AsyncBackend | None = None,
     notify: bool = DEFAULT_NOTIFY,
+    unique_key: str | UniqueKey | None = None,
 ) -> Any:
     """proletarian_ref.enqueue, awaited, on the caller's async connection and transaction, never committing.
 
-    `conn` is a psycopg AsyncConnection or a SQLAlchemy AsyncSession or AsyncConnection (docs/sqlalchemy.md).
+    `conn` is a psycopg AsyncConnection, an asyncpg connection, an aiomysql Connection, or a SQLAlchemy
+    AsyncSession or AsyncConnection (docs/sqlalchemy.md).
 
-    The same options, checks, errors and row: everything is checked and encoded before the INSERT.
+    The same options, checks, errors and row: everything is checked and encoded before the INSERT. A
+    `unique_key` takes the same side table row as the threaded API's (docs/unique.md).
     """
     conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
-    setup = _enqueuing(
+    given = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
     )
+    setup, check_payload = _awaited_payload_check(given)
     job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
+    if check_payload is not None:
+        await check_payload(conn, setup.table, setup.archive, record.payload)
+    if unique_key is not None:
+        key = unique_key_of(unique_key)
+        decode = setup.strategy.decode_id
+        held = await enqueued_before(conn, active, setup.table, decode, setup.now, [key], [record.job_id])
+        if held[0] is not None:
+            return held[0]
     stored_id = await active.enqueue(conn, setup.table, record)
     if notify:
         await _announce(conn, active, setup.table, announced_queues(setup, (record,)))
@@ -173,18 +229,40 @@ async def enqueue_many(
     notify: bool = DEFAULT_NOTIFY,
 ) -> list[Any]:
     """proletarian_ref.enqueue_many, awaited: every job is checked and encoded before any SQL runs, so a
-    bad one (its error's `index` set) writes no job of the batch."""
+    bad one (its error's `index` set) writes no job of the batch. A JobSpec's unique_key is claimed as
+    the threaded API claims it: a job whose key a live job holds is answered with that job's id."""
     conn = await _caller_connection(conn)
     active = backend if backend is not None else backend_for_connection(conn)
-    setup = _enqueuing(
+    given = _enqueuing(
         conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
     )
+    setup, check_payload = _awaited_payload_check(given)
+    items = jobs if type(jobs) is list or type(jobs) is tuple else list(jobs)
+    keyed = any(type(item) is JobSpec and item.unique_key is not None for item in items)
+    keys = batch_unique_keys(items) if keyed else None
     ids: list[Any] = []
     records: list[Any] = []
-    for _ in _record_stream(conn, setup, jobs, queue, ids, records):
+    for _ in _record_stream(conn, setup, items, queue, ids, records):
         pass
     if not records:
         return []
+    if check_payload is not None:
+        for index, record in enumerate(records):
+            try:
+                await check_payload(conn, setup.table, setup.archive, record.payload)
+            except ProletarianError as exc:
+                error = _at_index(exc, index)
+                if error is exc:
+                    raise
+                raise error from exc
+    if keys is not None:
+        decode = setup.strategy.decode_id
+        new_ids = [record.job_id for record in records]
+        held = await enqueued_before(conn, active, setup.table, decode, setup.now, keys, new_ids)
+        ids = [own if holder is None else holder for own, holder in zip(ids, held, strict=True)]
+        records = [record for record, holder in zip(records, held, strict=True) if holder is None]
+        if not records:
+            return ids
     many = getattr(active, "enqueue_many", None)
     if many is not None:
         stored = await many(conn, setup.table, records)
@@ -195,6 +273,17 @@ async def enqueue_many(
     if ids[0] is not None:
         return ids
     return [setup.strategy.decode_id(value) for value in stored]
+
+
+def _awaited_payload_check(
+    setup: _Enqueuing,
+) -> tuple[_Enqueuing, Callable[[Any, TableName, TableName, str], Awaitable[None]] | None]:
+    """`setup` without a backend's awaited check_payload (the shared encoding calls it unawaited), and
+    that check, for enqueue to await before its INSERT; (setup, None) for a check that is not awaited."""
+    check = setup.check_payload
+    if check is not None and inspect.iscoroutinefunction(check):
+        return setup._replace(check_payload=None), check
+    return setup, None
 
 
 async def _announce(conn: Any, backend: AsyncBackend, table: TableName, queues: list[str]) -> None:
@@ -246,9 +335,10 @@ class AsyncQueueWorker(WorkerCore):
 
     backend: AsyncBackend
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, install_shutdown_hook: bool = False, **kwargs: Any) -> None:
         # WorkerCore's arguments, as worker_arguments makes them.
         super().__init__(*args, **kwargs)
+        self._install_shutdown_hook = install_shutdown_hook
         self._stop_event = asyncio.Event()
         self._wake = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
@@ -262,6 +352,8 @@ class AsyncQueueWorker(WorkerCore):
         if self._started:
             return None
         self._started = True
+        if self._install_shutdown_hook:
+            aio_shutdown_hook.hook(self)
         for n in range(1, self._worker_threads + 1):
             self._tasks.append(asyncio.create_task(self._poll(n), name=f"{self.queue_worker_id}-{n}"))
         if self._listens:
@@ -284,6 +376,7 @@ class AsyncQueueWorker(WorkerCore):
             self._safe_log(ev.ALREADY_SHUT_DOWN, context)
             return True
         self._stopped = True
+        aio_shutdown_hook.unhook(self)
         self._safe_log(ev.SHUTTING_DOWN, context)
         self._stop_event.set()
         async with self._wake:
@@ -325,7 +418,10 @@ class AsyncQueueWorker(WorkerCore):
         return True
 
     def stopping(self) -> bool:
-        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back."""
+        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back.
+
+        Inside a handler, proletarian_ref.interrupted() says the same, or that the job's time is up.
+        """
         return self._stop_event.is_set()
 
     async def __aenter__(self) -> AsyncQueueWorker:
@@ -359,8 +455,12 @@ class AsyncQueueWorker(WorkerCore):
         run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
         if n > 1 and await self._wait_stop(random.uniform(0, min(self._interval, 1.0))):
             return
+        if n == 1:
+            await self._check_server_limits()
         failures = 0
         backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
+        if self._job_timeout_ms is not None:
+            handler_fn = self._timed_handler(n, handler_fn, self._job_timeout_ms)
         stop_event = self._stop_event
         while not stop_event.is_set():
             delay = self._interval
@@ -392,6 +492,56 @@ class AsyncQueueWorker(WorkerCore):
                 await self._wait_stop(delay)
             else:
                 await self._idle(delay, generation)
+
+    # -- the job timeout -------------------------------------------------------------------------------
+
+    async def _check_server_limits(self) -> None:
+        """Warn at start of a server limit shorter than the job bound, read on a connection of the worker's
+        own before its first transaction (never a caller's)."""
+        read = getattr(self.backend, "server_time_limits", None)
+        if read is None:
+            return
+        try:
+            limits = await read()
+        except Exception as exc:
+            self._server_limits_failed(exc)
+            return
+        self._log_server_limits(limits)
+
+    def _timed_handler(self, n: int, handler_fn: AsyncHandlerFn, timeout_ms: float) -> AsyncHandlerFn:
+        """handler_fn under task n's job bound: told at the deadline (interrupted() turns true), cancelled
+        after the grace; either way, once past its deadline its end is the job's JobTimeoutError.
+
+        Cancellation reaches the handler at its next await, with the transaction still the worker's, so
+        unlike a thread's the job's failure is written: attempts counted, retry_strategy_fn decides.
+        """
+        stopping = self._stop_event.is_set
+        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n}
+
+        async def timed(*args: Any, **kwargs: Any) -> object:
+            late = asyncio.Event()
+
+            def at_deadline() -> None:
+                late.set()
+                job = self._current_jobs.get(n, {})
+                self._safe_log(ev.JOB_TIMED_OUT, {**context, **job, **self._timeout_data()})
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.call_later(timeout_ms / 1000, at_deadline)
+            bound = asyncio.timeout((timeout_ms + self._grace_ms) / 1000)
+            token = bind_task_check(lambda: late.is_set() or stopping())
+            try:
+                async with bound:
+                    return await handler_fn(*args, **kwargs)
+            except Exception as exc:
+                if late.is_set() or bound.expired():
+                    raise JobTimeoutError(f"the job ran past job_timeout_ms={timeout_ms:g}") from exc
+                raise
+            finally:
+                deadline.cancel()
+                unbind_task_check(token)
+
+        return timed
 
     async def _stop_logging_errors(self) -> None:
         """stop() where no caller could catch its error (after a polling task's error)."""
@@ -469,21 +619,26 @@ def create_queue_worker(
     """proletarian_ref.create_queue_worker for asyncio, with the same options and defaults
     (proletarian_ref.worker.WORKER_OPTION_DEFAULTS). `handler_fn` is a coroutine function; the data source
     a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, an asyncpg.Pool
-    (or asyncpg.connect in a functools.partial), or an AsyncBackend such as AsyncpgBackend(factory);
-    `worker_threads` the number of polling tasks. Nothing runs until `await start()` or
-    `async with`. failed_job_fn, retry_strategy_fn and on_shutdown may be plain or coroutine functions.
-    install_shutdown_hook is not supported yet (docs/worker.md, "asyncio")."""
+    (or asyncpg.connect in a functools.partial), an aiomysql.Pool or functools.partial of aiomysql.connect,
+    or an AsyncBackend such as AsyncpgBackend(factory); `worker_threads` the number of polling tasks.
+    Nothing runs until `await start()` or `async with`. failed_job_fn, retry_strategy_fn and on_shutdown
+    may be plain or coroutine functions. With install_shutdown_hook, start() makes SIGTERM and SIGINT stop
+    the worker and end the process, as the threaded hook does, through the running loop's signal handlers
+    (proletarian_ref.aio_shutdown_hook).
+    """
     unknown = sorted(set(options) - set(WORKER_OPTION_DEFAULTS))
     if unknown:
         raise TypeError(f"create_queue_worker() got unexpected keyword arguments: {', '.join(unknown)}")
     handler = _check_handler(handler_fn)
     merged = {**WORKER_OPTION_DEFAULTS, **options}
     check_worker_options(merged)
-    if install_shutdown_hook is not False:
-        raise ConfigurationError(
-            "install_shutdown_hook is not supported by the asyncio worker yet: stop it from your own signal "
-            "handler (loop.add_signal_handler) or leave an `async with` block"
-        )
     active, owns_backend = (backend, False) if backend is not None else backend_for_data_source(data_source)
     settings, arguments = worker_arguments(active, merged)
-    return AsyncQueueWorker(active, handler, settings, owns_backend=owns_backend, **arguments)
+    return AsyncQueueWorker(
+        active,
+        handler,
+        settings,
+        owns_backend=owns_backend,
+        install_shutdown_hook=bool(install_shutdown_hook),
+        **arguments,
+    )

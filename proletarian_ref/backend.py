@@ -30,6 +30,9 @@ class Capabilities:
     # stops, so an empty poll of one queue can hide the oldest job of the next queue in index order for
     # the length of that poll's transaction (MySQL and MariaDB, Proletarian included).
     claim_locks_only_the_claimed_row: bool = True
+    # Whether a handler can write in the job's claim transaction (current_job().connection()): the
+    # backend's savepoint isolates the handler's writes, and its sessions can be killed (conformance H1).
+    handler_transaction: bool = False
 
 
 class JobRecord(NamedTuple):

@@ -45,6 +45,12 @@ class JobInterrupted(ProletarianError):
     """
 
 
+class JobTimeoutError(ProletarianError):
+    """A job ran past its worker's job_timeout_ms: the job's failure, as a handler's exception is, so
+    retry_strategy_fn and failed_job_fn see it (docs/worker.md, "Job timeout"); its __cause__ is what the
+    handler raised once told, if anything."""
+
+
 class ShutdownTimeoutError(ProletarianError):
     """stop() could not finish the worker threads within await_termination_timeout_ms."""
 
@@ -66,3 +72,13 @@ class SchemaMissingError(DatabaseError):
 
 class PayloadTooLargeError(SerializationError):
     """The encoded payload does not fit the table's payload column; raised before the INSERT."""
+
+
+class JobTransactionError(ProletarianError):
+    """A handler misused the job's transaction (current_job().connection()): it tried to commit, roll back,
+    close it or change its autocommit, ended it some other way, or used it outside its handler.
+
+    Refused inside the handler, it fails the job as any handler error does; found after the handler (the
+    transaction was ended behind the guard), it leaves run_next_job and the job stays queued, attempts
+    unchanged (docs/job-transaction.md).
+    """

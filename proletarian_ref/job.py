@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple, cast
 
+from proletarian_ref._sync.unique_claims import enqueued_before
 from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications, StreamEnqueue
 from proletarian_ref.backends import backend_for_connection, caller_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
@@ -14,7 +15,7 @@ from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy, rand
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 from proletarian_ref.serializers import Serializer, create_serializer
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
-from proletarian_ref.unique import UniqueKey, enqueued_before, unique_key_of
+from proletarian_ref.unique import UniqueKey, unique_key_of
 
 _DEFAULT_SERIALIZER = create_serializer()
 _new_tuple: Final = tuple.__new__
@@ -328,16 +329,7 @@ def _enqueue_many_unique(
     """enqueue_many of a batch with unique keys: the keys claimed (unique.py), then the jobs they allow."""
     ids: list[Any] = []
     records: list[JobRecord] = []
-    keys: list[UniqueKey | None] = []
-    for index, item in enumerate(items):
-        try:
-            given = item.unique_key if type(item) is JobSpec else None
-            keys.append(None if given is None else unique_key_of(given))
-        except ProletarianError as exc:
-            error = _at_index(exc, index)
-            if error is exc:
-                raise
-            raise error from exc
+    keys = batch_unique_keys(items)
     for _ in _record_stream(conn, setup, items, queue, ids, records):
         pass
     decode = setup.strategy.decode_id
@@ -354,6 +346,21 @@ def _enqueue_many_unique(
         if notify:
             _announce(conn, setup, new)
     return [own if holder is None else holder for own, holder in zip(ids, held, strict=True)]
+
+
+def batch_unique_keys(items: Sequence[JobSpec | tuple[str, Any]]) -> list[UniqueKey | None]:
+    """The checked unique key (or None) of each job of a batch; a bad one's error has its `index` set."""
+    keys: list[UniqueKey | None] = []
+    for index, item in enumerate(items):
+        try:
+            given = item.unique_key if type(item) is JobSpec else None
+            keys.append(None if given is None else unique_key_of(given))
+        except ProletarianError as exc:
+            error = _at_index(exc, index)
+            if error is exc:
+                raise
+            raise error from exc
+    return keys
 
 
 def _strategy_id(strategy: JobIdStrategy, first_id: Any) -> tuple[Any, Any]:

@@ -42,6 +42,12 @@ LISTENER_ERROR: Final = "proletarian.worker/listener-error"
 # transaction mode); jobs then run at the polling interval.
 LISTENER_UNCONFIRMED: Final = "proletarian.worker/listener-unconfirmed"
 
+# A job past its job_timeout_ms (docs/worker.md, "Job timeout"), which Proletarian does not have: its
+# handler was told (interrupted() is true); after the grace its transaction is ended (JOB_RELEASED,
+# reason job-timeout). And at start, a server limit that would end a long job's transaction first.
+JOB_TIMED_OUT: Final = "proletarian.worker/job-timed-out"
+SERVER_TIME_LIMIT: Final = "proletarian.worker/server-time-limit"
+
 # Data keys, as Proletarian names them (note the singular "attempt").
 QUEUE_WORKER_ID: Final = "proletarian.worker/queue-worker-id"
 WORKER_THREAD_ID: Final = "worker-thread-id"
@@ -71,6 +77,8 @@ _LEVELS: Final = {
     POLLING_FOR_JOBS: logging.DEBUG,
     LISTENER_ERROR: logging.WARNING,
     LISTENER_UNCONFIRMED: logging.WARNING,
+    JOB_TIMED_OUT: logging.WARNING,
+    SERVER_TIME_LIMIT: logging.WARNING,
 }
 
 logger = logging.getLogger("proletarian_ref")

@@ -346,13 +346,10 @@ def _not_recorded(step: Advance, changed: int) -> DatabaseError:
 
 def store_for(backend: Backend, job_table: TableName) -> PeriodicStore:
     """The backend's store for `job_table`'s side table; a backend may bring its own as `periodic_store`."""
-    own = getattr(backend, "periodic_store", None)
-    if own is not None:
-        store: PeriodicStore = own(backend, job_table)
-        return store
-    if backend.dialect == "memory":
-        return MemoryPeriodicStore(backend, job_table)
-    return SqlPeriodicStore(backend, job_table)
+    store: PeriodicStore = side_tables.store_class(
+        backend, "periodic_store", MemoryPeriodicStore, SqlPeriodicStore
+    )(backend, job_table)
+    return store
 
 
 # -- the scheduler ---------------------------------------------------------------------------------------

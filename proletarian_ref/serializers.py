@@ -107,6 +107,20 @@ MAX_NESTING: Final = 50_000
 Clojure list or a tagged value two). Deeper payloads are refused by encode and decode alike; Proletarian
 itself stops far below it (docs/transit.md)."""
 
+_RECURSION_BUDGET: Final = 40
+"""How many levels of containers the recursive paths (``*_shallow``) walk before handing the payload to
+the iterative ones. Ordinary payloads nest a few levels and are read and written by recursion, which costs
+less per container than an explicit stack; a deeper one is started again by the iterative path, which
+also gives every error. 40 levels take at most a few hundred Python frames (transit-python's marshaler
+spends up to five a level), far below the recursion limit and a small thread's stack."""
+
+
+class _TooDeepToRecurse(Exception):
+    """The payload nests deeper than _RECURSION_BUDGET: the iterative path takes it from the start."""
+
+
+_TOO_DEEP_TO_RECURSE: Final = _TooDeepToRecurse()
+
 
 @runtime_checkable
 class Serializer(Protocol):
@@ -343,7 +357,10 @@ def _read_exact(text: str) -> Any:
         except RecursionError:
             # The standard library's scanner recurses once per level: deeper text is read without it.
             node = parse_json(text, MAX_NESTING)
-        return _decode_node(node, _JavaRollingCache())
+        try:
+            return _decode_shallow(node, _JavaRollingCache(), False, 0)
+        except (_TooDeepToRecurse, RecursionError):
+            return _decode_node(node, _JavaRollingCache())  # a new cache: the walk starts again
     except NestingTooDeepError:
         raise _too_deep(text) from None
     except RecursionError:
@@ -363,6 +380,60 @@ _ARRAY: Final = 0  # a vector, or a tagged value once its first element turns ou
 _MAP: Final = 1  # ["^ ", k, v, ...]
 _OBJECT: Final = 2  # a JSON object {k: v, ...} (transit-java never writes one, Transit allows it)
 _TAGGED: Final = 3  # ["~#tag", rep] or {"~#tag": rep}
+
+
+def _decode_shallow(node: Any, cache: Any, as_map_key: bool, depth: int) -> Any:
+    """_decode_node by recursion, with its checks and results; raises _TooDeepToRecurse past the budget."""
+    kind = type(node)
+    if kind is str:
+        return _DECODER.decode_string(node, cache, as_map_key)
+    if kind is list:
+        if not node:
+            return ()
+        if depth == _RECURSION_BUDGET:
+            raise _TOO_DEEP_TO_RECURSE
+        depth += 1
+        size = len(node)
+        if node[0] == MAP_AS_ARR:
+            if size % 2 == 0:
+                raise ValueError("a map (a '^ ' array) has a key without a value")
+            built: dict[Any, Any] = {}
+            for index in range(1, size, 2):
+                key = _decode_shallow(node[index], cache, True, depth)
+                value = node[index + 1]
+                value_kind = type(value)
+                if value_kind is str or value_kind is list or value_kind is dict or value_kind is bool:
+                    value = _decode_shallow(value, cache, as_map_key, depth)
+                built[key] = value
+            return frozendict(built)
+        first = _decode_shallow(node[0], cache, as_map_key, depth)
+        if isinstance(first, Tag):
+            if size != 2:
+                raise ValueError(f"tagged value ~#{first.tag} has {size - 1} representations, not 1")
+            return _DECODER.decode_tag(first.tag, _decode_shallow(node[1], cache, as_map_key, depth))
+        items = [first]
+        for index in range(1, size):
+            items.append(_decode_shallow(node[index], cache, as_map_key, depth))
+        return tuple(items)
+    if kind is dict:
+        if not node:
+            return frozendict()
+        if depth == _RECURSION_BUDGET:
+            raise _TOO_DEEP_TO_RECURSE
+        depth += 1
+        entries = iter(node.items())
+        first_key, first_value = next(entries)
+        key = _decode_shallow(first_key, cache, True, depth)
+        if len(node) == 1 and isinstance(key, Tag):
+            return _DECODER.decode_tag(key.tag, _decode_shallow(first_value, cache, as_map_key, depth))
+        built = {key: _decode_shallow(first_value, cache, False, depth)}
+        for json_key, value in entries:
+            key = _decode_shallow(json_key, cache, True, depth)
+            built[key] = _decode_shallow(value, cache, False, depth)
+        return frozendict(built)
+    if kind is bool:
+        return transit_types.true if node else transit_types.false
+    return node
 
 
 def _decode_node(root: Any, cache: Any) -> Any:  # noqa: PLR0915  # one loop, inline: a call per node would slow the common payloads
@@ -485,7 +556,10 @@ def _read_plain(text: str) -> Any:
                 if text[-1:] != "]":
                     raise _NOT_PLAIN_JSON from None  # trailing whitespace
             if end == len(text):
-                return _plain_json(node)
+                try:
+                    return _plain_json_shallow(node, 0)
+                except (_TooDeepToRecurse, RecursionError):
+                    return _plain_json(node)
         except (_NotPlainJson, StopIteration, ValueError):
             pass
     return _plain(_read_exact(text))
@@ -502,6 +576,42 @@ def _plain_key(key: Any) -> Any:
     if kind is list or kind is dict:
         raise _NOT_PLAIN_JSON
     return key
+
+
+def _plain_json_shallow(items: list[Any], depth: int) -> Any:
+    """_plain_json of the JSON array ``items`` by recursion; raises _TooDeepToRecurse past the budget."""
+    if depth == _RECURSION_BUDGET:
+        raise _TOO_DEEP_TO_RECURSE
+    depth += 1
+    size = len(items)
+    if size and items[0] == "^ ":
+        if size % 2 == 0:
+            raise _NOT_PLAIN_JSON
+        built: dict[Any, Any] = {}
+        for index in range(1, size, 2):
+            # Keyword keys and unmarked scalar values, nearly all of a payload, inline.
+            key = items[index]
+            key = key[2:] if type(key) is str and key[:2] == "~:" else _plain_key(key)
+            value = items[index + 1]
+            value_kind = type(value)
+            if value_kind is list:
+                value = _plain_json_shallow(value, depth)
+            elif value_kind not in _JSON_SCALARS or (value_kind is str and value[:1] in _MARKERS):
+                value = _plain_key(value)
+            built[key] = value
+        if 2 * len(built) < size - 1:
+            raise _NOT_PLAIN_JSON  # two keys became one
+        return built
+    converted: list[Any] = []
+    for item in items:
+        item_kind = type(item)
+        if item_kind is list:
+            converted.append(_plain_json_shallow(item, depth))
+        elif item_kind not in _JSON_SCALARS or (item_kind is str and item[:1] in _MARKERS):
+            converted.append(_plain_key(item))
+        else:
+            converted.append(item)
+    return converted
 
 
 def _plain_json(root: Any) -> Any:
@@ -572,9 +682,71 @@ _EXACT_CONTAINERS: Final = frozenset({tuple, List, frozendict, frozenset})
 
 
 def _plain(root: Any) -> Any:
-    """The plain form of an exact value (the rules in the module documentation), without recursion."""
+    """The plain form of an exact value (the rules in the module documentation)."""
     if type(root) not in _EXACT_CONTAINERS:
         return _plain_leaf(root)
+    try:
+        return _plain_shallow(root, False, 0)
+    except (_TooDeepToRecurse, RecursionError):
+        return _plain_deep(root)
+
+
+def _plain_shallow(value: Any, hashable: bool, depth: int) -> Any:
+    """_plain_deep of an exact container by recursion; raises _TooDeepToRecurse past the budget."""
+    if depth == _RECURSION_BUDGET:
+        raise _TOO_DEEP_TO_RECURSE
+    depth += 1
+    kind = type(value)
+    if kind is frozendict:
+        # Keys first (hashable), then values: a map whose keys merge keeps its exact keys.
+        keys = [
+            key
+            if type(key) in _PLAIN_AS_THEY_ARE
+            else _plain_shallow(key, True, depth)
+            if type(key) in _EXACT_CONTAINERS
+            else _plain_leaf(key)
+            for key in value
+        ]
+        items = [
+            item
+            if type(item) in _PLAIN_AS_THEY_ARE
+            else _plain_shallow(item, hashable, depth)
+            if type(item) in _EXACT_CONTAINERS
+            else _plain_leaf(item)
+            for item in value.values()
+        ]
+        if len(set(keys)) < len(keys):
+            # e.g. :a and "a": keep the exact keys; a frozendict is written back with its keys as given.
+            return frozendict(zip(value.keys(), items, strict=True))
+        converted = dict(zip(keys, items, strict=True))
+        return FrozenMap(converted) if hashable else converted
+    if kind is frozenset:
+        elements = frozenset(
+            [
+                element
+                if type(element) in _PLAIN_AS_THEY_ARE
+                else _plain_shallow(element, True, depth)
+                if type(element) in _EXACT_CONTAINERS
+                else _plain_leaf(element)
+                for element in value
+            ]
+        )
+        if len(elements) < len(value):
+            elements = value  # e.g. true and 1: keep Transit's own objects rather than lose one
+        return elements if hashable else set(elements)
+    children = [
+        item
+        if type(item) in _PLAIN_AS_THEY_ARE
+        else _plain_shallow(item, hashable, depth)
+        if type(item) in _EXACT_CONTAINERS
+        else _plain_leaf(item)
+        for item in (value if kind is tuple else value.rep)
+    ]
+    return tuple(children) if hashable else children
+
+
+def _plain_deep(root: Any) -> Any:
+    """The plain form of an exact container, without recursion."""
     # Suspended frames: (kind, container, its children, next index, converted so far, hashable)
     stack: list[tuple[int, Any, Any, int, list[Any], bool]] = []
     value, hashable = root, False
@@ -890,7 +1062,11 @@ def _fast_encode(data: Any) -> str | None:
         return None
     parts: list[str] = []
     try:
-        _fast_value(data, parts, _JavaRollingCache())
+        try:
+            _fast_shallow(data, parts, _JavaRollingCache(), 0)
+        except (_TooDeepToRecurse, RecursionError):
+            parts = []
+            _fast_value(data, parts, _JavaRollingCache())
     except (_NotPlainJson, UnicodeEncodeError):
         return None
     return "".join(parts)
@@ -943,6 +1119,76 @@ def _fast_str(value: str) -> str:
     if not value.isascii():
         value.encode("utf-8")  # a lone surrogate raises UnicodeEncodeError: the general path refuses it
     return string_text(value)
+
+
+def _fast_shallow(node: Any, parts: list[str], cache: Any, depth: int) -> None:  # noqa: PLR0915  # scalars inline: no call each
+    """_fast_value by recursion, scalars inline; raises _TooDeepToRecurse past _RECURSION_BUDGET levels."""
+    if depth == _RECURSION_BUDGET:
+        raise _TOO_DEEP_TO_RECURSE
+    depth += 1
+    if type(node) is dict:
+        parts.append('["^ "')
+        for key, value in node.items():
+            if type(key) is not str:
+                raise _NOT_FAST
+            # A str key is a keyword, its name cached from its second use as transit-java does.
+            name = "~:" + key
+            code = cache.value_to_key.get(name)
+            if code is None:
+                parts.append("," + _fast_str(cache.encode(name, True)) + ",")
+            else:
+                parts.append(',"' + code + '",')  # a cache code is ASCII that needs no escape
+            kind = type(value)
+            if kind is str:
+                if value[:1] in _TRANSIT_RESERVED:
+                    raise _NOT_FAST
+                parts.append(_fast_str(value))
+            elif kind is int:
+                if not -_JSON_MAX_INT <= value <= _JSON_MAX_INT:
+                    raise _NOT_FAST
+                parts.append(str(value))
+            elif kind is float:
+                if not math.isfinite(value):
+                    raise _NOT_FAST
+                parts.append(double_text(value))
+            elif kind is bool:
+                parts.append("true" if value else "false")
+            elif value is None:
+                parts.append("null")
+            elif kind is dict or kind is list or kind is tuple:
+                _fast_shallow(value, parts, cache, depth)
+            else:
+                raise _NOT_FAST
+        parts.append("]")
+        return
+    parts.append("[")
+    for value in node:  # each item followed by ",", the last one's replaced by "]"
+        kind = type(value)
+        if kind is str:
+            if value[:1] in _TRANSIT_RESERVED:
+                raise _NOT_FAST
+            parts.append(_fast_str(value))
+        elif kind is int:
+            if not -_JSON_MAX_INT <= value <= _JSON_MAX_INT:
+                raise _NOT_FAST
+            parts.append(str(value))
+        elif kind is float:
+            if not math.isfinite(value):
+                raise _NOT_FAST
+            parts.append(double_text(value))
+        elif kind is bool:
+            parts.append("true" if value else "false")
+        elif value is None:
+            parts.append("null")
+        elif kind is dict or kind is list or kind is tuple:
+            _fast_shallow(value, parts, cache, depth)
+        else:
+            raise _NOT_FAST
+        parts.append(",")
+    if parts[-1] == ",":  # a separator, never a value: values are JSON strings, numbers or brackets
+        parts[-1] = "]"
+    else:
+        parts.append("]")
 
 
 def _fast_value(root: Any, parts: list[str], cache: Any) -> None:  # noqa: PLR0915  # see _plain
@@ -1082,8 +1328,63 @@ def _write(root: Any, marshaler: _JsonMarshaler, cache: Any) -> None:
             return
 
 
+def _prepare_shallow(value: Any, hashable: bool, depth: int) -> Any:
+    """_prepare by recursion, with its rules and results; scalars inline.
+
+    Raises _TooDeepToRecurse past _RECURSION_BUDGET levels (a cycle among them), and _UnencodableError
+    without a path for what cannot be written: _general_encode then runs _prepare, which names it.
+    """
+    kind = type(value)
+    if kind is str:
+        return _checked_text(value)
+    if kind in _PREPARED_AS_THEY_ARE or value is None:
+        return value
+    if depth == _RECURSION_BUDGET:
+        raise _TOO_DEEP_TO_RECURSE
+    depth += 1
+    if isinstance(value, Mapping):
+        keys_as_given = isinstance(value, frozendict)
+        prepared: dict[Any, Any] = {}
+        for key, item in value.items():
+            if not keys_as_given and isinstance(key, str):
+                prepared_key: Any = Keyword(_checked_text(key))
+            else:
+                prepared_key = _prepare_shallow(key, True, depth)
+            if prepared_key in prepared:
+                raise _UnencodableError("two keys are written alike")
+            item_kind = type(item)
+            if item_kind is str:
+                prepared[prepared_key] = _checked_text(item)
+            elif item_kind in _PREPARED_AS_THEY_ARE or item is None:
+                prepared[prepared_key] = item
+            else:
+                prepared[prepared_key] = _prepare_shallow(item, hashable, depth)
+        return frozendict(prepared) if hashable else prepared
+    if isinstance(value, list | tuple):
+        items = [_prepare_shallow(item, hashable, depth) for item in value]
+        return tuple(items) if hashable else items
+    if isinstance(value, set | frozenset):
+        return frozenset([_prepare_shallow(element, True, depth) for element in value])
+    if isinstance(value, List):
+        return List(tuple([_prepare_shallow(item, True, depth) for item in value.rep]))
+    if isinstance(value, TaggedValue) and not isinstance(value, transit_types.URI):
+        if not isinstance(value.tag, str) or not value.tag:
+            raise _UnencodableError("a TaggedValue's tag is not a non-empty str")
+        return TaggedValue(value.tag, _prepare_shallow(value.rep, hashable, depth))
+    return _prepare_leaf(value)
+
+
 def _general_encode(data: Any) -> str:
     """Any payload through transit-python's marshaler, with the rules of _prepare."""
+    try:
+        # Ordinary payloads: prepared by recursion and written by transit-python's own (recursive)
+        # marshaler, the quickest way; anything else, errors included, goes the iterative way below.
+        prepared = _prepare_shallow(data, False, 0)
+        buffer = io.StringIO()
+        _JsonMarshaler(buffer).marshal_top(prepared, _JavaRollingCache())
+        return buffer.getvalue()
+    except Exception:  # the iterative path below gives the error, if there is one
+        pass
     try:
         prepared = _prepare(data)
     except _UnencodableError as error:

@@ -1,13 +1,13 @@
-"""Optional side tables beside the job table (periodic ticks, unique keys): names, SQL, install, lookup."""
+"""Optional side tables beside the job table (periodic ticks, unique keys, error history): names, SQL."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import cache
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
-from proletarian_ref.backend import Backend
+from proletarian_ref.backend import AsyncBackend, Backend
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.sql import parse_named_blocks, read_sql_file
 from proletarian_ref.tables import DEFAULT_JOB_TABLE, TableName, table_name
@@ -16,12 +16,13 @@ from proletarian_ref.tables import DEFAULT_JOB_TABLE, TableName, table_name
 FEATURES: Final = {
     "periodic": ("periodic.sql", "_periodic_tick", "tick_table"),
     "unique": ("unique.sql", "_unique_key", "unique_table"),
+    "errors": ("errors.sql", "_error", "error_table"),
 }
 _T = TypeVar("_T")
 
 
 def side_table(job_table: str | TableName, feature: str) -> TableName:
-    """`<job_table>_periodic_tick` or `<job_table>_unique_key`, in the job table's schema."""
+    """`<job_table>_periodic_tick`, `_unique_key` or `_error`, in the job table's schema."""
     job = table_name(job_table, option="job_table")
     suffix = _feature(feature)[1]
     if len(job.name) + len(suffix) > 63:
@@ -116,14 +117,44 @@ def exists(backend: Backend, conn: Any, feature: str, job_table: TableName) -> b
     """Whether the side table of `feature` is there for `job_table`; looked up once by whoever uses it."""
     if backend.dialect == "memory":
         return True
+    found = run(backend, conn, *exists_query(backend.dialect, feature, job_table), rows)
+    return bool(found and found[0][0])
+
+
+def exists_query(dialect: str, feature: str, job_table: TableName) -> tuple[str, dict[str, Any]]:
+    """The statement telling whether the side table of `feature` is there for `job_table`, and its
+    parameters: one row, true or false."""
     table = side_table(job_table, feature)
     params: dict[str, Any] = (
-        {"table": str(table)}
-        if backend.dialect == "postgresql"
-        else {"schema": table.schema, "name": table.name}
+        {"table": str(table)} if dialect == "postgresql" else {"schema": table.schema, "name": table.name}
     )
-    found = run(backend, conn, statement(backend.dialect, feature, "table_exists", job_table), params, rows)
-    return bool(found and found[0][0])
+    return statement(dialect, feature, "table_exists", job_table), params
+
+
+# -- the same on an asyncio backend's connection (the source of the generated threaded stores) ----------
+
+
+async def arun(
+    backend: Any, conn: Any, sql_text: str, params: dict[str, Any], read: Callable[[Any], Awaitable[_T]]
+) -> _T:
+    """run, awaited: one statement on the caller's async connection through the backend's statement
+    runner, `_execute(conn, sql, params, read)` with `read` awaited on its cursor (AsyncPostgresBackend's)."""
+    execute: Callable[..., Awaitable[_T]] | None = getattr(backend, "_execute", None)
+    if execute is None:
+        raise ConfigurationError(
+            f"the side tables (unique keys) on the asyncio API need a backend that runs statements on the "
+            f"caller's connection, _execute(conn, sql, params, read), as AsyncPostgresBackend (psycopg) "
+            f"does; {type(backend).__name__} has none"
+        )
+    return await execute(conn, sql_text, params, read)
+
+
+async def arows(cursor: Any) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in await cursor.fetchall()]
+
+
+async def acount(cursor: Any) -> int:
+    return int(cursor.rowcount)
 
 
 class SqlStore:
@@ -131,8 +162,9 @@ class SqlStore:
 
     feature: str
 
-    def __init__(self, backend: Backend, job_table: TableName) -> None:
-        self.backend = backend
+    def __init__(self, backend: Backend | AsyncBackend, job_table: TableName) -> None:
+        # Typed as the threaded stores use it; an asyncio store's only goes to arun, which takes either.
+        self.backend = cast(Backend, backend)
         self.dialect = backend.dialect
         self.job_table = job_table
 
@@ -142,8 +174,25 @@ class SqlStore:
             self.backend, conn, statement(self.dialect, self.feature, name, self.job_table), params, read
         )
 
+    async def _arun(
+        self, conn: Any, name: str, params: dict[str, Any], read: Callable[[Any], Awaitable[_T]]
+    ) -> _T:
+        """_run on an asyncio connection (an asyncio store's; its generated threaded twin calls _run)."""
+        return await arun(
+            self.backend, conn, statement(self.dialect, self.feature, name, self.job_table), params, read
+        )
+
     def _time(self, value: datetime) -> datetime:
         return db_time(self.dialect, value)
+
+
+def store_class(backend: Any, attribute: str, memory: type, sql: type) -> Callable[[Any, TableName], Any]:
+    """The store class of a side table for `backend`: its own `attribute` where it brings one (a fork; the
+    conformance suite's mutants), else `memory` for the in-memory backend, else `sql`."""
+    own: Callable[[Any, TableName], Any] | None = getattr(backend, attribute, None)
+    if own is not None:
+        return own
+    return memory if backend.dialect == "memory" else sql
 
 
 def missing_table_error(feature: str, job_table: TableName) -> ConfigurationError:

@@ -53,6 +53,12 @@ def queries(dialect: str) -> dict[str, str]:
     return parse_named_blocks(read_sql_file(dialect, "queries.sql"))
 
 
+@cache
+def sessions(dialect: str) -> dict[str, str]:
+    """What a worker asks of the server's sessions, on a session of its own (sql/<dialect>/sessions.sql)."""
+    return parse_named_blocks(read_sql_file(dialect, "sessions.sql"))
+
+
 @lru_cache(maxsize=256)
 def positional(statement: str) -> tuple[str, tuple[str, ...]]:
     """`statement` with each %(name)s placeholder as %s, and the names in the order they come.

@@ -9,17 +9,18 @@ worker, or a Clojure worker that knows nothing of the side table) frees the key 
 so the archive transaction needs nothing new.
 
 The decisions are pure functions (`unique_key_of`, `decide`, `ordered_claims`); the statements go through
-a UniqueStore, so an asyncio twin shares everything but the store's I/O.
+a UniqueStore. The SQL store and the claim loop (`SqlUniqueStore`, `claim_keys`, `enqueued_before`) are
+written once, as asyncio code, in proletarian_ref/_async/unique_claims.py; the threaded ones are generated
+from it into proletarian_ref/_sync/unique_claims.py (tools/generate_sync.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from proletarian_ref import side_tables
-from proletarian_ref.backend import Backend
 from proletarian_ref.backends.memory import _DELETED
 from proletarian_ref.errors import ConfigurationError, DatabaseError, ProletarianError
 from proletarian_ref.tables import TableName
@@ -106,49 +107,14 @@ class UniqueStore(Protocol):
         ...
 
 
-class SqlUniqueStore(side_tables.SqlStore):
-    """UniqueStore over sql/<dialect>/unique.sql."""
+class AsyncUniqueStore(Protocol):
+    """UniqueStore, awaited: the side table's statements on a caller's asyncio connection."""
 
-    feature = FEATURE
+    async def claim(self, conn: Any, key: str, job_id: Any, now: datetime) -> Any: ...
 
-    def claim(self, conn: Any, key: str, job_id: Any, now: datetime) -> Any:
-        params = {"unique_key": key, "job_id": job_id, "claimed_at": self._time(now)}
-        if self.dialect == "mysql":
-            self._run(conn, "claim", params, side_tables.count)
-            found = self._run(conn, "claim_holder", {"unique_key": key}, side_tables.rows)
-        else:
-            found = self._run(conn, "claim", params, side_tables.rows)
-        if len(found) != 1:
-            raise DatabaseError(f"claiming unique key {key!r} returned {len(found)} rows, not one")
-        return found[0][0]
+    async def holder_live(self, conn: Any, key: str, holder_id: Any, until: Until) -> bool: ...
 
-    def holder_live(self, conn: Any, key: str, holder_id: Any, until: Until) -> bool:
-        if until == "started":
-            found = self._run(conn, "holder_waiting", {"job_id": holder_id}, side_tables.rows)
-            return bool(found)
-        if self.dialect != "mysql":
-            found = self._run(conn, "holder_queued", {"job_id": holder_id}, side_tables.rows)
-            return bool(found)
-        found = self._run(conn, "holder_queued", {"unique_key": key}, side_tables.rows)
-        # A snapshot older than the lock on the key row cannot tell: the key counts as held (the sound side).
-        if len(found) != 1 or found[0][0] != holder_id:
-            return True
-        return found[0][1] is not None
-
-    def take_over(self, conn: Any, key: str, holder_id: Any, job_id: Any, now: datetime) -> None:
-        params = {
-            "unique_key": key,
-            "job_id": job_id,
-            "holder_id": holder_id,
-            "claimed_at": self._time(now),
-        }
-        changed = self._run(conn, "take_over", params, side_tables.count)
-        if changed != 1:
-            raise DatabaseError(f"taking over unique key {key!r} changed {changed} rows, not one")
-
-    def prune(self, conn: Any) -> int:
-        """Delete the rows of free keys (their job is gone); how many. Never needed for correctness."""
-        return self._run(conn, "prune", {}, side_tables.count)
+    async def take_over(self, conn: Any, key: str, holder_id: Any, job_id: Any, now: datetime) -> None: ...
 
 
 class MemoryUniqueStore:
@@ -211,85 +177,3 @@ class MemoryUniqueStore:
 
 # Side tables found once per process for each (backend class, job table): an enqueue asks only the first time.
 _FOUND: set[tuple[type, TableName]] = set()
-
-
-def store_for(backend: Backend, conn: Any, job_table: TableName) -> UniqueStore:
-    """The backend's store for `job_table`'s side table, found to exist the first time it is asked for.
-
-    A backend may bring its own store class as `unique_store` (a fork; the conformance suite's mutants).
-    """
-    own = getattr(backend, "unique_store", None)
-    if own is not None:
-        store: UniqueStore = own(backend, job_table)
-    elif backend.dialect == "memory":
-        store = MemoryUniqueStore(backend, job_table)
-    else:
-        store = SqlUniqueStore(backend, job_table)
-    found = (type(backend), job_table)
-    if found not in _FOUND:
-        if not side_tables.exists(backend, conn, FEATURE, job_table):
-            raise side_tables.missing_table_error(FEATURE, job_table)
-        _FOUND.add(found)
-    return store
-
-
-def claim_keys(
-    store: UniqueStore,
-    conn: Any,
-    keys: Sequence[UniqueKey | None],
-    new_ids: Sequence[Any],
-    now: datetime,
-    decode: Callable[[Any], Any],
-) -> list[Any]:
-    """Claim each job's key in the caller's transaction: per job, None (enqueue it) or the holder's id.
-
-    `new_ids` are the stored ids the jobs will have. A key twice in one batch: the later job gets the
-    earlier one's answer. A key held with conflict="raise" raises UniqueKeyHeldError, its job_id
-    `decode`d from the stored id (the caller's
-    transaction then holds the locks it took, and is the caller's to roll back).
-    """
-    if any(new_id is None for key, new_id in zip(keys, new_ids, strict=True) if key is not None):
-        raise ConfigurationError(
-            "unique_key needs job ids made before the INSERT: the database-generated id strategy cannot "
-            "name its job in the unique key's row; use a UUID strategy"
-        )
-    answers: list[Any] = [None] * len(keys)
-    seen: dict[str, Any] = {}
-    for index, key in ordered_claims(keys):
-        if key.key in seen:
-            holder, held = seen[key.key], True
-        else:
-            holder = store.claim(conn, key.key, new_ids[index], now)
-            live = None if holder == new_ids[index] else store.holder_live(conn, key.key, holder, key.until)
-            decision = decide(new_ids[index], holder, live)
-            if decision == "take_over":
-                store.take_over(conn, key.key, holder, new_ids[index], now)
-                holder = new_ids[index]
-            held = decision == "held"
-            seen[key.key] = holder
-        if held:
-            if key.conflict == "raise":
-                raise UniqueKeyHeldError(key.key, decode(holder))
-            answers[index] = holder
-    return answers
-
-
-def enqueued_before(
-    conn: Any,
-    backend: Backend,
-    job_table: TableName,
-    decode: Callable[[Any], Any],
-    now: datetime,
-    keys: Sequence[UniqueKey | None],
-    new_ids: Sequence[Any],
-) -> list[Any]:
-    """enqueue's hook: claim the keys of jobs about to be inserted; per job None, or the live holder's id.
-
-    Called before the INSERT, in the caller's transaction, with the checked keys and the jobs' stored ids;
-    a job answered with an id is not to be inserted.
-    """
-    if all(key is None for key in keys):
-        return [None] * len(keys)
-    store = store_for(backend, conn, job_table)
-    held = claim_keys(store, conn, keys, new_ids, now, decode)
-    return [None if holder is None else decode(holder) for holder in held]

@@ -16,7 +16,7 @@ from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_j
 from proletarian_ref.backend import Backend, Listener, Notifications
 from proletarian_ref.backends import backend_for_data_source, refuse_async
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_stop_event
 from proletarian_ref.job_ids import JobIdStrategy
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
@@ -25,6 +25,7 @@ from proletarian_ref.retry import FailedJobFn, RetryStrategyFn
 from proletarian_ref.serializers import Serializer
 from proletarian_ref.shutdown_hook import hook, unhook
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+from proletarian_ref.watchdog import DEFAULT_JOB_TIMEOUT_GRACE_MS, Watchdog, check_job_timeout
 from proletarian_ref.worker_core import (
     _LISTEN_TICK_S,
     DEFAULT_WAKE_ON_NOTIFY,
@@ -139,6 +140,8 @@ class QueueWorker(WorkerCore):
         owns_backend: bool = False,
         wake_on_notify: bool = False,
         listen_data_source: Any = None,
+        job_timeout_ms: float | None = None,
+        job_timeout_grace_ms: float = DEFAULT_JOB_TIMEOUT_GRACE_MS,
     ) -> None:
         super().__init__(
             backend,
@@ -154,6 +157,8 @@ class QueueWorker(WorkerCore):
             owns_backend=owns_backend,
             wake_on_notify=wake_on_notify,
             listen_data_source=listen_data_source,
+            job_timeout_ms=job_timeout_ms,
+            job_timeout_grace_ms=job_timeout_grace_ms,
         )
         self._install_shutdown_hook = install_shutdown_hook
         # Guards the stop request against a handler's start: stop_event is set, and a handler admitted,
@@ -166,6 +171,23 @@ class QueueWorker(WorkerCore):
         self._wake = threading.Condition(threading.Lock())
         self._listener_thread: threading.Thread | None = None
         self._listener: Listener | None = None  # set and read under _lock, so stop() can interrupt it
+        # The job timeout, when there is one: each thread's own interrupt (set by stop() and by its job's
+        # deadline), and, under _lock, the token of the handler each thread runs, of those past their
+        # deadline, and the threads whose transaction the watchdog ended.
+        self._watchdog: Watchdog | None = None
+        self._interrupts: dict[int, threading.Event] = {}
+        self._timing: dict[int, object] = {}
+        self._timed_out: dict[int, object] = {}
+        self._timeout_released: set[int] = set()
+        if job_timeout_ms is not None:
+            self._watchdog = Watchdog(
+                self.queue_worker_id,
+                job_timeout_ms / 1000,
+                job_timeout_grace_ms / 1000,
+                self._at_deadline,
+                self._after_grace,
+            )
+            self._interrupts = {n: threading.Event() for n in range(1, worker_threads + 1)}
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -219,6 +241,8 @@ class QueueWorker(WorkerCore):
             self._safe_log(ev.SHUTTING_DOWN, context)
             with self._lock:
                 self._stop_event.set()
+                for interrupt in self._interrupts.values():
+                    interrupt.set()
                 listening = self._listener
             with self._wake:
                 self._wake.notify_all()
@@ -236,6 +260,8 @@ class QueueWorker(WorkerCore):
                 if thread.is_alive() and thread is not current
             ]
             still_running = self._release(stuck) if stuck else []
+            if self._watchdog is not None:
+                self._watchdog.close()
             if self._owns_backend:
                 self.backend.close()
             if stuck:
@@ -320,7 +346,6 @@ class QueueWorker(WorkerCore):
                     close_thread_connection()
 
     def _poll(self, n: int) -> None:
-        bind_stop_event(self._stop_event)
         outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
         context = {**outer, ev.WORKER_THREAD_ID: n}
         current, lock = self._current_jobs, self._lock
@@ -332,7 +357,12 @@ class QueueWorker(WorkerCore):
             return
         failures = 0
         # Read once, not once a job: none of them changes while the worker runs.
-        backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
+        backend, settings, handler_fn, log_fn = (
+            self.backend,
+            self.settings,
+            self._thread_handler(n),
+            self._log_fn,
+        )
         stop_event = self._stop_event
         while not stop_event.is_set():
             delay = self._interval
@@ -359,10 +389,16 @@ class QueueWorker(WorkerCore):
             except BaseException as exc:
                 with self._lock:
                     released, running = n in self._released, current.pop(n, {})
-                if released:
+                    expired = n in self._timeout_released
+                    self._timeout_released.discard(n)
+                if released or expired:
                     if running:
                         self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
-                    return
+                    if released:
+                        return
+                    # Its job is back in the queue and its connection gone (_finish dropped it): the
+                    # thread polls again on a new one.
+                    continue
                 failures += 1
                 after = self._after_failure(exc, failures, outer, running)
                 if after is None:
@@ -373,6 +409,102 @@ class QueueWorker(WorkerCore):
                 self._stop_event.wait(delay)
             else:
                 self._idle(delay, generation)
+
+    # -- the job timeout -------------------------------------------------------------------------------
+
+    def _thread_handler(self, n: int) -> HandlerFn:
+        """Set thread n up to run handlers: what interrupted() reads, the server limits checked once per
+        worker (on thread 1, before its first poll), the job bound if any."""
+        bind_stop_event(self._interrupts.get(n, self._stop_event))
+        if n == 1:
+            self._check_server_limits()
+        if self._watchdog is None:
+            return self.handler_fn
+        return self._timed_handler(n, self.handler_fn, self._watchdog)
+
+    def _check_server_limits(self) -> None:
+        """Warn at start of a server limit shorter than the job bound, read on this thread's own connection
+        before its first transaction (never a caller's)."""
+        read = getattr(self.backend, "server_time_limits", None)
+        if read is None:
+            return
+        try:
+            limits = read()
+        except Exception as exc:
+            self._server_limits_failed(exc)
+            return
+        self._log_server_limits(limits)
+
+    def _timed_handler(self, n: int, handler_fn: HandlerFn, watchdog: Watchdog) -> HandlerFn:
+        """handler_fn under thread n's job bound: told at the deadline, failed with JobTimeoutError if it
+        then raises, its transaction ended from outside if it has not returned after the grace."""
+        lock, timing, timed_out = self._lock, self._timing, self._timed_out
+        interrupt, stopping = self._interrupts[n], self._stop_event.is_set
+        timeout_ms = self._job_timeout_ms
+
+        def timed(*args: Any, **kwargs: Any) -> object:
+            token = object()
+            with lock:
+                timing[n] = token
+                self._timeout_released.discard(n)
+                if not stopping():
+                    interrupt.clear()  # the last job's deadline is not this one's
+            watchdog.arm(n, token)
+            try:
+                return handler_fn(*args, **kwargs)
+            except Exception as exc:
+                if timed_out.get(n) is token:
+                    raise JobTimeoutError(f"the job ran past job_timeout_ms={timeout_ms:g}") from exc
+                raise
+            finally:
+                watchdog.disarm(n, token)
+                with lock:
+                    timing.pop(n, None)
+                    timed_out.pop(n, None)
+
+        return timed
+
+    def _at_deadline(self, n: int, token: object) -> None:
+        with self._lock:
+            if self._timing.get(n) is not token:
+                return  # it returned meanwhile
+            self._timed_out[n] = token
+            self._interrupts[n].set()
+            job = dict(self._current_jobs.get(n, {}))
+        self._safe_log(
+            ev.JOB_TIMED_OUT,
+            {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job, **self._timeout_data()},
+        )
+
+    def _after_grace(self, n: int, token: object) -> None:
+        # A backend that cannot end a session from another (end_transaction) closes the connection, as at
+        # stop()'s deadline.
+        release = getattr(self.backend, "end_transaction", None) or getattr(
+            self.backend, "release_connection", None
+        )
+        thread = self._threads[n - 1]
+        if release is None or thread.ident is None:
+            return
+        # Under the lock the handler's return takes before its job's writes: the transaction ended is
+        # this handler's, never the next job's.
+        with self._lock:
+            if self._timing.get(n) is not token:
+                return
+            job = dict(self._current_jobs.get(n, {}))
+            done = bool(release(thread.ident))
+            if done:
+                self._timeout_released.add(n)
+        if done:
+            self._safe_log(
+                ev.JOB_RELEASED,
+                {
+                    ev.QUEUE_WORKER_ID: self.queue_worker_id,
+                    ev.WORKER_THREAD_ID: n,
+                    **job,
+                    "reason": "job-timeout",
+                    **self._timeout_data(),
+                },
+            )
 
     def _idle(self, delay: float, generation: int) -> None:
         """Wait out the polling interval, or less: until stop() or a wake-up since `generation` began."""
@@ -482,6 +614,7 @@ def check_worker_options(options: Mapping[str, Any]) -> None:
     table_name(options["archived_job_table"], option="archived_job_table")
     to_keyword_text(options["queue"], what="queue")
     check_batch_size(options["batch_size"])
+    check_job_timeout(options["job_timeout_ms"], options["job_timeout_grace_ms"])
 
 
 def _or(value: Any, default: Any) -> Any:
@@ -508,6 +641,8 @@ def worker_arguments(backend: Any, options: Mapping[str, Any]) -> tuple[JobSetti
         "on_shutdown": _or(options["on_shutdown"], _noop),
         "wake_on_notify": options["wake_on_notify"],
         "listen_data_source": options["listen_data_source"],
+        "job_timeout_ms": options["job_timeout_ms"],
+        "job_timeout_grace_ms": options["job_timeout_grace_ms"],
     }
 
 
@@ -536,6 +671,8 @@ def create_queue_worker(
     batch_size: int = 1,
     wake_on_notify: bool = DEFAULT_WAKE_ON_NOTIFY,
     listen_data_source: Any = None,
+    job_timeout_ms: float | None = None,
+    job_timeout_grace_ms: float = DEFAULT_JOB_TIMEOUT_GRACE_MS,
 ) -> QueueWorker:
     """A queue worker over `data_source` (a psycopg_pool.ConnectionPool or a zero-argument connection
     factory); nothing runs until start(). Options mirror Proletarian's create-queue-worker.
@@ -552,6 +689,12 @@ def create_queue_worker(
     as the pool makes its connections but outside it, so it takes no slot of the polling threads). A job
     enqueued with notify then starts at once; polling still runs every other job. Elsewhere (MySQL) the
     option changes nothing.
+
+    With `job_timeout_ms`, a job's handler that runs that long is told (interrupted() turns true, sleep()
+    raises JobInterrupted); if it then raises, the job fails with JobTimeoutError (retry_strategy_fn
+    decides, as for any failure); if it has not returned after `job_timeout_grace_ms` more, its session is
+    ended from another one, so the server rolls its transaction back and the job goes back to the queue
+    with attempts unchanged (docs/worker.md, "Job timeout").
     """
     options = {name: value for name, value in locals().items() if name in WORKER_OPTION_DEFAULTS}
     if not callable(handler_fn):

@@ -8,6 +8,7 @@ from typing import Any, Final
 from proletarian_ref import log as ev
 from proletarian_ref.errors import TransientDatabaseError
 from proletarian_ref.log import LogFn
+from proletarian_ref.watchdog import DEFAULT_JOB_TIMEOUT_GRACE_MS, limit_warnings
 from proletarian_ref.worker_settings import JobSettings
 
 # After consecutive failed polling runs a thread waits twice as long each time, from the polling
@@ -60,6 +61,8 @@ class WorkerCore:
         owns_backend: bool = False,
         wake_on_notify: bool = False,
         listen_data_source: Any = None,
+        job_timeout_ms: float | None = None,
+        job_timeout_grace_ms: float = DEFAULT_JOB_TIMEOUT_GRACE_MS,
     ) -> None:
         self.backend = backend
         self.handler_fn = handler_fn
@@ -81,6 +84,9 @@ class WorkerCore:
         self._listens = wake_on_notify and hasattr(backend, "listen")
         self._listen_data_source = listen_data_source
         self._wake_generation = 0
+        # The per-job time bound (docs/worker.md, "Job timeout"); None: a job runs as long as it takes.
+        self._job_timeout_ms = job_timeout_ms
+        self._grace_ms = job_timeout_grace_ms
 
     @property
     def running(self) -> bool:
@@ -109,6 +115,18 @@ class WorkerCore:
                 ev.JOB_WORKER_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: error}
             )
             return True
+
+    def _timeout_data(self) -> dict[str, Any]:
+        return {"job-timeout-ms": self._job_timeout_ms, "job-timeout-grace-ms": self._grace_ms}
+
+    def _log_server_limits(self, limits: Mapping[str, float] | None) -> None:
+        """Warn of each server limit that ends a job's transaction before the worker's own bound does."""
+        for data in limit_warnings(limits or {}, self._job_timeout_ms, self._grace_ms):
+            self._safe_log(ev.SERVER_TIME_LIMIT, {ev.QUEUE_WORKER_ID: self.queue_worker_id, **data})
+
+    def _server_limits_failed(self, exc: BaseException) -> None:
+        # Not worth stopping for: the check only advises, and a database that is down shows in the polls.
+        ev.logger.debug("could not read the server's transaction time limits: %s", exc)
 
     def _safe_log(self, event: str, data: Mapping[str, Any]) -> None:
         # Outside a job nothing else would catch a failing log function, and a poller must not die

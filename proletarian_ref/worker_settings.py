@@ -10,6 +10,7 @@ from typing import Final, Literal
 
 from proletarian_ref.backend import AsyncBackend, Backend, BatchClaim, JobRecord
 from proletarian_ref.clock import Clock, reader, system_utc
+from proletarian_ref.error_history import ErrorHistory
 from proletarian_ref.errors import ConfigurationError, PayloadDecodeError
 from proletarian_ref.job import Job, default_serializer
 from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy
@@ -40,6 +41,10 @@ class JobSettings:
     # Jobs claimed and run per transaction: 1 is Proletarian's one job a transaction (run_next_job),
     # more is batch mode (proletarian_ref.batch.run_next_batch).
     batch_size: int = 1
+    # Where failures go (proletarian_ref.error_history): the side table's store, looked up at the first
+    # failed job of these settings' worker (or process_next_job call) and kept; a job that succeeds never
+    # asks. Each job_settings() call makes a new one.
+    error_history: ErrorHistory = field(default_factory=ErrorHistory, compare=False, repr=False)
     # now_from(clock), as clock.reader makes it: what the worker reads the time with.
     now: Callable[[], datetime] = field(init=False, repr=False, compare=False)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,3 +56,35 @@ def by_job(job: Job) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+def records_pid(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Appends "n pid" to the file payload["runs"] names: which job ran, in which worker process."""
+    with Path(str(payload["runs"])).open("a", encoding="utf-8") as runs:
+        runs.write(f"{payload['n']} {os.getpid()}\n")
+
+
+def crashes_once(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Kills its own process at once, as a segfaulting extension or the OOM killer would, the first time
+    (payload["marker"] not there yet); runs normally after that."""
+    marker = Path(str(payload["marker"]))
+    if not marker.exists():
+        marker.write_text("crashed", encoding="utf-8")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- coroutine handlers: the worker command runs them on the asyncio worker ----------------------------
+
+
+async def records_runs_async(job_type: str, payload: Mapping[str, Any]) -> None:
+    """records_runs as a coroutine: appends the job's n to payload["runs"], then fails if asked to."""
+    await asyncio.sleep(0)
+    records_runs(job_type, payload)
+
+
+async def sleeps_async(job_type: str, payload: Mapping[str, Any]) -> None:
+    """Marks its start, then awaits asyncio.sleep(payload["seconds"]): the asyncio worker's stop cancels
+    it there at the shutdown deadline."""
+    _started(payload)
+    await asyncio.sleep(float(payload["seconds"]))
+    Path(str(payload["marker"]) + ".finished").write_text("finished", encoding="utf-8")

@@ -12,16 +12,18 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, Final
 
 from proletarian_ref import side_tables, sql
+from proletarian_ref._sync.unique_claims import SqlUniqueStore
 from proletarian_ref.backend import JobRecord
 from proletarian_ref.backends._dbapi import _fetchone
 from proletarian_ref.backends.memory import MemoryBackend, MemoryConnection
 from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend
+from proletarian_ref.error_history import ErrorEntry, MemoryErrorStore, SqlErrorStore
 from proletarian_ref.errors import DatabaseError, TransientDatabaseError
 from proletarian_ref.job import default_serializer
 from proletarian_ref.periodic import Advance, MemoryPeriodicStore, SqlPeriodicStore, TickRow
 from proletarian_ref.tables import TableName
-from proletarian_ref.unique import MemoryUniqueStore, SqlUniqueStore
+from proletarian_ref.unique import MemoryUniqueStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +260,17 @@ class PgSavepointKeepsWrites(PostgresBackend):
     @contextmanager
     def savepoint(self, conn: Any) -> Iterator[None]:
         yield
+
+
+class PgHandlerWritesCommitEarly(PostgresBackend):
+    """The job's savepoint commits the transaction when it is released: a handler's writes (and its
+    follow-up jobs) commit before, and apart from, the job's archive row."""
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        with super().savepoint(conn):
+            yield
+        conn.commit()
 
 
 class MemorySavepointKeepsWrites(MemoryBackend):
@@ -590,6 +603,24 @@ class MySQLIdByteOrder(MySQLBackend):
         return job.job_id
 
 
+class MySQLHandlerWritesCommitEarly(MySQLBackend):
+    """PgHandlerWritesCommitEarly on MySQL: the savepoint's release commits the handler's writes alone."""
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        with super().savepoint(conn):
+            yield
+        conn.commit()
+
+
+class MySQLSavepointKeepsWrites(MySQLBackend):
+    """The job's savepoint does nothing: a failed handler's writes commit with its failure or retry."""
+
+    @contextmanager
+    def savepoint(self, conn: Any) -> Iterator[None]:
+        yield
+
+
 class MySQLAutocommit(MySQLBackend):
     """Runs its "transactions" in autocommit: every statement commits alone."""
 
@@ -708,6 +739,20 @@ POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         PgSavepointKeepsWrites,
         ("T3", "G3", "G4"),
         batch_size=8,
+    ),
+    Mutant(
+        "pg_handler_writes_commit_early",
+        "the job's savepoint commits at its release: a handler's writes commit apart from its archive row",
+        PgHandlerWritesCommitEarly,
+        ("H1",),
+        fault=("write", "committed"),
+    ),
+    Mutant(
+        "pg_handler_savepoint_keeps_writes",
+        "the job's savepoint rolls nothing back: a failed handler's writes commit with its failure",
+        PgSavepointKeepsWrites,
+        ("H2",),
+        fault=("savepoint",),
     ),
     Mutant(
         "notify_outside_the_transaction",
@@ -1007,6 +1052,20 @@ MYSQL_MUTANTS: tuple[Mutant, ...] = (
         MySQLFinishedAtFromDatabase,
         ("A1", "A3"),
     ),
+    Mutant(
+        "mysql_handler_writes_commit_early",
+        "the job's savepoint commits at its release: a handler's writes commit apart from its archive row",
+        MySQLHandlerWritesCommitEarly,
+        ("H1",),
+        fault=("write", "committed"),
+    ),
+    Mutant(
+        "mysql_handler_savepoint_keeps_writes",
+        "the job's savepoint rolls nothing back: a failed handler's writes commit with its failure",
+        MySQLSavepointKeepsWrites,
+        ("H2",),
+        fault=("savepoint",),
+    ),
 )
 
 MEMORY_MUTANTS: tuple[Mutant, ...] = (
@@ -1263,7 +1322,9 @@ from mutants_protocols import (  # noqa: E402  (beside the rest, which its mutan
     MemoryListenerQuietWhenKilled,
     MemoryOneSavepointPerBatch,
     MySQLChunksWithoutSavepoint,
+    MySQLEndsNoTimedOutTransaction,
     PgCopyUnescaped,
+    PgEndsNoTimedOutTransaction,
     PgListenerQuietWhenBroken,
     PgOneChannelForEveryTable,
     PgOneSavepointPerBatch,
@@ -1313,6 +1374,12 @@ PROTOCOL_POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         ("L1",),
     ),
     Mutant(
+        "timeout_ends_no_transaction",
+        "end_transaction does nothing: a job past job_timeout_ms stays held while its handler runs on",
+        PgEndsNoTimedOutTransaction,
+        ("L2",),
+    ),
+    Mutant(
         "notify_one_channel_for_every_table",
         "one NOTIFY channel whatever the job table: listeners of every table wake",
         PgOneChannelForEveryTable,
@@ -1332,6 +1399,12 @@ PROTOCOL_MYSQL_MUTANTS: tuple[Mutant, ...] = (
         "enqueue_many's statements of one batch run without their savepoint: a failure leaves earlier ones",
         MySQLChunksWithoutSavepoint,
         ("Q2",),
+    ),
+    Mutant(
+        "mysql_timeout_ends_no_transaction",
+        "end_transaction does nothing on MySQL: a job past job_timeout_ms stays held while its handler runs",
+        MySQLEndsNoTimedOutTransaction,
+        ("L2",),
     ),
 )
 
@@ -1365,3 +1438,78 @@ PROTOCOL_MEMORY_MUTANTS: tuple[Mutant, ...] = (
 POSTGRESQL_MUTANTS += PROTOCOL_POSTGRESQL_MUTANTS
 MYSQL_MUTANTS += PROTOCOL_MYSQL_MUTANTS
 MEMORY_MUTANTS += PROTOCOL_MEMORY_MUTANTS
+
+
+# -- the error history: its row written apart from the job's transaction ------------------------------------
+
+
+class _SqlHistoryOutsideStore(SqlErrorStore):
+    def record(self, conn: Any, row: ErrorEntry) -> None:
+        with self.backend.transaction() as own:
+            super().record(own, row)
+
+
+class _MemoryHistoryOutsideStore(MemoryErrorStore):
+    def record(self, conn: Any, row: ErrorEntry) -> None:
+        with self.backend.transaction() as own:
+            super().record(own, row)
+
+
+class PgHistoryOutsideTheJob(PostgresBackend):
+    """Writes a failed attempt's row in a transaction of its own: a rolled-back retry leaves it behind."""
+
+    error_store = _SqlHistoryOutsideStore
+
+
+class MySQLHistoryOutsideTheJob(MySQLBackend):
+    """Writes a failed attempt's row in a transaction of its own: a rolled-back retry leaves it behind."""
+
+    error_store = _SqlHistoryOutsideStore
+
+
+class MemoryHistoryOutsideTheJob(MemoryBackend):
+    """Writes a failed attempt's row in a transaction of its own: a rolled-back retry leaves it behind."""
+
+    error_store = _MemoryHistoryOutsideStore
+
+
+class _SqlHistoryNotPurgedStore(SqlErrorStore):
+    def purge(self, conn: Any, job_ids: list[Any]) -> None:
+        return None
+
+
+class _MemoryHistoryNotPurgedStore(MemoryErrorStore):
+    def purge(self, conn: Any, job_ids: list[Any]) -> None:
+        return None
+
+
+class PgHistoryNotPurged(PostgresBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _SqlHistoryNotPurgedStore
+
+
+class MySQLHistoryNotPurged(MySQLBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _SqlHistoryNotPurgedStore
+
+
+class MemoryHistoryNotPurged(MemoryBackend):
+    """Purging archived jobs leaves their error history rows: the history outlives its jobs, unbounded."""
+
+    error_store = _MemoryHistoryNotPurgedStore
+
+
+ERROR_HISTORY_MUTANTS: Final = tuple(
+    Mutant(f"{prefix}_{name}", cls.__doc__ or "", cls, (clause,))
+    for name, clause, classes in (
+        (
+            "history_outside_the_job",
+            "F2",
+            (PgHistoryOutsideTheJob, MySQLHistoryOutsideTheJob, MemoryHistoryOutsideTheJob),
+        ),
+        ("history_not_purged", "F3", (PgHistoryNotPurged, MySQLHistoryNotPurged, MemoryHistoryNotPurged)),
+    )
+    for prefix, cls in zip(("pg", "mysql", "memory"), classes, strict=True)
+)

@@ -8,9 +8,13 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from mutants import Mutant, _rewrite
+from mutants import Mutant, MySQLClaimWithoutSkipLocked, _rewrite
 
+from proletarian_ref import side_tables
+from proletarian_ref._async.unique_claims import AsyncSqlUniqueStore
 from proletarian_ref.backend import JobRecord
+from proletarian_ref.backends.mysql import _ISOLATION_SQL
+from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
 from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 from proletarian_ref.tables import TableName
 
@@ -59,6 +63,17 @@ class AsyncNeverCommits(AsyncPostgresBackend):
             await conn.rollback()
 
 
+class AsyncHandlerWritesCommitEarly(AsyncPostgresBackend):
+    """The job's savepoint commits the transaction when it is released: a handler's writes (and its
+    follow-up jobs) commit before, and apart from, the job's archive row."""
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self, conn: Any) -> AsyncIterator[None]:
+        async with super().savepoint(conn):
+            yield
+        await conn.commit()
+
+
 POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "aio_commit_before_handler",
@@ -86,6 +101,20 @@ POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
         batch_size=8,
     ),
     Mutant(
+        "aio_handler_writes_commit_early",
+        "the async job's savepoint commits at its release: a handler's writes commit apart from its archive",
+        AsyncHandlerWritesCommitEarly,
+        ("H1",),
+        fault=("write", "committed"),
+    ),
+    Mutant(
+        "aio_handler_savepoint_keeps_writes",
+        "the async job's savepoint rolls nothing back: a failed handler's writes commit with its failure",
+        AsyncSavepointKeepsWrites,
+        ("H2",),
+        fault=("savepoint",),
+    ),
+    Mutant(
         "aio_never_commits",
         "the async transaction rolls back at its end: nothing a job wrote stays",
         AsyncNeverCommits,
@@ -109,4 +138,234 @@ ASYNCPG_MUTANTS: tuple[Mutant, ...] = tuple(
     _on_asyncpg(mutant)
     for mutant in POSTGRESQL_ASYNC_MUTANTS
     if mutant.name != "aio_claim_without_skip_locked"
+)
+
+
+# -- MySQL (aiomysql): the same kinds of fault, and MySQL's own: sessions, zones, isolation, reconnects ----
+
+
+async def _run_on(conn: Any, statement: str) -> None:
+    async with conn.cursor() as cursor:
+        await cursor.execute(statement)
+
+
+class AsyncMySQLCommitBeforeHandler(AsyncMySQLBackend):
+    """Commits the claim at once, so the row lock is gone while the handler runs."""
+
+    async def get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        job = await super().get_next_job(conn, job_table, queue, now)
+        await conn.commit()
+        return job
+
+
+class AsyncMySQLClaimWithoutSkipLocked(AsyncMySQLBackend):
+    """Claims with FOR UPDATE alone (the threaded mutant as codec): a second worker waits for the first."""
+
+    def __init__(self, data_source: Any = None, *, compact: bool = False) -> None:
+        super().__init__(data_source, compact=compact)
+        self.codec = MySQLClaimWithoutSkipLocked(None)
+
+
+class AsyncMySQLArchiveWithoutDelete(AsyncMySQLBackend):
+    """Archives, but never deletes: the job stays queued after it finished."""
+
+    async def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None:
+        return None
+
+
+class AsyncMySQLCompactArchiveOnly(AsyncMySQLBackend):
+    """On the compact plan, sends the archive INSERT alone: the finished job stays queued."""
+
+    def __init__(self, data_source: Any = None, *, compact: bool = True) -> None:
+        super().__init__(data_source, compact=compact)
+
+    async def archive_and_delete_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        await self.archive_job(conn, job_table, archived_job_table, job_id, status, finished_at)
+
+
+class AsyncMySQLRepeatableRead(AsyncMySQLBackend):
+    """Runs its own transactions at InnoDB's default REPEATABLE READ: claims take gap locks."""
+
+    async def _begin(self, conn: Any) -> bool:
+        state = await super()._begin(conn)
+        await _run_on(conn, _ISOLATION_SQL.replace("READ COMMITTED", "REPEATABLE READ"))
+        return state
+
+
+class AsyncMySQLWorkerSessionZone(AsyncMySQLBackend):
+    """Leaves its own sessions in the connection's time zone: TIMESTAMP values are read and written there."""
+
+    async def _begin(self, conn: Any) -> bool:
+        was_autocommit = bool(conn.get_autocommit())
+        await _run_on(conn, _ISOLATION_SQL)
+        if was_autocommit:
+            await conn.autocommit(False)
+        return was_autocommit
+
+
+class AsyncMySQLCallerTimeZone(AsyncMySQLBackend):
+    """Sets the caller's session time zone before its INSERT and leaves it so."""
+
+    async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        await _run_on(conn, "SET time_zone = '+00:00'")
+        return await super().enqueue(conn, job_table, job)
+
+
+class AsyncMySQLEnqueueInAutocommit(AsyncMySQLBackend):
+    """Inserts in autocommit mode and turns it off again: SET autocommit = 1 commits what was pending."""
+
+    async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        was = conn.get_autocommit()
+        await conn.autocommit(True)
+        try:
+            return await super().enqueue(conn, job_table, job)
+        finally:
+            await conn.autocommit(was)
+
+
+class AsyncMySQLSilentReconnect(AsyncMySQLBackend):
+    """Pings with reconnect=True before each statement and the commit: a killed session goes on in a
+    fresh one, outside the claim's transaction."""
+
+    async def _execute(self, conn: Any, statement: str, params: Any, read: Any) -> Any:
+        await conn.ping(reconnect=True)
+        return await super()._execute(conn, statement, params, read)
+
+
+class AsyncMySQLTruncatesOversizedPayloads(AsyncMySQLBackend):
+    """Checks no payload size and cuts a payload to the TEXT column's 65,535 bytes."""
+
+    async def check_payload(self, *args: Any) -> None:
+        return None
+
+    async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        cut = job.payload.encode("utf-8")[:65_535].decode("utf-8", "ignore")
+        return await super().enqueue(conn, job_table, job._replace(payload=cut))
+
+
+MYSQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "aio_mysql_commit_before_handler",
+        "the async claim commits at once, so the handler runs without the row lock",
+        AsyncMySQLCommitBeforeHandler,
+        ("S5", "P1"),
+    ),
+    Mutant(
+        "aio_mysql_claim_without_skip_locked",
+        "the async claim locks without SKIP LOCKED: a second worker waits for the first",
+        AsyncMySQLClaimWithoutSkipLocked,
+        ("S5", "S6"),
+    ),
+    Mutant(
+        "aio_mysql_archive_without_delete",
+        "the async delete_job does nothing",
+        AsyncMySQLArchiveWithoutDelete,
+        ("A3", "D1", "P1"),
+    ),
+    Mutant(
+        "aio_mysql_compact_archive_only",
+        "the compact plan's query archives but does not delete",
+        AsyncMySQLCompactArchiveOnly,
+        ("A3", "P1"),
+    ),
+    Mutant(
+        "aio_mysql_repeatable_read",
+        "its transactions run at InnoDB's default REPEATABLE READ: claims take gap locks",
+        AsyncMySQLRepeatableRead,
+        ("I1", "I2"),
+    ),
+    Mutant(
+        "aio_mysql_worker_session_zone",
+        "its own sessions keep the connection's time zone for TIMESTAMP values",
+        AsyncMySQLWorkerSessionZone,
+        ("Z1",),
+    ),
+    Mutant(
+        "aio_mysql_caller_time_zone",
+        "async enqueue sets the caller's time_zone",
+        AsyncMySQLCallerTimeZone,
+        ("C4",),
+    ),
+    Mutant(
+        "aio_mysql_enqueue_in_autocommit",
+        "the async INSERT runs in autocommit: SET autocommit = 1 commits the caller's writes, then the job",
+        AsyncMySQLEnqueueInAutocommit,
+        ("E7", "C1"),
+    ),
+    Mutant(
+        "aio_mysql_silent_reconnect",
+        "ping(reconnect=True) before each statement: a killed session goes on in a fresh one",
+        AsyncMySQLSilentReconnect,
+        ("K1",),
+    ),
+    Mutant(
+        "aio_mysql_truncates_oversized_payloads",
+        "a payload over the TEXT column's 65,535 bytes is cut to fit",
+        AsyncMySQLTruncatesOversizedPayloads,
+        ("B1",),
+    ),
+)
+
+
+# -- unique keys through aio.enqueue (conformance/side_tables.py's U clauses on the bridge) ---------------
+
+
+class _AsyncCheckThenInsertStore(AsyncSqlUniqueStore):
+    """Reads the key's row without a lock, then writes it over whatever another transaction put there."""
+
+    async def claim(self, conn: Any, key: str, job_id: Any, now: datetime) -> Any:
+        table = side_tables.side_table(self.job_table, "unique")
+        async with conn.cursor() as cursor:
+            await cursor.execute(f"SELECT job_id FROM {table} WHERE unique_key = %s", (key,))
+            row = await cursor.fetchone()
+            if row is not None:
+                return row[0]
+            await cursor.execute(
+                f"INSERT INTO {table} (unique_key, job_id, claimed_at) VALUES (%s, %s, %s) "
+                "ON CONFLICT (unique_key) DO UPDATE SET job_id = EXCLUDED.job_id",
+                (key, job_id, self._time(now)),
+            )
+        return job_id
+
+
+class AsyncUniqueCheckThenInsert(AsyncPostgresBackend):
+    """aio.enqueue checks a unique key before its row is locked: two open enqueues of one key both insert."""
+
+    unique_store = _AsyncCheckThenInsertStore
+
+
+class _AsyncReleasedWhileRunningStore(AsyncSqlUniqueStore):
+    async def holder_live(self, conn: Any, key: str, holder_id: Any, until: Any) -> bool:
+        return await super().holder_live(conn, key, holder_id, "started")
+
+
+class AsyncKeyReleasedWhileRunning(AsyncPostgresBackend):
+    """aio.enqueue frees a key once its job is claimed, before the archive commits: a retry has a twin."""
+
+    unique_store = _AsyncReleasedWhileRunningStore
+
+
+POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "aio_unique_check_then_insert",
+        AsyncUniqueCheckThenInsert.__doc__ or "",
+        AsyncUniqueCheckThenInsert,
+        ("U3",),
+    ),
+    Mutant(
+        "aio_key_released_while_running",
+        AsyncKeyReleasedWhileRunning.__doc__ or "",
+        AsyncKeyReleasedWhileRunning,
+        ("U2",),
+    ),
 )

@@ -131,6 +131,20 @@ class PgReleasesAnotherThread(PostgresBackend):
         return super().release_connection(others[0] if others else thread_id)
 
 
+class PgEndsNoTimedOutTransaction(PostgresBackend):
+    """end_transaction does nothing: a job past job_timeout_ms keeps its transaction as its handler runs."""
+
+    def end_transaction(self, thread_id: int) -> bool:
+        return False
+
+
+class MySQLEndsNoTimedOutTransaction(MySQLBackend):
+    """end_transaction does nothing: a job past job_timeout_ms keeps its transaction as its handler runs."""
+
+    def end_transaction(self, thread_id: int) -> bool:
+        return False
+
+
 # -- notifications (Notifications) ------------------------------------------------------------------------
 
 

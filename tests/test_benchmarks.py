@@ -30,6 +30,7 @@ from benchmarks.common import (  # noqa: E402
     open_harness,
     percentile,
     require_sql,
+    run_sql,
     summarize_ms,
 )
 from benchmarks.enqueue_rate import library_enqueue, library_enqueue_many  # noqa: E402
@@ -40,6 +41,7 @@ from benchmarks.raw import raw_enqueue, raw_enqueue_batched  # noqa: E402
 from benchmarks.report import summary  # noqa: E402
 from benchmarks.runner import failures, run_all  # noqa: E402
 from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason, script  # noqa: E402
+from benchmarks.server_limit import limit_rate, limit_skip_reason  # noqa: E402
 from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
 from conformance.harness import SqlHarness  # noqa: E402
 
@@ -69,6 +71,7 @@ def _check_outputs(out: Path, backend: str, sql: bool) -> dict[str, Any]:
 
     _check_poll_and_throughput(results, out, backend, sql)
     _check_the_rest(results, sql)
+    _check_serializer(results)
     _check_files(out, backend)
     return results
 
@@ -103,12 +106,32 @@ def _check_poll_and_throughput(results: dict[str, Any], out: Path, backend: str,
             assert len(row["compact_rounds"]) == TINY.throughput_rounds
         else:
             assert "compact_rounds" not in row
+        if sql and (row["processes"], row["threads"], row.get("batch_size", 1)) in TINY.limit_points:
+            # The server's limit at the row's jobs a commit, in every round, and each mode's ratio to it.
+            assert [r["per_commit"] for r in row["limit_rounds"]] == [row.get("batch_size", 1)] * len(
+                row["limit_rounds"]
+            )
+            assert len(row["limit_rounds"]) == TINY.throughput_rounds
+            assert row["limit_jobs_per_s"] > 0 and row["library_ratio_limit"] > 0
+            assert row["raw_ratio_limit"] > 0
+            assert ("compact_ratio_limit" in row) == (row.get("batch_size", 1) == 1)
+        else:
+            assert "limit_rounds" not in row
+        if sql:
+            # What a job costs: the client's CPU always, round trips in one process, server CPU on PostgreSQL.
+            # (Present; the kernel counts CPU in clock ticks, so a tiny window may read none.)
+            assert row["library_client_cpu_us_per_job"] >= 0
+            assert ("library_round_trips_per_job" in row) == (row["processes"] == 1)
+            assert ("library_server_cpu_us_per_job" in row) == (backend == "postgresql")
     if sql:
+        assert "limit_skipped" not in throughput
+        assert "| library of limit |" in (out / "results.md").read_text(encoding="utf-8")
         profile = throughput["profile"]
         assert profile["library"]["us_per_job"] > 0 and profile["raw"]["us_per_job"] > 0
         assert (out / f"profile_{backend}.txt").read_text(encoding="utf-8").startswith("===== library")
     else:
         assert "raw_skipped" in throughput
+        assert "limit_skipped" in throughput
 
 
 def _check_the_rest(results: dict[str, Any], sql: bool) -> None:
@@ -136,9 +159,22 @@ def _check_the_rest(results: dict[str, Any], sql: bool) -> None:
         assert "skipped" in locust
 
 
+def _check_serializer(results: dict[str, Any]) -> None:
+    # Every payload of benchmarks/serializer.py timed by the version under test, which refuses none.
+    timed = results["benchmarks"]["serializer"][0]["payloads"]
+    assert list(timed) == [name for name, _, _ in serializer.payloads()]
+    assert all(row[op] > 0 for row in timed.values() for op in serializer.OPERATIONS)
+
+
 def _check_files(out: Path, backend: str) -> None:
     markdown = (out / "results.md").read_text(encoding="utf-8")
-    for heading in ("### Poll latency", "### Throughput", "### Enqueue rate", "### Worker memory"):
+    for heading in (
+        "### Poll latency",
+        "### Throughput",
+        "### Enqueue rate",
+        "### Worker memory",
+        "### Serializer",
+    ):
         assert heading in markdown
     assert "| compact jobs/s | compact / library |" in markdown
     assert f"| {backend} |" in markdown
@@ -421,10 +457,17 @@ def test_summary_lists_every_ratio_and_each_peer_against_ours() -> None:
         }
     }
     results["benchmarks"]["throughput"][0]["rows"][0]["ratio_pgbench"] = 0.71
+    results["benchmarks"]["throughput"][0]["rows"][0]["library_ratio_limit"] = 0.42
+    results["benchmarks"]["throughput"][0]["rows"][0]["compact_ratio_limit"] = 0.47
+    batch_row = {"processes": 2, "threads": 2, "batch_size": 10, "ratio": 4.0, "library_ratio_limit": 0.61}
+    results["benchmarks"]["throughput"][1]["rows"].append(batch_row)
     table = "\n".join(summary(results))
     assert "| postgresql | throughput 1x4 | library / raw | 0.93 |" in table
     assert "| postgresql | throughput 1x4 | library / pgbench | 0.71 |" in table
     assert "| mysql | throughput 2x2 | library / raw | 0.88 |" in table
+    assert "| postgresql | throughput 1x4 | library / server limit | 0.42 |" in table
+    assert "| postgresql | throughput 1x4 | compact / server limit | 0.47 |" in table
+    assert "| mysql | throughput 2x2 batch 10 | batch / server limit | 0.61 |" in table
     assert "| mysql | enqueue 100/txn | library / raw | 0.80 |" in table
     assert "| postgresql | drain 1,000 jobs | pgqueuer / proletarian-ref | 2.00 |" in table
 
@@ -603,3 +646,34 @@ def test_versus_times_the_serializer_of_both_versions_in_turns(tmp_path: Path) -
 def test_the_serializer_table_says_refused_where_a_version_fails() -> None:
     row: dict[str, float | None] = {"encode": None, "decode": 2.0, "decode exact": 3.25}
     assert serializer.table({"deep": row}).splitlines()[-1] == "| deep | refused | 2.0 | 3.2 |"
+
+
+def test_the_serializer_section_runs_once_whatever_the_backends(tmp_path: Path) -> None:
+    backends = [BackendSpec("conformance.builtin:memory"), BackendSpec("no_such_module:factory")]
+    results = run_all(backends, TINY.with_(benchmarks=("serializer",)), tmp_path, Progress())
+    (entry,) = results["benchmarks"]["serializer"]
+    assert entry["factory"] == "conformance.builtin:memory" and "error" not in entry
+    assert "### Serializer" in (tmp_path / "results.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("fixture", ["pg_db", "mysql_db"])
+@pytest.mark.parametrize("per_commit", [1, 10])
+def test_the_server_limit_does_the_whole_job_archiving_each_job_it_counts_once(
+    fixture: str, per_commit: int, request: pytest.FixtureRequest
+) -> None:
+    # The limit is only the server's limit for *this* work if it claims, archives (attempts + 1, the
+    # status) and deletes every job it counts, exactly once, and leaves nothing of its own behind.
+    harness: SqlHarness = request.getfixturevalue(fixture)
+    assert limit_skip_reason(harness) is None, "pgbench and mariadb-slap (or mysqlslap) must be installed"
+    bulk_load(harness, 0, 20_000, "due")
+    measured = limit_rate(harness, 2, per_commit, 1, 2_000)
+    done = measured["jobs"]
+    assert done > 0 and measured["jobs_per_s"] > 0 and not measured["ran_dry"]
+    assert count_rows(harness) == 20_000 - done
+    archived = harness.archived_jobs()
+    assert len(archived) == done
+    assert {(job.status, job.attempts) for job in archived} == {(":success", 1)}
+    assert len({job.job_id for job in archived}) == done
+    if fixture == "mysql_db":
+        leftovers = run_sql(harness, "SHOW DATABASES LIKE 'bench\\_limit\\_%%'")
+        assert leftovers == [], "the throwaway database of the procedure must be dropped"

@@ -363,6 +363,29 @@ def test_a_handler_running_past_the_shutdown_timeout_exits_1_and_its_job_stays_q
     assert database.archived_jobs() == []
 
 
+def test_job_timeout_ms_fails_a_job_that_runs_past_it_with_job_timeout_error(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    """--job-timeout-ms: the handler (proletarian_ref.sleep) is told at the bound and its job fails,
+    archived as a failure once the retries are used, while the worker runs on."""
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
+    process = _start_worker(database, "honours_stop", "--job-timeout-ms", "300", "--log-level", "warning")
+    try:
+        wait_for(
+            lambda: [job.status for job in database.archived_jobs()] == [":failure"],
+            timeout=30,
+            what="the job to fail at its bound",
+            process=process,
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert "proletarian.worker/job-timed-out" in err and "JobTimeoutError" in err
+    assert database.jobs() == []
+
+
 def test_a_second_signal_exits_at_once(
     capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
 ) -> None:

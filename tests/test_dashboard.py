@@ -9,7 +9,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -74,13 +74,17 @@ def _seed(database: Target) -> None:
 
     # Every report job, so which ones ran does not hang on the order of equal process_at values.
     for _ in range(4):
-        process_next_job(
-            database.harness.data_source,
-            fails,
-            job_table=database.job_table,
-            archived_job_table=database.archived_job_table,
-            log=lambda event, data: None,
-        )
+        _run_one(database, fails)
+
+
+def _run_one(database: Target, handler: Callable[[str, Any], None]) -> None:
+    process_next_job(
+        database.harness.data_source,
+        handler,
+        job_table=database.job_table,
+        archived_job_table=database.archived_job_table,
+        log=lambda event, data: None,
+    )
 
 
 def _get(url: str, **headers: str) -> tuple[int, str]:
@@ -402,3 +406,29 @@ def test_the_schedules_page_lists_each_recorded_schedule_with_its_last_and_next_
     assert "0 * * * * | Europe/Oslo | app/report" in row
     # The next tick is the recorded cron's first tick after now, whatever now is.
     assert '<td class="next">' in row and '<td class="next">-</td>' not in row
+
+
+def test_the_job_page_shows_each_failed_attempt_of_the_error_history(
+    database: Target, dashboard: str
+) -> None:
+    from proletarian_ref import side_tables
+
+    for statement in side_tables.install_statements(database.dialect, ["errors"], database.job_table):
+        database.harness.execute(statement)
+    conn = database.harness.connect()
+    try:
+        job_id = enqueue(conn, "my.app/mail", {"to": "<b>x</b>"}, job_table=database.job_table)
+        conn.commit()
+    finally:
+        conn.close()
+
+    def fails(job_type: str, payload: Any) -> None:
+        raise RuntimeError(f"cannot send to {payload['to']}")
+
+    _run_one(database, fails)
+    status, html = _get(f"{dashboard}/jobs/{job_id}")
+    assert status == 200
+    table = html[html.index('<table id="errors">') :].split("</table>", 1)[0]
+    assert '<td class="attempt">1</td>' in table
+    # Escaped as every row value is: the handler's message cannot write markup into the page.
+    assert "RuntimeError: cannot send to &lt;b&gt;x&lt;/b&gt;" in table and "<b>x</b>" not in table

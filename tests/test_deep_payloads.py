@@ -9,6 +9,7 @@ without the interpreter's recursion limit: values are built and compared with lo
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -253,6 +254,49 @@ def test_a_plain_payload_takes_the_fast_paths_at_any_depth(levels: int, in_threa
     assert same(two_pass, value)
 
 
+# --- where recursion hands over to the iterative paths ---------------------------------------------
+
+
+def all_paths(value: Any, text: str) -> None:
+    """Every path of encoding and decoding gives ``text`` and ``value`` back (``value`` plain)."""
+    assert serializers_module._fast_encode(value) == text
+    assert serializers_module._general_encode(value) == text
+    assert PLAIN.encode(value) == text
+    assert same(PLAIN.decode(text), value)
+    assert same(serializers_module._plain(serializers_module._read_exact(text)), value)
+    assert EXACT.encode(EXACT.decode(text)) == text
+
+
+@pytest.mark.parametrize("in_thread", [False, True], ids=["main thread", "128 KiB thread"])
+@pytest.mark.parametrize("extra", [-1, 0, 1, 2])
+def test_payloads_about_as_deep_as_the_recursion_budget_take_one_path_or_the_other_alike(
+    extra: int, in_thread: bool
+) -> None:
+    levels = serializers_module._RECURSION_BUDGET + extra
+    for value, text in (
+        (nested_lists(levels), "[" * levels + "1" + "]" * levels),
+        (nest(levels, lambda _, inner: {"c": inner}, 1), '["^ ","~:c",' * levels + "1" + "]" * levels),
+    ):
+        if in_thread:
+            run_in_thread(functools.partial(all_paths, value, text), 128 * 1024)
+        else:
+            all_paths(value, text)
+
+
+def test_a_wide_payload_deep_at_its_end_starts_again_with_a_new_key_cache() -> None:
+    # The recursive walk writes and reads the first maps (caching "~:name"), then meets the deep list and
+    # hands the whole payload to the iterative walk, whose cache must start empty again.
+    deep = nested_lists(3 * serializers_module._RECURSION_BUDGET)
+    value = [{"name": 1}, {"name": deep}, {"name": 2}]
+    levels = 3 * serializers_module._RECURSION_BUDGET
+    text = '[["^ ","~:name",1],["^ ","^0",' + "[" * levels + "1" + "]" * levels + '],["^ ","^0",2]]'
+    all_paths(value, text)
+    tagged = [{"name": frozenset({1})}, {"name": deep}, {"name": frozenset({2})}]
+    tagged_text = text.replace(",1]", ',["~#set",[1]]]', 1).replace(",2]]", ',["^1",[2]]]]')
+    assert PLAIN.encode(tagged) == tagged_text
+    assert same(EXACT.decode(tagged_text), EXACT.decode(EXACT.encode(EXACT.decode(tagged_text))))
+
+
 # --- the limit, and payloads that cannot be written ---------------------------------------------------
 
 
@@ -335,6 +379,38 @@ def test_docs_quote_the_named_serializer_run_as_it_printed() -> None:
     assert printed.startswith(f"`{run['command']}`")
     assert "--serializer" in run["command"]
     assert printed in (root / "docs" / "transit.md").read_text(encoding="utf-8")
+
+
+ORDINARY = ("map of 5 scalars", "map + 20 maps", "map + 500 maps", "tagged values")
+DEEP_KINDS = ("vectors", "maps", "sets")
+
+
+def speed_figures(run: dict[str, Any]) -> list[str]:
+    """The figures docs/transit.md's "Speed" prose quotes, as it writes them, from the named run."""
+    summary = run["serializer"]
+    now = summary["sides"][1]
+    ratios, medians = summary["ratios"][now], summary["medians"][now]
+    operations = list(ratios[ORDINARY[0]])
+    ordinary = [ratios[name][op] for name in ORDINARY for op in operations]
+    vectors = [ratios["vectors x200"][op] for op in operations]
+    deep = [(kind, op) for kind in DEEP_KINDS for op in operations]
+    growth = [medians[f"{kind} x10,000"][op] / medians[f"{kind} x1,000"][op] for kind, op in deep]
+    per_level = [medians[f"{kind} x10,000"][op] / 10_000 for kind, op in deep]
+    return [
+        f"ordinary payloads take {min(ordinary):.2f} to {max(ordinary):.2f} of the time",
+        f"vectors 200 deep: {min(vectors):.2f} to {max(vectors):.2f} of the time",
+        f"ten times the levels, {min(growth):.1f} to {max(growth):.1f} times the time",
+        f"from about {min(per_level):.1f} µs a level",
+        f"to about {max(per_level):.0f} µs",
+    ]
+
+
+def test_the_speed_figures_docs_quote_are_the_named_runs() -> None:
+    root = Path(__file__).resolve().parent.parent
+    run = json.loads((root / "benchmarks" / "results" / "serializer" / "versus-serializer.json").read_text())
+    prose = " ".join((root / "docs" / "transit.md").read_text(encoding="utf-8").split())
+    for figure in speed_figures(run):
+        assert figure in prose
 
 
 # --- through a worker, on each database ---------------------------------------------------------------

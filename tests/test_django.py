@@ -67,7 +67,7 @@ def test_the_django_project_enqueues_in_atomic_and_its_worker_runs_the_tasks(
     )
     assert run.returncode == 0, run.stdout + run.stderr
     checks = [line for line in run.stdout.splitlines() if line.startswith("ok ")]
-    assert len(checks) == 6, run.stdout
+    assert len(checks) == 7, run.stdout
 
 
 def test_the_docs_django_example_runs_in_the_django_python(

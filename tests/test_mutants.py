@@ -10,7 +10,15 @@ from typing import ClassVar, Final
 
 import pytest
 from kill_matrix import KILL_MATRIX_PROPERTY
-from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, SIDE_TABLE_MUTANTS, Mutant, in_mode
+from mutants import (
+    ERROR_HISTORY_MUTANTS,
+    MEMORY_MUTANTS,
+    MYSQL_MUTANTS,
+    POSTGRESQL_MUTANTS,
+    SIDE_TABLE_MUTANTS,
+    Mutant,
+    in_mode,
+)
 
 from conformance import MemoryHarness, SqlHarness, load_harness
 from conformance.base import SuiteBase
@@ -134,7 +142,9 @@ def test_the_docs_list_every_mutant_with_the_clauses_that_catch_it() -> None:
         re.findall(r"^\| `(\w+)` \|[^\n]*\| ([A-Z0-9, ]+) \|$", DOCS.read_text(encoding="utf-8"), re.M)
     )
     documented = {name: tuple(c.strip() for c in killers.split(",")) for name, killers in rows.items()}
-    everything = POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS + SIDE_TABLE_MUTANTS
+    everything = (
+        POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS + SIDE_TABLE_MUTANTS + ERROR_HISTORY_MUTANTS
+    )
     expected = {m.name: m.killed_by for m in everything}
     assert documented == expected, "docs/conformance.md's mutant table is out of date with tests/mutants.py"
 
@@ -143,6 +153,8 @@ def test_the_readme_counts_every_mutant() -> None:
     readme = (DOCS.parent.parent / "README.md").read_text(encoding="utf-8")
     counts = re.findall(r"(\d+) deliberately broken backends", readme)
     assert counts == [str(len(POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS))]
+    side = re.findall(r"catch (\d+) broken stores more", re.sub(r"\s+", " ", readme))
+    assert side == [str(len(SIDE_TABLE_MUTANTS + ERROR_HISTORY_MUTANTS))]
 
 
 def test_the_docs_list_every_clause() -> None:

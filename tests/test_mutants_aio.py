@@ -1,5 +1,6 @@
-"""The conformance suite has teeth on asyncio backends too: each broken AsyncPostgresBackend fails the
-clauses named to catch it, run through conformance.aio_bridge as for the correct one."""
+"""The conformance suite has teeth on asyncio backends too: each broken AsyncPostgresBackend and
+AsyncMySQLBackend fails the clauses named to catch it, run through conformance.aio_bridge as for the
+correct one."""
 
 from __future__ import annotations
 
@@ -8,8 +9,14 @@ from collections.abc import Callable, Iterator
 import pytest
 from fix_db import _load
 from mutants import Mutant
-from mutants_aio import ASYNCPG_MUTANTS, POSTGRESQL_ASYNC_MUTANTS
+from mutants_aio import (
+    ASYNCPG_MUTANTS,
+    MYSQL_ASYNC_MUTANTS,
+    POSTGRESQL_ASYNC_MUTANTS,
+    POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS,
+)
 from test_mutants import _survivors
+from test_side_table_mutants import BriefSideTables
 
 from conformance import SqlHarness
 from conformance.aio_bridge import blocking_backend_class
@@ -57,4 +64,40 @@ def test_the_suite_catches_the_asyncpg_mutant(
         survived = _survivors(mutant, harness, record_property)
     finally:
         asyncpg_mutant_base.close()
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.fixture(scope="module")
+def mysql_async_mutant_base(mysql_harness: SqlHarness, mysql_time_zones: str) -> SqlHarness:
+    # The tables mysql_harness installed, under the asyncio backend.
+    return _load("conformance.aio_bridge:mysql_async", mysql_time_zones)
+
+
+@pytest.fixture
+def mysql_async_db_for_mutants(mysql_async_mutant_base: SqlHarness) -> Iterator[SqlHarness]:
+    mysql_async_mutant_base.clear()
+    yield mysql_async_mutant_base
+    mysql_async_mutant_base.close()
+
+
+@pytest.mark.parametrize("mutant", MYSQL_ASYNC_MUTANTS, ids=lambda m: m.name)
+def test_the_suite_catches_the_async_mysql_mutant(
+    mutant: Mutant, mysql_async_db_for_mutants: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    harness = mysql_async_db_for_mutants.with_backend(
+        blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
+    )
+    survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize("mutant", POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS, ids=lambda m: m.name)
+def test_the_side_table_clauses_catch_the_async_postgresql_mutant(
+    mutant: Mutant, pg_async_db_for_mutants: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    """The U clauses, whose keyed enqueues go through aio.enqueue on the bridge, fail each broken store."""
+    harness = pg_async_db_for_mutants.with_backend(
+        blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
+    )
+    survived = _survivors(mutant, harness, record_property, BriefSideTables)
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from transit.transit_types import Keyword, List, Symbol, TaggedValue, false, frozendict, true
 from transit_support import canon, utc
@@ -25,6 +25,17 @@ UTC = datetime.UTC
 PLAIN = TransitSerializer()
 EXACT = TransitSerializer(exact=True)
 K = Keyword
+
+
+@pytest.fixture(autouse=True, scope="module", params=["recursion first", "iterative only"])
+def walk(request: pytest.FixtureRequest) -> Any:
+    """Every test here twice: as payloads go (the recursive paths, ordinary payloads being shallow),
+    and with no recursion budget, so that the iterative paths deep payloads take give the same
+    results and errors."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "iterative only":
+            patch.setattr(serializers, "_RECURSION_BUDGET", 0)
+        yield request.param
 
 
 # --- encoding ----------------------------------------------------------------------------------------
@@ -548,6 +559,7 @@ JSON_TREES = st.recursive(
 
 
 @given(JSON_TREES)
+@example({"^ ": None, "~#set": None})  # a tag in a key's place: both paths give transit's bare Tag
 def test_the_one_pass_plain_path_gives_what_the_exact_path_gives_for_any_json(tree: Any) -> None:
     text = json.dumps(tree)
     try:

@@ -14,12 +14,13 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from conformance.harness import SqlHarness
 from proletarian_ref import aio, enqueue, enqueue_many, process_next_job
-from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.errors import ConfigurationError, JobTransactionError
 from proletarian_ref.job import JobSpec
 
 pytestmark = pytest.mark.sql_only
 
 _URL_SCHEMES = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+_ASYNC_URL_SCHEMES = {"postgresql": "postgresql+psycopg", "mysql": "mysql+aiomysql"}
 
 
 class Base(DeclarativeBase):
@@ -36,15 +37,16 @@ class Order(Base):
     item: Mapped[str] = mapped_column(String(40))
 
 
-def _url(dsn: str, dialect: str) -> str:
-    return _URL_SCHEMES[dialect] + dsn[dsn.index("://") :]
+def _url(dsn: str, dialect: str, schemes: dict[str, str] = _URL_SCHEMES) -> str:
+    return schemes[dialect] + dsn[dsn.index("://") :]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # The dialects --backends chose (tox runs one an env), as the `db` fixture's parametrization does.
-    if "app" in metafunc.fixturenames:
-        chosen = [d for d in _URL_SCHEMES if d in selected_backends(metafunc.config)]
-        metafunc.parametrize("app", chosen, indirect=True)
+    for name in ("app", "async_app"):
+        if name in metafunc.fixturenames:
+            chosen = [d for d in _URL_SCHEMES if d in selected_backends(metafunc.config)]
+            metafunc.parametrize(name, chosen, indirect=True)
 
 
 @pytest.fixture
@@ -158,18 +160,21 @@ async def _async_noop(job_type: str, payload: Any) -> None:
     return None
 
 
-# -- asyncio: AsyncSession, AsyncConnection and AsyncEngine on postgresql+psycopg --------------------
+# -- asyncio: AsyncSession, AsyncConnection and AsyncEngine on postgresql+psycopg and mysql+aiomysql --
 
 
 @pytest.fixture
-def async_app(pg_db: SqlHarness, pg_dsn: str) -> Iterator[tuple[SqlHarness, str]]:
-    suffix = pg_db.job_table.rsplit("_", 1)[1]
+def async_app(request: pytest.FixtureRequest) -> Iterator[tuple[SqlHarness, str]]:
+    dialect = request.param
+    db: SqlHarness = request.getfixturevalue("pg_db" if dialect == "postgresql" else "mysql_db")
+    dsn: str = request.getfixturevalue("pg_dsn" if dialect == "postgresql" else "mysql_dsn")
+    suffix = db.job_table.rsplit("_", 1)[1]
     Order.__table__.name = f"sa_order_{suffix}"  # type: ignore[attr-defined]
-    engine = create_engine(_url(pg_dsn, "postgresql"))
+    engine = create_engine(_url(dsn, dialect))
     Base.metadata.drop_all(engine)
     Base.metadata.create_all(engine)
     try:
-        yield pg_db, _url(pg_dsn, "postgresql")
+        yield db, _url(dsn, dialect, _ASYNC_URL_SCHEMES)
     finally:
         Base.metadata.drop_all(engine)
         engine.dispose()
@@ -232,3 +237,40 @@ def test_the_async_worker_runs_jobs_on_connections_of_an_async_engine(
     asyncio.run(main())
     assert seen == [("app/work", {"n": 2})]
     assert db.jobs() == []
+
+
+def test_an_async_job_session_writes_in_the_jobs_transaction_and_rolls_back_with_its_failure(
+    async_app: tuple[SqlHarness, str],
+) -> None:
+    from proletarian_ref.integrations.sqlalchemy import async_job_session
+
+    db, url = async_app
+    refused: list[BaseException] = []
+
+    async def handler(job_type: str, payload: Any) -> None:
+        async with async_job_session(engine) as session:
+            session.add(Order(id=payload, item=job_type))
+            await session.flush()
+            if job_type == "app/fails":
+                try:
+                    await (await session.connection()).commit()
+                except JobTransactionError as exc:
+                    refused.append(exc)
+                raise RuntimeError("rolled back with the job's transaction")
+
+    async def main() -> list[str]:
+        try:
+            async with AsyncSession(engine) as session, session.begin():
+                await aio.enqueue(session, "app/kept", 7, **db.table_options)
+                await aio.enqueue(session, "app/fails", 8, **db.table_options)
+            while await aio.process_next_job(engine, handler, **db.table_options):
+                pass
+            async with engine.connect() as conn:
+                return [row.item for row in (await conn.execute(Order.__table__.select())).all()]
+        finally:
+            await engine.dispose()
+
+    engine = create_async_engine(url)
+    assert asyncio.run(main()) == ["app/kept"]
+    assert sorted(row.status for row in db.archived_jobs()) == [":failure", ":success"]
+    assert len(refused) == 1

@@ -9,12 +9,13 @@ import pytest
 from conformance.harness import Harness
 from conformance.side_tables import prepare
 from proletarian_ref import JobSpec, enqueue, enqueue_many, side_tables
+from proletarian_ref._sync.unique_claims import store_for
 from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.backends.memory import MemoryDatabase
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.job_ids import db_generated_strategy
 from proletarian_ref.tables import table_name
-from proletarian_ref.unique import UniqueKey, UniqueKeyHeldError, decide, ordered_claims, store_for
+from proletarian_ref.unique import UniqueKey, UniqueKeyHeldError, decide, ordered_claims
 
 
 def _enqueue(harness: Harness, conn: Any, payload: Any, key: Any) -> Any:

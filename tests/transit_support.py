@@ -7,6 +7,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+from transit.decoder import Tag
 from transit.transit_types import Boolean, Keyword, List, Symbol, TaggedValue, frozendict
 
 from proletarian_ref.serializers import FrozenMap
@@ -42,6 +43,9 @@ def canon(value: Any) -> Any:
         return (kind.__name__, frozenset((canon(key), canon(item)) for key, item in value.items()))
     if kind in (set, frozenset):
         return (kind.__name__, frozenset(canon(element) for element in value))
+    if kind is Tag:
+        # transit-python reads a "~#tag" string in a map key's place as a bare Tag (transit-java too).
+        return ("Tag", value.tag)
     if isinstance(value, TaggedValue):
         return ("tagged", value.tag, canon(value.rep))
     raise TypeError(f"canon: unexpected {kind}")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import HandlerFn, settle
+from proletarian_ref._sync.job_tx import JobTransaction
 from proletarian_ref.backend import (
     STATUS_FAILURE,
     STATUS_SUCCESS,
@@ -19,7 +20,9 @@ from proletarian_ref.backend import (
     JobRecord,
 )
 from proletarian_ref.clock import Clock, now_from
+from proletarian_ref.error_history import ErrorStore, entry
 from proletarian_ref.errors import FailedJobFnError, JobInterrupted, PayloadDecodeError
+from proletarian_ref.job_tx import CURRENT
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.retry import FailedJobFn, RetryData, RetryStrategyFn, parse_retry_strategy, retry_data
 from proletarian_ref.tables import TableName
@@ -56,7 +59,9 @@ def run_next_job(
         job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
         if may_handle is not None and not may_handle(job_context):
             return False
-        failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+        failure = run_handler(
+            backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+        )
         if failure is None:
             finished_at = settings.now()
             archive_and_delete(
@@ -73,6 +78,32 @@ def run_next_job(
         else:
             write_failure(backend, conn, settings, record, job, failure, log, job_context)
         return not stop_event.is_set()
+
+
+def run_handler(
+    backend: Backend,
+    conn: Any,
+    settings: JobSettings,
+    handler_fn: HandlerFn,
+    log: LogFn,
+    job: Job,
+    decode_error: PayloadDecodeError | None,
+    job_context: Mapping[str, Any],
+    stop_event: Event,
+) -> Exception | _GivenBack | None:
+    """handle_job with current_job() set for the handler: what it wrote in the job's transaction is kept
+    when it finished and undone otherwise (JobTransaction.finish), which raises JobTransactionError if
+    the handler ended the transaction itself."""
+    tx = JobTransaction(backend, conn, settings, job)
+    token = CURRENT.set(tx)
+    try:
+        outcome = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+    except BaseException as exc:
+        tx.abandon(exc)  # the whole transaction rolls back after this
+        raise
+    finally:
+        CURRENT.reset(token)
+    return tx.finish(outcome)
 
 
 def handle_job(
@@ -134,6 +165,9 @@ def write_failure(
     def job_log(event: str, data: Mapping[str, Any]) -> None:
         log(event, {**data, **job_context})
 
+    # Looked up here, at the worker's first failure, in this job's transaction (ErrorHistory): a job that
+    # succeeds, and a worker that has not failed one yet, send no statement for it.
+    error_store = settings.error_history.store_in(backend, conn, settings.job_table)
     maybe_retry(
         backend,
         conn,
@@ -146,6 +180,8 @@ def write_failure(
         failed_job_fn=settings.failed_job_fn,
         clock=settings.clock,
         log=job_log,
+        error_store=error_store,
+        context=job_context,
     )
 
 
@@ -162,11 +198,15 @@ def maybe_retry(
     failed_job_fn: FailedJobFn,
     clock: Clock,
     log: Callable[[str, Mapping[str, Any]], None],
+    error_store: ErrorStore | None = None,
+    context: Mapping[str, Any] | None = None,
 ) -> None:
     """Proletarian's maybe-retry!: reschedule the job, or archive it as a failure and call failed_job_fn.
 
     Runs inside the claiming transaction, so a raise from failed_job_fn (or an invalid strategy) rolls the
-    archive back and leaves the job queued with attempts unchanged.
+    archive back and leaves the job queued with attempts unchanged. With an `error_store` (the error
+    history's side table, found at the worker's first failure) the attempt's error is written there too,
+    in the same transaction: it commits with the retry or the failure archive and rolls back with them.
     """
     spec = settle(retry_strategy_fn(job, exception))
     strategy = parse_retry_strategy(spec)
@@ -178,11 +218,18 @@ def maybe_retry(
     if data.retries_left > 0 and data.retry_at is not None:
         log(ev.RETRYING, {ev.RETRY_AT: data.retry_at, ev.RETRIES_LEFT: data.retries_left})
         backend.retry_at(conn, job_table, stored_job_id, data.retry_at)
+        if error_store is not None:
+            error_store.record(
+                conn, entry(stored_job_id, job.attempts, exception, now_from(clock), context or {})
+            )
         return
     log(ev.NOT_RETRYING, {ev.RETRY_SPEC: spec})
+    finished_at = now_from(clock)
     archive_and_delete(
-        backend, conn, job_table, archived_job_table, stored_job_id, STATUS_FAILURE, now_from(clock)
+        backend, conn, job_table, archived_job_table, stored_job_id, STATUS_FAILURE, finished_at
     )
+    if error_store is not None:
+        error_store.record(conn, entry(stored_job_id, job.attempts, exception, finished_at, context or {}))
     try:
         settle(failed_job_fn(job, exception))
     except Exception as exc:
@@ -234,7 +281,9 @@ def run_next_batch(
             if may_handle is not None and not may_handle(job_context):
                 go_on = False
                 break
-            failure = handle_job(settings, handler_fn, log, job, decode_error, job_context, stop_event)
+            failure = run_handler(
+                backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+            )
             if failure is None:
                 finished.append(record.job_id)
             elif failure is GIVEN_BACK:

@@ -73,7 +73,11 @@ def backend_for_connection(conn: Any) -> Backend:
     own = getattr(conn, "proletarian_backend", None)
     if callable(own):
         return _checked(own())
-    dialect = dialect_of_connection(conn)
+    return backend_for_dialect(dialect_of_connection(conn))
+
+
+def backend_for_dialect(dialect: str) -> Backend:
+    """The one backend of `dialect` ("postgresql" or "mysql") that runs statements on callers' connections."""
     backend = _ENQUEUE_BACKENDS.get(dialect)
     if backend is None:
         backend = _ENQUEUE_BACKENDS.setdefault(dialect, _backend_class(dialect)(None))

@@ -195,6 +195,22 @@ class SqlBackend:
     def _cancel_statement(self, conn: Any) -> None:
         """Ask the server, from another thread, to end the statement `conn` is running; may do nothing."""
 
+    def _other_session(self) -> Any:
+        """A new session of the same server and role, the caller's to close; None if none can be opened.
+
+        Never a connection a transaction holds, nor a pool slot the worker threads wait for.
+        """
+        return self._data_source() if callable(self._data_source) and not self._pooled else None
+
+    def _time_limits_block(self, conn: Any) -> str:
+        """The sessions.sql block that reads this server's limits on a transaction's life."""
+        return "time_limits"
+
+    def _end_session(self, conn: Any) -> bool:
+        """End `conn`'s session from another one, so the server rolls its transaction back; False if the
+        backend cannot (then release_connection closes the connection on the client side)."""
+        return False
+
     def _checkout_pooled(self) -> Any:
         raise ConfigurationError(f"{type(self).__name__} cannot take connections from {self._data_source!r}")
 
@@ -309,6 +325,37 @@ class SqlBackend:
     def transaction(self) -> AbstractContextManager[Any]:
         return _Transaction(self)
 
+    def server_time_limits(self) -> dict[str, float] | None:
+        """The server's limits on a transaction's life, in seconds, by setting name (only those set).
+
+        Read (sql/<dialect>/sessions.sql) on the calling worker thread's own connection, before it runs a
+        transaction on it, or on one borrowed from the pool and given back; never on a caller's. The
+        read is rolled back, so the connection is left as it was found.
+        """
+        pooled = self._pooled
+        try:
+            conn = self._checkout_pooled() if pooled else self._local.conn or self._new_thread_connection()
+        except Exception as exc:
+            self._raise_library_error(exc)
+        try:
+            cursor = self._cursor(conn)
+            try:
+                cursor.execute(sql.sessions(self.dialect)[self._time_limits_block(conn)])
+                rows = cursor.fetchall()
+            finally:
+                cursor.close()
+            conn.rollback()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            if not pooled and self._is_broken(conn):
+                self._discard_thread_connection(conn)
+            self._raise_library_error(exc)
+        finally:
+            if pooled:
+                self._checkin_pooled(conn)
+        return {str(name): int(ms) / 1000 for name, ms in rows if ms is not None and int(ms) > 0}
+
     def release_connection(self, thread_id: int) -> bool:
         """Abandon the transaction thread `thread_id` has open: its job becomes claimable again.
 
@@ -318,12 +365,23 @@ class SqlBackend:
         Whatever the thread does next on it fails with ConnectionReleasedError, so a handler that returns
         later writes nothing. False if the thread had no transaction open.
         """
+        return self._release(thread_id, end_session=False)
+
+    def end_transaction(self, thread_id: int) -> bool:
+        """release_connection for a job past its time bound: the session is ended from another one where
+        the backend can (PostgreSQL, MySQL), so the server rolls back without the connection being touched
+        under a handler that may be using it; the thread closes it when it next reaches the backend."""
+        return self._release(thread_id, end_session=True)
+
+    def _release(self, thread_id: int, *, end_session: bool) -> bool:
         with self._lock:
             lease = self._leases.get(thread_id)
             if lease is None or lease.released:
                 return False
             lease.released = True
             close_now = not lease.busy
+        if end_session and self._end_session(lease.conn):
+            return True
         if close_now:
             _close_quietly(lease.conn)
         else:

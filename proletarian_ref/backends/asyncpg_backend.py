@@ -8,16 +8,11 @@ from typing import Any, NoReturn
 import asyncpg
 
 from proletarian_ref.backend import JobRecord
+from proletarian_ref.backends._aio_dbapi import _nothing, _nothing_list, _rowcount
 from proletarian_ref.backends.asyncpg_enqueue import AsyncpgEnqueueBackend, _AsyncpgCodec, translate
 from proletarian_ref.backends.asyncpg_session import AsyncpgSession, dollar, status_count, translated
 from proletarian_ref.backends.postgres import notification_channel, notification_payload
-from proletarian_ref.backends.postgres_async import (
-    AsyncPostgresBackend,
-    AsyncPostgresListener,
-    _nothing,
-    _nothing_list,
-    _rowcount,
-)
+from proletarian_ref.backends.postgres_async import AsyncPostgresBackend, AsyncPostgresListener
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.tables import TableName
 

@@ -17,6 +17,7 @@ from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._dbapi import (
     SessionPrefix,
     SqlBackend,
+    _close_quietly,
     _ignore,
     _wrong_batch_count,
     _wrong_count,
@@ -85,7 +86,9 @@ class MySQLBackend(SqlBackend):
 
     dialect: ClassVar[str] = "mysql"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        time_precision=timedelta(seconds=1), claim_locks_only_the_claimed_row=False
+        time_precision=timedelta(seconds=1),
+        claim_locks_only_the_claimed_row=False,
+        handler_transaction=True,
     )
 
     def __init__(
@@ -111,6 +114,32 @@ class MySQLBackend(SqlBackend):
                     cursor.execute("KILL QUERY %s", (int(session),))
             finally:
                 other.close()
+
+    def _time_limits_block(self, conn: Any) -> str:
+        # MariaDB has idle-transaction timeouts of its own, which MySQL would refuse to read.
+        return (
+            "time_limits_mariadb" if "MariaDB" in str(getattr(conn, "server_version", "")) else "time_limits"
+        )
+
+    def _end_session(self, conn: Any) -> bool:
+        # KILL (CONNECTION), not KILL QUERY: the session goes, so the server rolls its transaction back.
+        session = _server_session(conn)
+        if session is None:
+            return False
+        try:
+            other = self._other_session()
+        except Exception:
+            return False
+        if other is None:
+            return False
+        try:
+            with other.cursor(pymysql.cursors.Cursor) as cursor:
+                cursor.execute(sql.sessions(self.dialect)["end_session"], {"session": int(session)})
+            return True
+        except Exception:
+            return False
+        finally:
+            _close_quietly(other)
 
     def _translate(self, exc: BaseException) -> DatabaseError | None:
         if not isinstance(exc, pymysql.err.MySQLError):

@@ -247,7 +247,7 @@ class PostgresBackend(SqlBackend):
     """
 
     dialect: ClassVar[str] = "postgresql"
-    capabilities: ClassVar[Capabilities] = Capabilities()
+    capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
 
     def __init__(
         self,
@@ -281,6 +281,31 @@ class PostgresBackend(SqlBackend):
                 cancel(timeout=5.0)
             else:
                 conn.cancel()
+
+    def _other_session(self) -> Any:
+        # Made as the pool makes its connections but outside it: a pool drained by running jobs (the
+        # very case a job timeout is for) would make the worker wait for a slot.
+        if self._pooled:
+            return _connect_like(self._data_source)
+        return super()._other_session()
+
+    def _end_session(self, conn: Any) -> bool:
+        try:
+            session = conn.info.backend_pid
+            other = self._other_session()
+        except Exception:
+            return False
+        if other is None:
+            return False
+        try:
+            with other.cursor() as cursor:
+                cursor.execute(sql.sessions(self.dialect)["end_session"], {"session": session})
+                row = cursor.fetchone()
+            return bool(row and row[0])
+        except Exception:
+            return False
+        finally:
+            _close_quietly(other)
 
     def _translate(self, exc: BaseException) -> DatabaseError | None:
         if PoolTimeout is not None and isinstance(exc, PoolTimeout):

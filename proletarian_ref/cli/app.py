@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from proletarian_ref import __version__
 from proletarian_ref.cli import (
+    aio_worker,
     dashboard,
     demo,
     embedded,
@@ -17,7 +18,6 @@ from proletarian_ref.cli import (
     periodic,
     schema,
     stats,
-    worker,
 )
 from proletarian_ref.cli.database import is_driver_error
 from proletarian_ref.cli.env import EnvError, apply_env_defaults, leaf_parsers
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (schema, enqueue, worker, stats, periodic, health, demo, embedded):
+    for module in (schema, enqueue, aio_worker, stats, periodic, health, demo, embedded):
         module.add_parser(subparsers)
     jobs.add_parsers(subparsers)
     dashboard.add_parser(subparsers)
@@ -83,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         # argparse exits 2 on a usage error and 0 after --help or --version.
         return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE_ERROR)
+    # `worker --processes N` starts its children with the same arguments.
+    args.cli_argv = arguments
     with cli_logging(args.log_level, args.log_format):
         return _run(args)
 

@@ -206,6 +206,14 @@ def run_show(args: argparse.Namespace) -> int:
         sys.stdout.write("payload (as a handler gets it):\n" + json.dumps(data["payload"], indent=2) + "\n")
     else:
         sys.stdout.write(f"payload does not decode: {printable(data['payload_error'])}\n")
+    for error in data.get("errors", ()):
+        # The error history (docs/errors.md): each failed attempt, oldest first.
+        sys.stdout.write(
+            f"attempt {error['attempt']} failed at {error['failed_at']} on {printable(error['host'])} "
+            f"({printable(error['queue_worker_id']) or '-'} thread {printable(error['thread']) or '-'}): "
+            f"{printable(error['error_type'])}: {printable(error['message'])}\n"
+        )
+        sys.stdout.write("".join(f"    {printable(line)}\n" for line in error["traceback"].splitlines()))
     return ExitCode.OK
 
 

@@ -48,7 +48,8 @@ def _add_with_option(parser: argparse.ArgumentParser) -> None:
         dest="with_features",
         metavar="FEATURES",
         help=f"also the optional side tables of these features, comma-separated: {', '.join(FEATURES)} "
-        "(named <job table>_periodic_tick and <job table>_unique_key; docs/periodic.md, docs/unique.md)",
+        "(named <job table>_periodic_tick, <job table>_unique_key, <job table>_error; docs/periodic.md, "
+        "docs/unique.md, docs/errors.md)",
     )
 
 

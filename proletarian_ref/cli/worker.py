@@ -34,12 +34,14 @@ from proletarian_ref.cli.errors import (
 )
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.cli.periodic import running_scheduler
+from proletarian_ref.cli.processes import run_processes, watch_parent
 from proletarian_ref.errors import InvalidKeywordError, SchemaMissingError, ShutdownTimeoutError
 from proletarian_ref.job import Job
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
 from proletarian_ref.log import stdlib_logger
 from proletarian_ref.ops.db import Tables
 from proletarian_ref.retry import RetryStrategy, RetryStrategyFn
+from proletarian_ref.watchdog import DEFAULT_JOB_TIMEOUT_GRACE_MS
 from proletarian_ref.worker import HANDLER_FN_MODES, HandlerFn, QueueWorker, create_queue_worker
 
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
@@ -73,8 +75,8 @@ def _delays(text: str) -> tuple[int, ...]:
     return tuple(_natural(p) for p in parts)
 
 
-def add_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
         "worker",
         help="run a queue worker until SIGINT/SIGTERM",
         description="Run a queue worker until SIGINT or SIGTERM, then stop it cleanly: handlers see "
@@ -86,7 +88,8 @@ def add_parser(subparsers: Any) -> None:
         required=True,
         metavar="MODULE:FUNCTION",
         help="the handler, e.g. my_app.jobs:handle; called as f(job_type, payload), or f(job) with "
-        "--handler-mode advanced. The current directory is on the import path.",
+        "--handler-mode advanced. A coroutine function (async def) runs on the asyncio worker, --threads "
+        "being its polling tasks (PostgreSQL). The current directory is on the import path.",
     )
     parser.add_argument(
         "--queue",
@@ -95,6 +98,13 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--threads", type=_positive, default=1, help="worker threads per queue (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=_positive,
+        default=1,
+        help="worker processes, each with --threads threads per queue and its own connections; one "
+        "signal stops them all, draining (default: %(default)s)",
     )
     parser.add_argument(
         "--batch-size",
@@ -140,6 +150,22 @@ def add_parser(subparsers: Any) -> None:
         help="how long stopping waits for jobs in flight (default: %(default)s)",
     )
     parser.add_argument(
+        "--job-timeout-ms",
+        type=_positive,
+        metavar="MS",
+        help="bound each job: past it the handler is told (interrupted()) and, if it then raises, the job "
+        "fails with JobTimeoutError; after the grace its transaction is ended, the job back with attempts "
+        "unchanged (docs/worker.md, Job timeout) (default: no bound)",
+    )
+    parser.add_argument(
+        "--job-timeout-grace-ms",
+        type=_natural,
+        default=DEFAULT_JOB_TIMEOUT_GRACE_MS,
+        metavar="MS",
+        help="how long a handler told its time is up has to return before its transaction is ended "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--metrics-port",
         type=port,
         metavar="PORT",
@@ -161,6 +187,7 @@ def add_parser(subparsers: Any) -> None:
     )
     add_database_options(parser)
     parser.set_defaults(run=run)
+    return parser
 
 
 def load_handler(spec: str) -> HandlerFn:
@@ -302,21 +329,30 @@ class WorkerRun:
             try:
                 worker.stop()
             except ShutdownTimeoutError as exc:
-                raise CliError(
-                    f"{exc}. Nothing those handlers do is committed: their jobs stay queued with "
-                    "their attempts unchanged and run again (at least once)."
-                ) from exc
+                raise released_error(exc) from exc
             return
         self.shut_down.wait(await_timeout_ms / 1000 + _SELF_STOP_MARGIN_S)
-        error = self.error
-        if isinstance(error, SchemaMissingError):
-            raise SchemaMissingCliError(
-                f"the worker stopped: {error}; install the schema with:\n  {db.install_command()}"
-            ) from error
-        raise CliError(f"the worker stopped on an error: {type(error).__name__}: {error}") from error
+        raise stopped_on_error(self.error, db) from self.error
 
 
-def _queues(names: list[str] | None) -> list[str]:
+def released_error(exc: ShutdownTimeoutError) -> CliError:
+    """What the command says (exit 1) when stopping released handlers still running at the timeout."""
+    return CliError(
+        f"{exc}. Nothing those handlers do is committed: their jobs stay queued with "
+        "their attempts unchanged and run again (at least once)."
+    )
+
+
+def stopped_on_error(error: BaseException, db: Database) -> CliError:
+    """What the command says when a queue worker stopped itself on `error` (exit 4 if tables went)."""
+    if isinstance(error, SchemaMissingError):
+        return SchemaMissingCliError(
+            f"the worker stopped: {error}; install the schema with:\n  {db.install_command()}"
+        )
+    return CliError(f"the worker stopped on an error: {type(error).__name__}: {error}")
+
+
+def queues_of(names: list[str] | None) -> list[str]:
     try:
         queues = [to_keyword_text(name, what="--queue") for name in names or [DEFAULT_QUEUE]]
     except InvalidKeywordError as exc:
@@ -339,7 +375,7 @@ def metrics_server(args: argparse.Namespace, db: Database) -> Iterator[Any]:
     limit = args.metrics_job_types
     metrics = WorkerMetrics() if limit is None else WorkerMetrics(max_job_types=limit)
     collector = QueueCollector(
-        db.factory, Tables(db.tables.job, db.tables.archived), db.dialect, _queues(args.queue)
+        db.factory, Tables(db.tables.job, db.tables.archived), db.dialect, queues_of(args.queue)
     )
     metrics.registry.register(collector)
     try:
@@ -389,17 +425,43 @@ def _finish_all(runs: list[tuple[WorkerRun, QueueWorker]], db: Database, timeout
         raise errors[0]
 
 
-def run(args: argparse.Namespace) -> int:
-    handler = load_handler(args.handler)
+def running_notice(args: argparse.Namespace, queues: list[str], db: Database, unit: str) -> str:
+    """The line saying the worker runs: its queues, tables, database, threads (or tasks) and handler."""
+    count = f"{args.threads} {unit}{'s' if args.threads != 1 else ''}"
+    names = ", ".join(q[1:] for q in queues)
+    return (
+        f"worker running on queue{'s' if len(queues) > 1 else ''} {names} of {db.tables.job} in "
+        f"{db.describe()} with {count}{' each' if len(queues) > 1 else ''}, handler "
+        f"{args.handler}{', on the compact plan' if args.compact else ''}; stop it with Ctrl-C or "
+        "SIGTERM"
+    )
+
+
+def run_several(args: argparse.Namespace) -> int:
+    """`--processes N` above 1: the options already checked once here, N children run the command."""
+    if args.metrics_port is not None:
+        raise UsageError(
+            "--metrics-port serves one process's metrics and cannot be shared by --processes "
+            f"{args.processes}; run one worker command per metrics port instead"
+        )
+    return run_processes(getattr(args, "cli_argv", None) or sys.argv[1:], args.processes)
+
+
+def run(args: argparse.Namespace, handler: HandlerFn | None = None) -> int:
+    """The threaded worker command; `handler` if already loaded (cli.aio_worker chose this worker)."""
+    handler = handler if handler is not None else load_handler(args.handler)
     retry_fn = retry_strategy_fn(args.retries, args.delays)
-    queues = _queues(args.queue)
+    queues = queues_of(args.queue)
     tables = tables_from(args)
+    if args.processes > 1:
+        return run_several(args)
     with (
         open_database(args, tables) as db,
         metrics_server(args, db) as metrics,
         _shared_backend(db, compact=args.compact) as backend,
     ):
         stop = threading.Event()
+        watch_parent(stop)
         runs: list[tuple[WorkerRun, QueueWorker]] = []
         for queue in queues:
             run_state = WorkerRun(stop)
@@ -416,20 +478,15 @@ def run(args: argparse.Namespace) -> int:
                 worker_threads=args.threads,
                 batch_size=args.batch_size,
                 await_termination_timeout_ms=args.shutdown_timeout_ms,
+                job_timeout_ms=args.job_timeout_ms,
+                job_timeout_grace_ms=args.job_timeout_grace_ms,
                 backend=backend,
             )
             runs.append((run_state, worker))
         with stop_on_signals(stop), running_scheduler(args.schedules, db, stop):
             for _, worker in runs:
                 start_as_daemons(worker)
-            threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"
-            names = ", ".join(q[1:] for q in queues)
-            notice(
-                f"worker running on queue{'s' if len(queues) > 1 else ''} {names} of {tables.job} in "
-                f"{db.describe()} with {threads}{' each' if len(queues) > 1 else ''}, handler "
-                f"{args.handler}{', on the compact plan' if args.compact else ''}; stop it with Ctrl-C or "
-                "SIGTERM"
-            )
+            notice(running_notice(args, queues, db, "thread"))
             runs[0][0].wait()
             _finish_all(runs, db, args.shutdown_timeout_ms)
         notice("worker stopped")

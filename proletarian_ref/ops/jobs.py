@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
+from proletarian_ref import error_history, side_tables
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.job import to_process_at
@@ -141,6 +142,9 @@ class JobView:
     finished_at: datetime | None = None
     # A worker holds the row (its claim's lock): the job is being run right now.
     running: bool = False
+    # Its failed attempts, oldest first, from the error history's side table (show_job only); None where
+    # that table is not installed.
+    errors: tuple[error_history.ErrorEntry, ...] | None = None
 
     @property
     def archived(self) -> bool:
@@ -171,6 +175,8 @@ class JobView:
             "finished_at": None if self.finished_at is None else self.finished_at.isoformat(),
             "payload_transit": self.payload_text,
         }
+        if self.errors is not None:
+            data["errors"] = [entry.to_json() for entry in self.errors]
         if payload:
             data["payload"] = jsonable(self.payload())
         return data
@@ -362,7 +368,34 @@ def show_job(
     if found is None:
         return None
     [view] = _with_running(conn, active, tables, [found], now_from(clock or system_utc))
+    try:
+        if has_error_history(conn, active, tables):
+            rows = query(conn, active, side_tables.statement(active, FEATURE, "history", tables.job), params)
+            view = replace(view, errors=tuple(error_history.history_of(rows, params["job_id"])))
+    finally:
+        end_read(conn)
     return view
+
+
+FEATURE: Final = error_history.FEATURE
+
+
+def has_error_history(conn: Any, dialect: str, tables: Tables) -> bool:
+    """Whether the error history's side table is there beside `tables.job` (docs/errors.md)."""
+    table = side_tables.side_table(tables.job, FEATURE)
+    params: dict[str, Any] = (
+        {"table": str(table)} if dialect == "postgresql" else {"schema": table.schema, "name": table.name}
+    )
+    rows = query(conn, dialect, side_tables.statement(dialect, FEATURE, "table_exists", tables.job), params)
+    return bool(rows and rows[0][0])
+
+
+def _error_store(dialect: str, tables: Tables) -> error_history.ErrorStore:
+    """The error history's SQL store, as a worker on `dialect` writes it, for statements on a caller's
+    connection (the store's purge is what clause F3 proves; docs/conformance.md)."""
+    from proletarian_ref.backends import backend_for_dialect
+
+    return error_history.SqlErrorStore(backend_for_dialect(dialect), tables.job)
 
 
 def _run(conn: Any, dialect: str, tables: Tables, name: str, params: dict[str, Any]) -> Any:
@@ -633,6 +666,11 @@ def purge_archive(
     }
     total = 0
     require_no_transaction(conn, active, "purge")
+    # Looked up once: an archived job's error history goes in the transaction that deletes the job.
+    try:
+        errors = _error_store(active, tables) if has_error_history(conn, active, tables) else None
+    finally:
+        end_read(conn)
     while True:
         read_committed_next(conn, active)
         try:
@@ -641,6 +679,8 @@ def purge_archive(
             if found:
                 ids = found if active == "postgresql" else tuple(found)
                 deleted = int(_run(conn, active, tables, "purge_batch", {**params, "job_ids": ids})[1])
+                if errors is not None:
+                    errors.purge(conn, found)
             conn.commit()
         except BaseException:
             conn.rollback()

@@ -148,6 +148,16 @@ def priority_is_refused_as_django_refuses_it_on_backends_without() -> None:
         raise AssertionError("a priority was taken")
 
 
+def a_tasks_orm_writes_are_not_in_the_jobs_transaction_but_its_job_connection_writes_are() -> None:
+    order = Order.objects.create(item="pen")
+    failing = tasks.writes_both_ways_then_fails.enqueue(order.pk)
+    assert run_worker() == "ran 1 task(s)\n"
+    assert backend.get_result(failing.id).status == TaskResultStatus.FAILED
+    order.refresh_from_db()
+    # The ORM's write committed on its own; the write on current_job().connection() rolled back.
+    assert (order.item, order.shipped) == ("written by the ORM", False), (order.item, order.shipped)
+
+
 def main() -> None:
     job_table, archived = backend.tables.job, backend.tables.archived
     connection.ensure_connection()
@@ -166,6 +176,7 @@ def main() -> None:
             a_task_enqueued_in_a_rolled_back_atomic_is_gone_with_it,
             run_after_is_process_at_and_queue_name_is_the_queue,
             a_failing_task_is_failed_and_context_counts_its_attempt,
+            a_tasks_orm_writes_are_not_in_the_jobs_transaction_but_its_job_connection_writes_are,
             the_worker_command_runs_tasks_until_sigint,
             priority_is_refused_as_django_refuses_it_on_backends_without,
         ):

@@ -1,0 +1,227 @@
+"""The server's limit for a whole job's work: claim, archive and delete done inside the server, no client.
+
+Proletarian's plan (and the raw loop, and pgbench running its statements) sends the claim, the archive,
+the delete and the commit from a client. Here the server does all of it in one call: on PostgreSQL one
+statement (a CTE claiming with FOR UPDATE SKIP LOCKED, deleting and archiving what it claimed) driven by
+pgbench; on MariaDB/MySQL a stored procedure, created in a throwaway database and dropped after, driven by
+mariadb-slap (or mysqlslap). Both run on the benchmark's own tables, `per_commit` jobs a transaction, so
+any client of the queue, however fast, stays under this rate: the ratio of a drain to it says how much of
+the database's capacity the client leaves unused.
+
+These statements are the benchmark's own yardstick, not the library's: they are built here from the
+validated table names, as server_ceiling.py builds pgbench's script from queries.sql.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    BENCH_QUEUE_TEXT,
+    archived_table_of,
+    count_rows,
+    job_table_of,
+    require_sql,
+    sql_dialect,
+)
+from benchmarks.raw import STATUS_SUCCESS
+from benchmarks.server_ceiling import pgbench_env, pgbench_path
+from conformance.harness import Harness, SqlHarness
+
+_TPS = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
+_PROCESSED = re.compile(r"number of transactions actually processed: (\d+)")
+_SLAP_SECONDS = re.compile(r"Average number of seconds to run all queries: ([0-9.]+) seconds")
+_COLUMNS = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
+_ARCHIVED = "job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at"
+
+
+def _text(value: Any) -> str:
+    """PyMySQL keeps the user and password as bytes."""
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def _slap() -> str | None:
+    return shutil.which("mariadb-slap") or shutil.which("mysqlslap")
+
+
+def limit_skip_reason(harness: Harness) -> str | None:
+    dialect = sql_dialect(harness)
+    if dialect is None:
+        return f"{harness.name} is not a built-in SQL dialect, so the server's limit is not measured"
+    if dialect == "postgresql" and pgbench_path() is None:
+        return "pgbench is not installed (Debian: postgresql-client or postgresql)"
+    if dialect == "mysql" and _slap() is None:
+        return "neither mariadb-slap nor mysqlslap is installed (Debian: mariadb-client)"
+    return None
+
+
+def pg_statement(harness: SqlHarness, per_commit: int) -> str:
+    """The whole job's work as one PostgreSQL statement, for pgbench (its :queue and :status variables)."""
+    job, archived = job_table_of(harness), archived_table_of(harness)
+    return (
+        f"WITH claimed AS (SELECT job_id FROM {job} WHERE queue = :queue AND process_at <= now() "
+        f"ORDER BY process_at ASC LIMIT {int(per_commit)} FOR UPDATE SKIP LOCKED), "
+        f"moved AS (DELETE FROM {job} j USING claimed c WHERE j.job_id = c.job_id "
+        f"RETURNING j.job_id, j.queue, j.job_type, j.payload, j.attempts, j.enqueued_at, j.process_at) "
+        f"INSERT INTO {archived} ({_ARCHIVED}) SELECT job_id, queue, job_type, payload, attempts + 1, "
+        f":status, enqueued_at, process_at, now() FROM moved;\n"
+    )
+
+
+def mysql_procedure(harness: SqlHarness, name: str) -> str:
+    """The whole job's work as a MariaDB/MySQL procedure `name`(n): n jobs a transaction."""
+    job, archived = job_table_of(harness), archived_table_of(harness)
+    queue = BENCH_QUEUE_TEXT.replace("'", "''")
+    status = STATUS_SUCCESS.replace("'", "''")
+    # The worker's sessions read committed (backend set-up); a claim is FOR UPDATE SKIP LOCKED, as the
+    # library's. The claimed ids go through a session's temporary table, so the archive and the delete
+    # join on them without a round trip.
+    return f"""
+CREATE PROCEDURE {name}(IN n INT)
+BEGIN
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED;
+  CREATE TEMPORARY TABLE IF NOT EXISTS limit_claimed (job_id BINARY(16) PRIMARY KEY) ENGINE=MEMORY;
+  START TRANSACTION;
+  INSERT INTO limit_claimed (job_id)
+    SELECT job_id FROM {job} WHERE queue = '{queue}' AND process_at <= UTC_TIMESTAMP()
+    ORDER BY process_at ASC LIMIT n FOR UPDATE SKIP LOCKED;
+  INSERT INTO {archived} ({_ARCHIVED})
+    SELECT j.job_id, j.queue, j.job_type, j.payload, j.attempts + 1, '{status}', j.enqueued_at,
+           j.process_at, UTC_TIMESTAMP()
+    FROM {job} j JOIN limit_claimed c ON j.job_id = c.job_id;
+  DELETE j FROM {job} j JOIN limit_claimed c ON j.job_id = c.job_id;
+  DELETE FROM limit_claimed;
+  COMMIT;
+END
+"""
+
+
+def limit_rate(
+    harness: Harness, clients: int, per_commit: int, seconds: float, expected_jobs_per_s: float
+) -> dict[str, Any]:
+    """Jobs per second the server reaches doing the whole job's work itself, `clients` connections,
+    `per_commit` jobs a transaction, for about `seconds`. The queue must hold enough due jobs.
+
+    `expected_jobs_per_s` sizes mysqlslap's fixed number of calls (it cannot stop at a time).
+    """
+    sql_harness, dialect = require_sql(harness)
+    before = count_rows(harness, archived=True)
+    if dialect == "postgresql":
+        result = _pgbench_limit(sql_harness, clients, per_commit, max(1, round(seconds)))
+    else:
+        calls = max(clients * 10, int(expected_jobs_per_s * seconds / per_commit))
+        result = _slap_limit(sql_harness, clients, per_commit, calls)
+    jobs = count_rows(harness, archived=True) - before
+    # A queue run dry leaves calls that archive nothing, and a rate that is the load's, not the server's.
+    result["ran_dry"] = count_rows(harness) == 0
+    transactions = result.pop("transactions")
+    # Every call archives per_commit jobs while the queue holds them; counted rows are the truth.
+    result["jobs"] = jobs
+    result["jobs_per_s"] = result["transactions_per_s"] * jobs / transactions if transactions else 0.0
+    result["per_commit"] = per_commit
+    return result
+
+
+def _pgbench_limit(harness: SqlHarness, clients: int, per_commit: int, seconds: int) -> dict[str, Any]:
+    executable = pgbench_path()
+    if executable is None:
+        raise RuntimeError("pgbench is not installed")
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", encoding="utf-8") as file:
+        file.write(pg_statement(harness, per_commit))
+        file.flush()
+        command = [
+            executable,
+            "--no-vacuum",
+            "--protocol=prepared",
+            f"--client={clients}",
+            f"--jobs={min(clients, os.cpu_count() or 1)}",
+            f"--time={seconds}",
+            f"--define=queue={BENCH_QUEUE_TEXT}",
+            f"--define=status={STATUS_SUCCESS}",
+            f"--file={file.name}",
+        ]
+        done = subprocess.run(
+            command,
+            check=False,
+            env=pgbench_env(harness),
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        )
+    tps, processed = _TPS.search(done.stdout), _PROCESSED.search(done.stdout)
+    if done.returncode != 0 or tps is None or processed is None:
+        raise RuntimeError(
+            f"pgbench failed (exit {done.returncode}): {done.stderr.strip()[-500:] or done.stdout[-500:]}"
+        )
+    return {
+        "tool": "pgbench",
+        "seconds": seconds,
+        "transactions": int(processed.group(1)),
+        "transactions_per_s": float(tps.group(1)),
+    }
+
+
+def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) -> dict[str, Any]:
+    executable = _slap()
+    if executable is None:
+        raise RuntimeError("neither mariadb-slap nor mysqlslap is installed")
+    # A throwaway database of our own holds the procedure (and is what mysqlslap runs in), so nothing of
+    # anyone else's is created, replaced or dropped.
+    database = f"bench_limit_{uuid.uuid4().hex[:12]}"
+    procedure = f"{database}.drain"
+    conn = harness.connect()
+    try:
+        cursor = conn.cursor()
+        cursor.execute(f"CREATE DATABASE {database}")
+        try:
+            cursor.execute(mysql_procedure(harness, procedure))
+            conn.commit()
+            host, port, user, password = (_text(v) for v in (conn.host, conn.port, conn.user, conn.password))
+            command = [
+                executable,
+                f"--host={host}",
+                f"--port={port}",
+                f"--user={user}",
+                f"--concurrency={clients}",
+                "--iterations=1",
+                f"--number-of-queries={calls}",
+                f"--create-schema={database}",
+                "--no-drop",
+                f"--query=CALL {procedure}({int(per_commit)})",
+            ]
+            env = dict(os.environ)
+            if password:
+                env["MYSQL_PWD"] = password
+            started = time.perf_counter()
+            done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
+            wall = time.perf_counter() - started
+        finally:
+            cursor.execute(f"DROP DATABASE IF EXISTS {database}")
+            conn.commit()
+    finally:
+        conn.close()
+    found = _SLAP_SECONDS.search(done.stdout)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(
+            f"{Path(executable).name} failed (exit {done.returncode}): "
+            f"{done.stderr.strip()[-500:] or done.stdout[-500:]}"
+        )
+    seconds = float(found.group(1))
+    # mysqlslap gives each client calls // clients calls.
+    transactions = calls // clients * clients
+    return {
+        "tool": Path(executable).name,
+        "seconds": seconds,
+        "wall_seconds": round(wall, 3),
+        "transactions": transactions,
+        "transactions_per_s": transactions / seconds if seconds > 0 else 0.0,
+    }

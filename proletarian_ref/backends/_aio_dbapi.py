@@ -1,0 +1,411 @@
+"""What the asyncio SQL backends share: connections, transactions and Proletarian's verbs, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any, ClassVar, Final, NoReturn
+
+from proletarian_ref import sql
+from proletarian_ref.backend import Capabilities, JobRecord
+from proletarian_ref.backends._dbapi import SqlBackend, _chunks, _wrong_batch_count, _wrong_count
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.tables import TableName
+
+Reader = Callable[[Any], Awaitable[Any]]
+
+
+class AsyncSqlBackend:
+    """Proletarian's statements on an async driver (proletarian_ref.backend.AsyncBackend), as _dbapi's
+    SqlBackend is for the threaded ones.
+
+    The statements, their parameters and the rows read back are the dialect's threaded backend's own (its
+    pure methods, through `codec`), so a row does not tell which API wrote it. A subclass says how its
+    driver checks a connection out and in, begins and ends a transaction, makes and reads cursors.
+    """
+
+    dialect: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+    # The driver's exception base class: what _raise translates through the codec.
+    _driver_error: ClassVar[type[Exception]] = Exception
+
+    def __init__(self, codec: SqlBackend, data_source: Any, *, pooled: bool) -> None:
+        # The threaded backend with no data source: it never connects, it only makes statements,
+        # parameters and records, and checks `compact`.
+        self.codec = codec
+        self.compact_plan = codec.compact_plan
+        self._data_source = data_source
+        self._pooled = pooled
+        # The connections this backend opened from a factory and that no transaction holds now.
+        self._idle: list[Any] = []
+        self._open: set[Any] = set()
+        self._cursors: dict[Any, Any] = {}  # of the connections in _open
+
+    # -- driver specifics, overridden per driver -------------------------------------------------------
+
+    async def _acquire_pooled(self) -> Any:
+        raise NotImplementedError
+
+    async def _release_pooled(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def _check_connection(self, conn: Any) -> None:
+        """Raise ConfigurationError if the factory's `conn` is not this driver's async connection."""
+
+    def _is_broken(self, conn: Any) -> bool:
+        raise NotImplementedError
+
+    async def _begin(self, conn: Any) -> Any:
+        """Leave autocommit for the worker's transaction; returns what _end needs to restore."""
+        raise NotImplementedError
+
+    async def _end(self, conn: Any, state: Any) -> None:
+        raise NotImplementedError
+
+    async def _close_quietly(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    async def _new_cursor(self, conn: Any) -> Any:
+        """A cursor that returns rows as tuples, whatever the connection's default."""
+        raise NotImplementedError
+
+    async def _fetch_claimed(self, cursor: Any) -> Any:
+        """The row the claim returned, or None; a driver may read what it cannot load some other way."""
+        return await cursor.fetchone()
+
+    def _caller_session(self, conn: Any) -> AbstractAsyncContextManager[str]:
+        """Around enqueue's INSERT on a caller's connection: yields a prefix for the statement, and puts
+        back whatever it changes in the session before the block ends, raised or not."""
+        return NO_PREFIX
+
+    def _all_or_none(self, conn: Any) -> AbstractAsyncContextManager[None]:
+        """Around the statements of a batch that needed more than one: undoes them all if one fails.
+
+        Nothing by default: after a failed statement PostgreSQL refuses all but a rollback anyway.
+        """
+        return _nothing_around()
+
+    # -- connections and transactions ------------------------------------------------------------------
+
+    def _raise(self, exc: Exception) -> NoReturn:
+        error = self.codec._translate(exc)
+        if error is None:
+            raise exc
+        raise error from exc
+
+    async def _checkout(self) -> Any:
+        try:
+            if self._pooled:
+                return await self._acquire_pooled()
+            if self._idle:
+                return self._idle.pop()
+            if not callable(self._data_source):
+                raise ConfigurationError(
+                    f"{type(self).__name__} has no data source to open a connection with: pass a pool "
+                    f"or a callable returning an awaitable connection"
+                )
+            conn = await self._data_source()
+        except self._driver_error as exc:
+            self._raise(exc)
+        self._check_connection(conn)
+        self._open.add(conn)
+        return conn
+
+    async def _checkin(self, conn: Any) -> None:
+        if self._pooled:
+            await self._release_pooled(conn)
+        elif self._is_broken(conn):
+            self._open.discard(conn)
+            self._cursors.pop(conn, None)
+        else:
+            self._idle.append(conn)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        """A connection in a transaction that commits when the block ends and rolls back on error.
+
+        A task cancelled inside the block (the worker's stop() at its deadline) closes the connection
+        rather than waiting on it: the server rolls the transaction back, the job stays as it was. Any
+        other error, BaseException or not, rolls back before it goes on.
+        """
+        conn = await self._checkout()
+        try:
+            try:
+                state = await self._begin(conn)
+            except self._driver_error as exc:
+                self._raise(exc)
+            try:
+                yield conn
+            except asyncio.CancelledError:
+                # Cancelled, perhaps inside a statement: nothing more is awaited on the connection. The
+                # server rolls back when it sees the connection go (the row lock lasts until then).
+                await self._close_quietly(conn)
+                raise
+            except BaseException:
+                # Any other error, a non-Exception one too: rolled back at once, so the job is claimable
+                # again as soon as this returns; a connection that cannot roll back is closed.
+                try:
+                    await conn.rollback()
+                except Exception:
+                    await self._close_quietly(conn)
+                raise
+            try:
+                await conn.commit()
+            except self._driver_error as exc:
+                self._raise(exc)
+            if not self._is_broken(conn):
+                with contextlib.suppress(Exception):
+                    await self._end(conn, state)
+        finally:
+            await self._checkin(conn)
+
+    async def close(self) -> None:
+        """Close the connections this backend opened (a pool, and the factory, stay the caller's)."""
+        self._idle.clear()
+        self._cursors.clear()
+        for conn in list(self._open):
+            await self._close_quietly(conn)
+        self._open.clear()
+
+    # -- statements ------------------------------------------------------------------------------------
+
+    async def _execute(self, conn: Any, statement: str, params: Any, read: Reader) -> Any:
+        try:
+            # A connection the backend opened keeps one cursor (making one costs more than a statement's
+            # own work); a caller's or a pool's gets one per statement: the backend cannot tell when it goes.
+            cursor = self._cursors.get(conn)
+            if cursor is None:
+                cursor = await self._new_cursor(conn)
+                if conn not in self._open:
+                    try:
+                        await cursor.execute(statement, params)
+                        return await read(cursor)
+                    finally:
+                        await cursor.close()
+                self._cursors[conn] = cursor
+            await cursor.execute(statement, params)
+            return await read(cursor)
+        except self._driver_error as exc:
+            self._raise(exc)
+
+    async def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
+        count = await self._execute(conn, statement, params, _rowcount)
+        if count != 1:
+            raise _wrong_count(count, what, params["job_id"])
+
+    async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
+        text, params, generated = self.codec._enqueue_statement(job_table, job)
+        read = self._generated_id if generated else _nothing
+        session = self._caller_session(conn)
+        if type(session) is AsyncSessionPrefix:  # nothing to set up: no block to enter and leave
+            stored = await self._execute(conn, session.prefix + text, params, read)
+        else:
+            async with session as prefix:
+                stored = await self._execute(conn, prefix + text, params, read)
+        return stored if generated else job.job_id
+
+    async def _generated_id(self, cursor: Any) -> Any:
+        """The id the database made for the enqueue_db_generated INSERT."""
+        return await _first_value(cursor)
+
+    async def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]:
+        """BatchEnqueue: multi-row INSERTs of at most the threaded backend's rows and bytes each."""
+        generated = jobs[0].job_id is None
+        rows = list(self.codec._batch_rows(jobs, generated=generated))
+        name = "enqueue_many_db_generated" if generated else "enqueue_many"
+        ids: list[Any] = []
+        chunks = list(_chunks(rows, self.codec._BATCH_ROWS, self.codec._BATCH_BYTES))
+        all_or_none = self._all_or_none(conn) if len(chunks) > 1 else _nothing_around()
+        async with self._caller_session(conn) as prefix, all_or_none:
+            for chunk in chunks:
+                statement = prefix + sql.render_rows(self.dialect, name, job_table, len(chunk))
+                params = [value for row in chunk for value in row]
+                read = _first_column if generated else _nothing_list
+                ids.extend(await self._execute(conn, statement, params, read))
+        return ids if generated else [job.job_id for job in jobs]
+
+    @contextlib.asynccontextmanager
+    async def _enqueue_many_savepoint(self, conn: Any) -> AsyncIterator[None]:
+        """The block inside SAVEPOINT proletarian_enqueue_many of the caller's open transaction, as the
+        threaded backend's: rolled back to and released if the block raises, released if not."""
+        statements = sql.queries(self.dialect)
+        await self._execute(conn, statements["enqueue_many_savepoint"], None, _rowcount)
+        try:
+            yield
+        except BaseException:
+            # The batch's own error is the one to report; a session that cannot roll back is broken anyway.
+            with contextlib.suppress(Exception):
+                await self._execute(conn, statements["enqueue_many_rollback"], None, _rowcount)
+                await self._execute(conn, statements["enqueue_many_release"], None, _rowcount)
+            raise
+        await self._execute(conn, statements["enqueue_many_release"], None, _rowcount)
+
+    async def get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        codec = self.codec
+        params = {"queue": queue, "now": codec._db_time(now, what="now")}
+        row = await self._execute(
+            conn, codec._statements["get_next_job", job_table, None], params, self._fetch_claimed
+        )
+        return None if row is None else codec._job_record(row)
+
+    async def archive_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        await self._archive(conn, "archive_job", job_table, archived_job_table, job_id, status, finished_at)
+
+    async def archive_and_delete_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        """The compact plan (ArchiveAndDelete): the dialect's archive_and_delete_job, one statement."""
+        name = "archive_and_delete_job"
+        await self._archive(conn, name, job_table, archived_job_table, job_id, status, finished_at)
+
+    async def _archive(
+        self,
+        conn: Any,
+        name: str,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        params = self.codec._archive_params(job_id, status, finished_at)
+        await self._write_one(conn, self.codec._statements[name, job_table, archived_job_table], params, name)
+
+    async def delete_job(self, conn: Any, job_table: TableName, job_id: Any) -> None:
+        statement = self.codec._statements["delete_job", job_table, None]
+        await self._write_one(conn, statement, {"job_id": job_id}, "delete_job")
+
+    async def retry_at(self, conn: Any, job_table: TableName, job_id: Any, retry_at: datetime) -> None:
+        params = {"job_id": job_id, "retry_at": self.codec._db_time(retry_at, what="retry_at")}
+        await self._write_one(conn, self.codec._statements["retry_at", job_table, None], params, "retry_at")
+
+    # -- batch mode (AsyncBatchClaim) ------------------------------------------------------------------
+
+    async def get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        codec = self.codec
+        params = {"queue": queue, "now": codec._db_time(now, what="now"), "limit": limit}
+        rows = await self._execute(conn, codec._render("get_next_jobs", job_table), params, _fetchall)
+        return [codec._job_record(row) for row in rows]
+
+    async def _write_all(
+        self,
+        conn: Any,
+        name: str,
+        job_table: TableName,
+        archived_job_table: TableName | None,
+        job_ids: Sequence[Any],
+        params: list[Any],
+    ) -> None:
+        statement = sql.render_ids(self.dialect, name, job_table, archived_job_table, len(job_ids))
+        count = await self._execute(conn, statement, params, _rowcount)
+        if count != len(job_ids):
+            raise _wrong_batch_count(count, name, len(job_ids))
+
+    async def archive_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        params = [status, self.codec._db_time(finished_at, what="finished_at"), *job_ids]
+        await self._write_all(conn, "archive_jobs", job_table, archived_job_table, job_ids, params)
+
+    async def delete_jobs(self, conn: Any, job_table: TableName, job_ids: Sequence[Any]) -> None:
+        await self._write_all(conn, "delete_jobs", job_table, None, job_ids, list(job_ids))
+
+    async def archive_and_delete_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        params = [*job_ids, status, self.codec._db_time(finished_at, what="finished_at")]
+        await self._write_all(conn, "archive_and_delete_jobs", job_table, archived_job_table, job_ids, params)
+
+    @contextlib.asynccontextmanager
+    async def savepoint(self, conn: Any) -> AsyncIterator[None]:
+        statements = sql.queries(self.dialect)
+        await self._execute(conn, statements["job_savepoint"], None, _rowcount)
+        try:
+            yield
+        except BaseException:
+            await self._execute(conn, statements["job_savepoint_rollback"], None, _rowcount)
+            await self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
+            raise
+        await self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
+
+
+class AsyncSessionPrefix(AbstractAsyncContextManager[str]):
+    """A _caller_session that changes nothing in the session and only puts `prefix` before the statement
+    (_dbapi.SessionPrefix, awaited). Stateless, so one serves every call and task."""
+
+    __slots__ = ("prefix",)
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    async def __aenter__(self) -> str:
+        return self.prefix
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+NO_PREFIX: Final = AsyncSessionPrefix("")
+
+
+@contextlib.asynccontextmanager
+async def _nothing_around() -> AsyncIterator[None]:
+    yield
+
+
+async def _rowcount(cursor: Any) -> int:
+    return int(cursor.rowcount)
+
+
+async def _nothing(cursor: Any) -> None:
+    return None
+
+
+async def _nothing_list(cursor: Any) -> list[Any]:
+    return []
+
+
+async def _fetchall(cursor: Any) -> list[Any]:
+    return list(await cursor.fetchall())
+
+
+async def _first_value(cursor: Any) -> Any:
+    row = await cursor.fetchone()
+    return None if row is None else row[0]
+
+
+async def _first_column(cursor: Any) -> list[Any]:
+    return [row[0] for row in await cursor.fetchall()]

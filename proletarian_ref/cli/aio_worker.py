@@ -1,0 +1,246 @@
+"""`proletarian-ref worker` with a coroutine handler: the asyncio worker, under the threaded one's rules."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any, Final, TypeGuard
+
+from proletarian_ref import aio
+from proletarian_ref.backends.dsn import postgresql_connect_args
+from proletarian_ref.cli import worker
+from proletarian_ref.cli.database import CONNECT_TIMEOUT_S, Database, open_database, tables_from
+from proletarian_ref.cli.errors import ExitCode, UsageError
+from proletarian_ref.cli.logs import notice
+from proletarian_ref.cli.periodic import running_scheduler
+from proletarian_ref.errors import ShutdownTimeoutError
+from proletarian_ref.log import stdlib_logger
+
+# How long to wait for a worker that stops itself (after a polling error) beyond its own shutdown timeout.
+_SELF_STOP_MARGIN_S: Final = 5.0
+
+
+def add_parser(subparsers: Any) -> None:
+    """The worker command's parser (cli.worker's options), run by `run` here, which picks the worker."""
+    worker.add_parser(subparsers).set_defaults(run=run)
+
+
+def is_coroutine_handler(handler: object) -> TypeGuard[Callable[..., Awaitable[object]]]:
+    """Whether `handler` is an `async def` function (or an object whose __call__ is one)."""
+    call = getattr(handler, "__call__", None)  # noqa: B004 - an object whose __call__ is async counts
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The worker command: the asyncio worker for a coroutine handler, else the threaded one."""
+    handler = worker.load_handler(args.handler)
+    if not is_coroutine_handler(handler):
+        return worker.run(args, handler)
+    retry_fn = worker.retry_strategy_fn(args.retries, args.delays)
+    queues = worker.queues_of(args.queue)
+    tables = tables_from(args)
+    if args.processes > 1:
+        return worker.run_several(args)
+    with open_database(args, tables) as db, worker.metrics_server(args, db) as metrics:
+        source = async_data_source(db, args.threads * len(queues))
+        stop = threading.Event()  # the scheduler thread's
+        with running_scheduler(args.schedules, db, stop):
+            try:
+                asyncio.run(_serve(args, db, handler, source, retry_fn, queues, metrics, stop))
+            finally:
+                stop.set()
+        notice("worker stopped")
+    return ExitCode.OK
+
+
+# -- the data source per dialect -----------------------------------------------------------------------
+
+
+def _postgresql(db: Database, size: int) -> Any:
+    from psycopg_pool import AsyncConnectionPool
+
+    conninfo, options = postgresql_connect_args(db.dsn)
+    return AsyncConnectionPool(
+        conninfo,
+        kwargs={**options, "connect_timeout": CONNECT_TIMEOUT_S},
+        min_size=size,
+        max_size=size,
+        open=False,
+    )
+
+
+def _mysql(db: Database, size: int) -> Any:
+    return _AiomysqlPool(db.dsn, size)
+
+
+class _AiomysqlPool:
+    """An aiomysql.Pool of `size` connections to a mysql:// DSN, made when entered: aiomysql makes its
+    pools on the running loop only, which the command starts after picking the data source."""
+
+    def __init__(self, dsn: str, size: int) -> None:
+        from proletarian_ref.backends.mysql_async import aiomysql_connect_kwargs
+
+        # Checked now, so a DSN the asyncio backend cannot take is a usage error before anything runs.
+        self._kwargs = {"connect_timeout": CONNECT_TIMEOUT_S, **aiomysql_connect_kwargs(dsn)}
+        self._size = size
+        self._pool: Any = None
+
+    async def __aenter__(self) -> Any:
+        import aiomysql
+
+        self._pool = await aiomysql.create_pool(minsize=self._size, maxsize=self._size, **self._kwargs)
+        return self._pool
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._pool.close()
+        await self._pool.wait_closed()
+
+
+# One small function per dialect: an unopened asyncio data source of `size` connections for the workers.
+ASYNC_DATA_SOURCES: Final[dict[str, Callable[[Database, int], Any]]] = {
+    "postgresql": _postgresql,
+    "mysql": _mysql,
+}
+
+
+def async_data_source(db: Database, size: int) -> Any:
+    """The asyncio workers' data source on `db` (an AsyncConnectionPool on PostgreSQL, an aiomysql.Pool
+    on MySQL), an async context manager entered by _serve, which gives the open pool."""
+    make = ASYNC_DATA_SOURCES.get(db.dialect)
+    if make is None:
+        raise UsageError(f"a coroutine handler has no asyncio worker on {db.dialect}")
+    return make(db, size)
+
+
+# -- running -------------------------------------------------------------------------------------------
+
+
+class AsyncWorkerRun:
+    """An asyncio queue worker under the CLI's stop rules: a signal, or an error that stops it itself."""
+
+    def __init__(self, stop_requested: asyncio.Event) -> None:
+        # Shared by the workers of one command, so one signal (or one worker's error) stops them all.
+        self.stop_requested = stop_requested
+        self.shut_down = asyncio.Event()
+        self.error: BaseException | None = None
+
+    def on_polling_error(self, error: BaseException) -> bool:
+        # Called on the loop's thread; transient database errors never get here (the worker retries them).
+        self.error = error
+        self.stop_requested.set()
+        return True
+
+    def on_shutdown(self) -> None:
+        self.shut_down.set()
+
+    async def finish(self, queue_worker: aio.AsyncQueueWorker, db: Database, await_timeout_ms: float) -> None:
+        """Stop the worker (or wait for it to stop itself) and raise what made it stop on its own."""
+        if self.error is None:
+            try:
+                await queue_worker.stop()
+            except ShutdownTimeoutError as exc:
+                raise worker.released_error(exc) from exc
+            return
+        with suppress(TimeoutError):
+            await asyncio.wait_for(self.shut_down.wait(), await_timeout_ms / 1000 + _SELF_STOP_MARGIN_S)
+        raise worker.stopped_on_error(self.error, db) from self.error
+
+
+@contextmanager
+def stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM set `stop`; a second one raises KeyboardInterrupt out of the loop to give up waiting.
+
+    The handlers are the running loop's (loop.add_signal_handler), so they run as loop callbacks, never
+    inside a task; the signals' previous handlers come back when the block ends.
+    """
+    loop = asyncio.get_running_loop()
+
+    def request_stop(signum: signal.Signals) -> None:
+        if stop.is_set():
+            # BaseException: a loop callback's KeyboardInterrupt leaves run_until_complete (asyncio.run
+            # then cancels the tasks, whose transactions roll back), as the threaded command's does.
+            raise KeyboardInterrupt
+        notice(f"{signum.name}: stopping (send it again to exit at once)")
+        stop.set()
+
+    previous = {signum: signal.getsignal(signum) for signum in worker.STOP_SIGNALS}
+    for signum in worker.STOP_SIGNALS:
+        loop.add_signal_handler(signum, request_stop, signum)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, handler)
+
+
+async def _serve(
+    args: argparse.Namespace,
+    db: Database,
+    handler: Callable[..., Awaitable[object]],
+    source: Any,
+    retry_fn: Any,
+    queues: list[str],
+    metrics: Any,
+    scheduler_stop: threading.Event,
+) -> None:
+    stop = asyncio.Event()
+    async with source as pool:
+        backend = _compact_backend(db, pool) if args.compact else None
+        runs: list[tuple[AsyncWorkerRun, aio.AsyncQueueWorker]] = []
+        for queue in queues:
+            run_state = AsyncWorkerRun(stop)
+            log = stdlib_logger if metrics is None else metrics.log_for(queue, stdlib_logger)
+            queue_worker = aio.create_queue_worker(
+                pool,
+                handler,
+                job_table=db.tables.job,
+                archived_job_table=db.tables.archived,
+                on_polling_error=run_state.on_polling_error,
+                on_shutdown=run_state.on_shutdown,
+                queue=queue,
+                handler_fn_mode=args.handler_mode,
+                retry_strategy_fn=retry_fn,
+                log=log,
+                polling_interval_ms=args.polling_interval_ms,
+                wake_on_notify=args.wake_on_notify,
+                worker_threads=args.threads,
+                batch_size=args.batch_size,
+                await_termination_timeout_ms=args.shutdown_timeout_ms,
+                job_timeout_ms=args.job_timeout_ms,
+                job_timeout_grace_ms=args.job_timeout_grace_ms,
+                backend=backend,
+            )
+            runs.append((run_state, queue_worker))
+        with stop_on_signals(stop):
+            for _, queue_worker in runs:
+                await queue_worker.start()
+            notice(worker.running_notice(args, queues, db, "asyncio task"))
+            await stop.wait()
+            scheduler_stop.set()
+            # Every queue worker drains at once; the first error any of them had is the command's.
+            results = await asyncio.gather(
+                *(run_state.finish(w, db, args.shutdown_timeout_ms) for run_state, w in runs),
+                return_exceptions=True,
+            )
+        if backend is not None:
+            await backend.close()
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+def _compact_backend(db: Database, pool: Any) -> Any:
+    """The backend for --compact on `pool`: its dialect's asyncio backend with the compact plan."""
+    if db.dialect == "mysql":
+        from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+        return AsyncMySQLBackend(pool, compact=True)
+    from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+    return AsyncPostgresBackend(pool, compact=True)

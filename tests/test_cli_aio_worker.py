@@ -1,0 +1,158 @@
+"""`proletarian-ref worker --handler module:coroutine`: the asyncio worker, its signals and exit codes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_support import Target, isolate, run, start_cli, subprocess_env, target, wait_for
+
+from proletarian_ref.cli import ExitCode
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    isolate(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest) -> Iterator[Target]:
+    yield from target(request, "aioworker")
+
+
+on_postgresql = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+# aiomysql on MySQL, psycopg on PostgreSQL: the same command, the dialect's own asyncio backend.
+on_both = pytest.mark.parametrize("database", ["postgresql", "mysql"], indirect=True)
+
+
+def _enqueue(capsys: pytest.CaptureFixture[str], database: Target, payload: object) -> None:
+    result = run(capsys, "enqueue", "t/job", json.dumps(payload), *database.args)
+    assert result.code == ExitCode.OK, result.err
+
+
+def _start_worker(database: Target, handler: str, *extra: str) -> subprocess.Popen[str]:
+    return start_cli(
+        "worker",
+        "--handler",
+        f"cli_handlers:{handler}",
+        "--polling-interval-ms",
+        "50",
+        *extra,
+        *database.args,
+        env=subprocess_env(),
+    )
+
+
+@on_both
+def test_a_coroutine_handler_runs_each_job_once_on_the_asyncio_worker_and_sigterm_stops_it(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    _enqueue(capsys, database, {"runs": str(runs), "n": 1})
+    _enqueue(capsys, database, {"runs": str(runs), "n": 2, "fail": True})
+    process = _start_worker(
+        database, "records_runs_async", "--retries", "1", "--delays", "0", "--threads", "2"
+    )
+    wait_for(lambda: len(database.archived_jobs()) == 2, timeout=60, what="both jobs", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    # Job 2 failed once and was retried once: three runs, each job's attempts as the threaded worker's.
+    assert sorted(runs.read_text(encoding="utf-8").split()) == ["1", "2", "2"]
+    archived = sorted((a.status, a.attempts) for a in database.archived_jobs())
+    assert archived == [(":failure", 2), (":success", 1)]
+    assert database.jobs() == []
+    assert "with 2 asyncio tasks, handler cli_handlers:records_runs_async" in err
+    assert "SIGTERM: stopping" in err
+    assert "worker stopped" in err
+
+
+@on_postgresql
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_coroutine_still_running_at_the_shutdown_timeout_is_released_with_exit_1(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path, signum: signal.Signals
+) -> None:
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
+    process = _start_worker(database, "sleeps_async", "--shutdown-timeout-ms", "300")
+    wait_for(marker.exists, timeout=60, what="the job to start", process=process)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.RUNTIME_ERROR, err
+    assert f"{signum.name}: stopping" in err
+    assert "Could not shut down the queue worker within 300 ms" in err
+    assert "released back to the queue" in err
+    # The handler's task was cancelled at its await and its transaction rolled back: never archived, the
+    # job waits with its attempts unchanged.
+    assert not Path(str(marker) + ".finished").exists()
+    [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
+    assert job.attempts == 0
+    assert database.archived_jobs() == []
+
+
+@on_postgresql
+def test_job_timeout_ms_cancels_a_coroutine_past_its_bound_and_fails_its_job(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    """--job-timeout-ms on the asyncio worker: past the bound and its grace the coroutine is cancelled at
+    its await, and the job fails with JobTimeoutError, archived once its retries are used."""
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
+    process = _start_worker(
+        database, "sleeps_async", "--job-timeout-ms", "200", "--job-timeout-grace-ms", "100"
+    )
+    try:
+        wait_for(
+            lambda: [a.status for a in database.archived_jobs()] == [":failure"],
+            timeout=60,
+            what="the job to fail at its bound",
+            process=process,
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert "proletarian.worker/job-timed-out" in err and "JobTimeoutError" in err
+    assert not Path(str(marker) + ".finished").exists()
+    assert database.jobs() == []
+
+
+@on_postgresql
+def test_a_second_signal_ends_the_asyncio_worker_at_once_with_130(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    marker = tmp_path / "started"
+    _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
+    process = _start_worker(database, "sleeps_async")  # a 10 s shutdown timeout: the signal cuts it short
+    wait_for(marker.exists, timeout=60, what="the job to start", process=process)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # as the threaded command's test: the second signal comes while the first drains
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    assert "interrupted" in err
+    [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
+    assert job.attempts == 0
+    assert database.archived_jobs() == []
+
+
+@pytest.mark.parametrize("database", ["mysql"], indirect=True)
+def test_compact_on_mysql_runs_the_asyncio_worker_on_the_mysql_backend(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    # --compact builds the dialect's own asyncio backend on the command's pool (an aiomysql.Pool here).
+    runs = tmp_path / "runs"
+    _enqueue(capsys, database, {"runs": str(runs), "n": 1})
+    process = _start_worker(database, "records_runs_async", "--compact")
+    wait_for(lambda: len(database.archived_jobs()) == 1, timeout=60, what="the job", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert runs.read_text(encoding="utf-8").split() == ["1"]
+    assert [(a.status, a.attempts) for a in database.archived_jobs()] == [(":success", 1)]
+    assert database.jobs() == []
