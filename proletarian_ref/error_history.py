@@ -198,12 +198,12 @@ def find_store(backend: Any, conn: Any, job_table: TableName) -> ErrorStore | No
     fork; the conformance suite's mutants).
     """
     chosen = side_tables.store_class(backend, "error_store", MemoryErrorStore, SqlErrorStore)
-    execute = getattr(backend, "_execute", None)
-    if (
-        chosen is SqlErrorStore
-        and execute is not None
-        and inspect.iscoroutinefunction(inspect.unwrap(execute))
-    ):
+    execute: Any = getattr(backend, "_execute", None)
+    if chosen is SqlErrorStore and execute is None:
+        # A backend of its own (a third party's, on its driver's paramstyle) has no statement runner of
+        # ours: its failures go unrecorded, as without the table, rather than failing on our SQL.
+        return None
+    if chosen is SqlErrorStore and inspect.iscoroutinefunction(inspect.unwrap(execute)):
         return None  # an asyncio backend behind a blocking bridge: no statement of ours runs on it
     if chosen is SqlErrorStore and not side_tables.exists(backend, conn, FEATURE, job_table):
         return None
