@@ -220,6 +220,7 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
     transactions = calls // clients * clients
     return {
         "tool": Path(executable).name,
+        "database": database,
         "seconds": seconds,
         "wall_seconds": round(wall, 3),
         "transactions": transactions,

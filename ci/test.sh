@@ -101,4 +101,5 @@ else
 fi
 echo "== pytest"
 # loadgroup: tests marked xdist_group (the Galera ones, which start a 3-node cluster) share one worker.
-exec "$venv/bin/pytest" -n 2 --dist loadgroup -p no:cacheprovider "$@"
+# The slowest tests, listed before the summary line (still the last line), so the cost of each class of test is in every log.
+exec "$venv/bin/pytest" -n 2 --dist loadgroup -p no:cacheprovider --durations=40 "$@"
