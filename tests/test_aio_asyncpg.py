@@ -122,3 +122,32 @@ def test_a_job_enqueued_through_asyncpg_is_run_by_the_sync_worker(pg_db: SqlHarn
     run(scenario())
     assert process_next_job(db.data_source, lambda t, p: seen.append((t, p)), **db.table_options) is True
     assert seen == [("from-asyncpg", {"n": 2})]
+
+
+def test_the_asyncpg_worker_and_the_sync_worker_run_each_others_jobs(pg_db: SqlHarness, pg_dsn: str) -> None:
+    db = pg_db
+    seen: list[tuple[str, Any]] = []
+
+    async def handle(job_type: str, payload: Any) -> None:
+        seen.append((job_type, payload))
+
+    conn = db.connect()
+    enqueue(conn, "from-sync", {"n": 1}, **db.table_options)
+    conn.commit()
+    conn.close()
+
+    async def scenario() -> bool | None:
+        pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=2)
+        try:
+            ran = await aio.process_next_job(pool, handle, **db.table_options)
+            async with pool.acquire() as aconn:
+                await aio.enqueue(aconn, "from-asyncpg", {"n": 2}, **db.table_options)
+            return ran
+        finally:
+            await pool.close()
+
+    assert run(scenario()) is True
+    assert seen == [("from-sync", {"n": 1})]
+    assert process_next_job(db.data_source, lambda t, p: seen.append((t, p)), **db.table_options) is True
+    assert seen == [("from-sync", {"n": 1}), ("from-asyncpg", {"n": 2})]
+    assert db.jobs() == []
