@@ -143,10 +143,9 @@ def test_async_unique_keys_need_their_side_table_and_a_backend_that_runs_stateme
         aconn = await asyncpg.connect(pg_dsn)
         try:
             # asyncpg's enqueue-only backend runs no statement of ours (AsyncpgBackend, the default, does).
+            only: Any = AsyncpgEnqueueBackend()
             with pytest.raises(ConfigurationError, match="AsyncpgEnqueueBackend has none"):
-                await aio.enqueue(
-                    aconn, "t/u", 1, unique_key="k", backend=AsyncpgEnqueueBackend(), **pg_db.table_options
-                )
+                await aio.enqueue(aconn, "t/u", 1, unique_key="k", backend=only, **pg_db.table_options)
         finally:
             await aconn.close()
 
