@@ -463,3 +463,29 @@ def test_a_stored_time_python_cannot_hold_is_read_as_the_nearest_by_the_async_ba
     # Without the lenient reading the claim fails on every poll, and the oldest job blocks its queue.
     assert run(aio.process_next_job(_factory(dsn), handler, handler_fn_mode="advanced", **db.table_options))
     assert [job.enqueued_at for job in jobs] == [datetime.min.replace(tzinfo=UTC)]
+
+
+def test_interrupt_ends_a_listeners_wait_under_way_not_at_its_timeout(pg: tuple[SqlHarness, str]) -> None:
+    # stop() interrupts the listener: before this, the wait sat out its listen tick (5 s), once a stop, and
+    # the conformance suite's drains over the bridge spent most of their time there.
+    db, dsn = pg
+
+    async def main() -> tuple[bool, bool]:
+        backend = AsyncPostgresBackend(functools.partial(psycopg.AsyncConnection.connect, dsn))
+        listener = await backend.listen(db.table_options["job_table"], "interrupted/queue")
+        try:
+            waiting = asyncio.create_task(listener.wait(3600))
+            await asyncio.sleep(0.2)
+            listener.interrupt()
+            # An hour's wait that ends here ended because of interrupt(); the bound only keeps a broken
+            # interrupt from hanging the run.
+            done, _ = await asyncio.wait({waiting}, timeout=60)
+            ended = waiting in done
+            if not ended:
+                waiting.cancel()
+            again = await listener.wait(3600)  # after interrupt(), every wait returns at once
+            return ended and not waiting.result(), again
+        finally:
+            await listener.close()
+
+    assert run(main()) == (True, False)
