@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, NoReturn
 
 from proletarian_ref.backend import JobRecord
 from proletarian_ref.backends import backend_for_connection
@@ -227,10 +227,7 @@ def _record_stream(
                 conn, setup, job_type, payload, job_queue, process_at, process_in, ids[0] if ids else _NO_ID
             )
         except ProletarianError as exc:
-            error = _at_index(exc, index)
-            if error is exc:
-                raise
-            raise error from exc
+            _raise_at_index(exc, index)
         ids.append(job_id)
         records.append(record)
         yield record
@@ -247,10 +244,7 @@ def batch_unique_keys(items: Sequence[JobSpec | tuple[str, Any]]) -> list[Unique
             given = item.unique_key if type(item) is JobSpec else None
             keys.append(None if given is None else unique_key_of(given))
         except ProletarianError as exc:
-            error = _at_index(exc, index)
-            if error is exc:
-                raise
-            raise error from exc
+            _raise_at_index(exc, index)
     return keys
 
 
@@ -277,14 +271,19 @@ def _job_spec(item: Any) -> JobSpec:
     raise ConfigurationError(f"a job must be a JobSpec or a (job_type, payload) tuple, not {what}")
 
 
-def _at_index(exc: ProletarianError, index: int) -> ProletarianError:
-    """`exc` again, as its own type, with the message and `index` naming the job it was about."""
+def _raise_at_index(exc: ProletarianError, index: int) -> NoReturn:
+    """Raise `exc` again, as its own type (from `exc`), with the message and `index` naming the job it was
+    about; called in the block handling `exc`."""
+    error: ProletarianError | None
     try:
         error = type(exc)(f"jobs[{index}]: {exc}")
     except TypeError:  # an exception class with other arguments: the original, marked
-        error = exc
+        error = None
+    if error is None:
+        exc.index = index
+        raise exc  # outside the except TypeError block, so the TypeError is not its context
     error.index = index
-    return error
+    raise error from exc
 
 
 def _job_record(

@@ -20,10 +20,10 @@ from proletarian_ref.errors import ProletarianError
 from proletarian_ref.job import (
     DEFAULT_NOTIFY,
     JobSpec,
-    _at_index,
     _Enqueuing,
     _enqueuing,
     _job_record,
+    _raise_at_index,
     _record_stream,
     announced_queues,
     batch_unique_keys,
@@ -68,17 +68,8 @@ async def enqueue(
     caller's transaction, and a key a live job holds returns that job's id instead (or raises
     UniqueKeyHeldError, per UniqueKey.conflict); docs/unique.md.
     """
-    conn = await acaller_connection(conn)
-    setup = _enqueuing(
-        conn,
-        job_table,
-        archived_job_table,
-        serializer,
-        job_id_strategy,
-        clock,
-        backend,
-        notify,
-        abackend_for_connection,
+    conn, setup = await _enqueuing_on(
+        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
     )
     active: AsyncBackend = setup.backend
     job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
@@ -120,17 +111,8 @@ async def enqueue_many(
     as enqueue claims it: a job whose key a live job holds is answered with that job's id. With `notify`,
     one announcement for the batch (per queue with a job due now) follows the INSERT, as for enqueue.
     """
-    conn = await acaller_connection(conn)
-    setup = _enqueuing(
-        conn,
-        job_table,
-        archived_job_table,
-        serializer,
-        job_id_strategy,
-        clock,
-        backend,
-        notify,
-        abackend_for_connection,
+    conn, setup = await _enqueuing_on(
+        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
     )
     # The caller's iterable is read before any SQL: a generator of theirs may use the connection.
     items = jobs if type(jobs) is list or type(jobs) is tuple else list(jobs)
@@ -164,6 +146,33 @@ async def enqueue_many(
     return [setup.strategy.decode_id(value) for value in stored]
 
 
+async def _enqueuing_on(
+    conn: Any,
+    job_table: str | TableName,
+    archived_job_table: str | TableName,
+    serializer: Serializer | None,
+    job_id_strategy: JobIdStrategy | None,
+    clock: Clock | None,
+    backend: AsyncBackend | None,
+    notify: bool,
+) -> tuple[Any, _Enqueuing]:
+    """The driver connection to write on (the one under a SQLAlchemy session, in its transaction) and the
+    call's checked options, its backend found for that connection unless given."""
+    conn = await acaller_connection(conn)
+    setup = _enqueuing(
+        conn,
+        job_table,
+        archived_job_table,
+        serializer,
+        job_id_strategy,
+        clock,
+        backend,
+        notify,
+        abackend_for_connection,
+    )
+    return conn, setup
+
+
 async def _enqueue_many_unique(
     conn: Any, setup: _Enqueuing, items: Sequence[JobSpec | tuple[str, Any]], queue: str, notify: bool
 ) -> list[Any]:
@@ -193,10 +202,7 @@ async def _awaited_checks(conn: Any, setup: _Enqueuing, records: Sequence[JobRec
         try:
             await setup.awaited_check(conn, setup.table, setup.archive, record.payload)
         except ProletarianError as exc:
-            error = _at_index(exc, index)
-            if error is exc:
-                raise
-            raise error from exc
+            _raise_at_index(exc, index)
 
 
 async def _insert(conn: Any, setup: _Enqueuing, records: Sequence[JobRecord]) -> list[Any]:
