@@ -6,8 +6,10 @@ from typing import Any
 
 import asyncpg
 import pytest
+from aio_support import SequentialIds as _Ids
+from aio_support import pg_raw_rows as _raw_rows
+from aio_support import run
 from support import FakeClock
-from test_aio import _Ids, _raw_rows, run
 
 from conformance.harness import SqlHarness
 from proletarian_ref import aio, enqueue, enqueue_many, process_next_job
