@@ -40,6 +40,9 @@ SYNC_NAMES: Final = {
     # The asyncio modules import each other by this package name; their threaded twins, _sync's.
     "_async": "_sync",
     "astore_in": "store_in",
+    # The caller's connection and its backend, for enqueue (proletarian_ref/_async/enqueue.py).
+    "acaller_connection": "caller_connection",
+    "abackend_for_connection": "backend_for_connection",
 }
 
 

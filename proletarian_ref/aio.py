@@ -6,39 +6,21 @@ import asyncio
 import contextlib
 import inspect
 import random
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, cast
 
 from proletarian_ref import aio_shutdown_hook
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import AsyncHandlerFn
+from proletarian_ref._async.enqueue import enqueue, enqueue_many
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref._async.job_tx import JobTransaction, current_job
-from proletarian_ref._async.unique_claims import enqueued_before
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
-from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ProletarianError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_task_check, unbind_task_check
-from proletarian_ref.job import (
-    DEFAULT_NOTIFY,
-    JobSpec,
-    _at_index,
-    _Enqueuing,
-    _enqueuing,
-    _job_record,
-    _record_stream,
-    announced_queues,
-    batch_unique_keys,
-)
-from proletarian_ref.job_ids import JobIdStrategy
-from proletarian_ref.keywords import DEFAULT_QUEUE
 from proletarian_ref.log import LogFn, stdlib_logger
-from proletarian_ref.serializers import Serializer
-from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName
-from proletarian_ref.unique import UniqueKey, unique_key_of
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
 from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
 from proletarian_ref.worker_settings import job_settings
@@ -150,145 +132,10 @@ def _driver_module(data_source: Any) -> str:
     return module.split(".", 1)[0]
 
 
-async def _caller_connection(conn: Any) -> Any:
-    """`conn`, or the driver connection under a SQLAlchemy AsyncSession or AsyncConnection (in its
-    transaction)."""
-    if is_sqlalchemy(conn):
-        from proletarian_ref.integrations.sqlalchemy import async_driver_connection
-
-        return await async_driver_connection(conn)
-    return conn
-
-
 def _checked(backend: object) -> AsyncBackend:
     if not is_async_backend(backend):
         raise ConfigurationError(f"proletarian_backend() must return an AsyncBackend, got {backend!r}")
     return cast(AsyncBackend, backend)
-
-
-# -- enqueue -------------------------------------------------------------------------------------------
-
-
-async def enqueue(
-    conn: Any,
-    job_type: str,
-    payload: Any,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    process_at: datetime | None = None,
-    process_in: timedelta | None = None,
-    job_table: str | TableName = DEFAULT_JOB_TABLE,
-    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
-    serializer: Serializer | None = None,
-    job_id_strategy: JobIdStrategy | None = None,
-    clock: Clock | None = None,
-    backend: AsyncBackend | None = None,
-    notify: bool = DEFAULT_NOTIFY,
-    unique_key: str | UniqueKey | None = None,
-) -> Any:
-    """proletarian_ref.enqueue, awaited, on the caller's async connection and transaction, never committing.
-
-    `conn` is a psycopg AsyncConnection, an asyncpg connection, an aiomysql Connection, or a SQLAlchemy
-    AsyncSession or AsyncConnection (docs/sqlalchemy.md).
-
-    The same options, checks, errors and row: everything is checked and encoded before the INSERT. A
-    `unique_key` takes the same side table row as the threaded API's (docs/unique.md).
-    """
-    conn = await _caller_connection(conn)
-    active = backend if backend is not None else backend_for_connection(conn)
-    given = _enqueuing(
-        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
-    )
-    setup, check_payload = _awaited_payload_check(given)
-    job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
-    if check_payload is not None:
-        await check_payload(conn, setup.table, setup.archive, record.payload)
-    if unique_key is not None:
-        key = unique_key_of(unique_key)
-        decode = setup.strategy.decode_id
-        held = await enqueued_before(conn, active, setup.table, decode, setup.now, [key], [record.job_id])
-        if held[0] is not None:
-            return held[0]
-    stored_id = await active.enqueue(conn, setup.table, record)
-    if notify:
-        await _announce(conn, active, setup.table, announced_queues(setup, (record,)))
-    return job_id if job_id is not None else setup.strategy.decode_id(stored_id)
-
-
-async def enqueue_many(
-    conn: Any,
-    jobs: Iterable[JobSpec | tuple[str, Any]],
-    *,
-    queue: str = DEFAULT_QUEUE,
-    job_table: str | TableName = DEFAULT_JOB_TABLE,
-    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
-    serializer: Serializer | None = None,
-    job_id_strategy: JobIdStrategy | None = None,
-    clock: Clock | None = None,
-    backend: AsyncBackend | None = None,
-    notify: bool = DEFAULT_NOTIFY,
-) -> list[Any]:
-    """proletarian_ref.enqueue_many, awaited: every job is checked and encoded before any SQL runs, so a
-    bad one (its error's `index` set) writes no job of the batch. A JobSpec's unique_key is claimed as
-    the threaded API claims it: a job whose key a live job holds is answered with that job's id."""
-    conn = await _caller_connection(conn)
-    active = backend if backend is not None else backend_for_connection(conn)
-    given = _enqueuing(
-        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, cast(Backend, active), notify
-    )
-    setup, check_payload = _awaited_payload_check(given)
-    items = jobs if type(jobs) is list or type(jobs) is tuple else list(jobs)
-    keyed = any(type(item) is JobSpec and item.unique_key is not None for item in items)
-    keys = batch_unique_keys(items) if keyed else None
-    ids: list[Any] = []
-    records: list[Any] = []
-    for _ in _record_stream(conn, setup, items, queue, ids, records):
-        pass
-    if not records:
-        return []
-    if check_payload is not None:
-        for index, record in enumerate(records):
-            try:
-                await check_payload(conn, setup.table, setup.archive, record.payload)
-            except ProletarianError as exc:
-                error = _at_index(exc, index)
-                if error is exc:
-                    raise
-                raise error from exc
-    if keys is not None:
-        decode = setup.strategy.decode_id
-        new_ids = [record.job_id for record in records]
-        held = await enqueued_before(conn, active, setup.table, decode, setup.now, keys, new_ids)
-        ids = [own if holder is None else holder for own, holder in zip(ids, held, strict=True)]
-        records = [record for record, holder in zip(records, held, strict=True) if holder is None]
-        if not records:
-            return ids
-    many = getattr(active, "enqueue_many", None)
-    if many is not None:
-        stored = await many(conn, setup.table, records)
-    else:
-        stored = [await active.enqueue(conn, setup.table, record) for record in records]
-    if notify:
-        await _announce(conn, active, setup.table, announced_queues(setup, records))
-    if ids[0] is not None:
-        return ids
-    return [setup.strategy.decode_id(value) for value in stored]
-
-
-def _awaited_payload_check(
-    setup: _Enqueuing,
-) -> tuple[_Enqueuing, Callable[[Any, TableName, TableName, str], Awaitable[None]] | None]:
-    """`setup` without a backend's awaited check_payload (the shared encoding calls it unawaited), and
-    that check, for enqueue to await before its INSERT; (setup, None) for a check that is not awaited."""
-    check = setup.check_payload
-    if check is not None and inspect.iscoroutinefunction(check):
-        return setup._replace(check_payload=None), check
-    return setup, None
-
-
-async def _announce(conn: Any, backend: AsyncBackend, table: TableName, queues: list[str]) -> None:
-    if queues and hasattr(backend, "notify_enqueued"):
-        await cast(AsyncNotifications, backend).notify_enqueued(conn, table, queues)
 
 
 # -- the queue worker ----------------------------------------------------------------------------------

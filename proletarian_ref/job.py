@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, NamedTuple, NoReturn
 
-from proletarian_ref._sync.unique_claims import enqueued_before
-from proletarian_ref.backend import Backend, BatchEnqueue, JobRecord, Notifications, StreamEnqueue
-from proletarian_ref.backends import backend_for_connection, caller_connection
+from proletarian_ref.backend import JobRecord
+from proletarian_ref.backends import backend_for_connection
 from proletarian_ref.clock import Clock, now_from, system_utc
 from proletarian_ref.errors import ConfigurationError, ProletarianError, SerializationError
 from proletarian_ref.job_ids import JobIdStrategy, default_job_id_strategy, random_uuids
-from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
+from proletarian_ref.keywords import to_keyword_text
 from proletarian_ref.serializers import Serializer, create_serializer
-from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
+from proletarian_ref.tables import TableName, table_name
 from proletarian_ref.unique import UniqueKey, unique_key_of
+
+__all__ = [
+    "DEFAULT_NOTIFY",
+    "Job",
+    "JobSpec",
+    "default_serializer",
+    "enqueue",
+    "enqueue_many",
+    "to_process_at",
+]
 
 _DEFAULT_SERIALIZER = create_serializer()
 _new_tuple: Final = tuple.__new__
@@ -74,54 +84,6 @@ def to_process_at(now: datetime, process_at: datetime | None, process_in: timede
     return now
 
 
-def enqueue(
-    conn: Any,
-    job_type: str,
-    payload: Any,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    process_at: datetime | None = None,
-    process_in: timedelta | None = None,
-    job_table: str | TableName = DEFAULT_JOB_TABLE,
-    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
-    serializer: Serializer | None = None,
-    job_id_strategy: JobIdStrategy | None = None,
-    clock: Clock | None = None,
-    backend: Backend | None = None,
-    notify: bool = DEFAULT_NOTIFY,
-    unique_key: str | UniqueKey | None = None,
-) -> Any:
-    """Insert one job on `conn` within its current transaction, never committing; return the job id.
-
-    `conn` is an open DB-API connection (psycopg 3 or PyMySQL), a SQLAlchemy Session or Connection (the
-    job joins its transaction, docs/sqlalchemy.md), or any connection a backend accepts with `backend=`.
-    Everything is checked before the INSERT, so bad input never leaves a half-written job.
-    `archived_job_table` is the archive the queue's workers use (the worker's default unless given): a
-    backend with limited columns (MySQL) refuses a payload that either table's payload column cannot hold.
-    With `notify`, a job due now is announced to listening workers in the same transaction (PostgreSQL
-    NOTIFY: sent at commit, never on rollback); a backend that cannot announce ignores it.
-    With `unique_key` (a str or a UniqueKey), at most one job per key is live: the key is taken in the
-    caller's transaction, and a key a live job holds returns that job's id instead (or raises
-    UniqueKeyHeldError, per UniqueKey.conflict); docs/unique.md.
-    """
-    conn = caller_connection(conn)
-    setup = _enqueuing(
-        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
-    )
-    job_id, record = _job_record(conn, setup, job_type, payload, queue, process_at, process_in)
-    if unique_key is not None:
-        key = unique_key_of(unique_key)
-        held = enqueued_before(
-            conn, setup.backend, setup.table, setup.strategy.decode_id, setup.now, [key], [record.job_id]
-        )
-        if held[0] is not None:
-            return held[0]
-    stored_id = setup.backend.enqueue(conn, setup.table, record)
-    if notify:
-        _announce(conn, setup, (record,))
-    return job_id if job_id is not None else setup.strategy.decode_id(stored_id)
-
-
 class JobSpec(NamedTuple):
     """One job for enqueue_many: what enqueue takes per job, the rest shared by the batch.
 
@@ -138,74 +100,11 @@ class JobSpec(NamedTuple):
     unique_key: str | UniqueKey | None = None
 
 
-def enqueue_many(
-    conn: Any,
-    jobs: Iterable[JobSpec | tuple[str, Any]],
-    *,
-    queue: str = DEFAULT_QUEUE,
-    job_table: str | TableName = DEFAULT_JOB_TABLE,
-    archived_job_table: str | TableName = DEFAULT_ARCHIVED_JOB_TABLE,
-    serializer: Serializer | None = None,
-    job_id_strategy: JobIdStrategy | None = None,
-    clock: Clock | None = None,
-    backend: Backend | None = None,
-    notify: bool = DEFAULT_NOTIFY,
-) -> list[Any]:
-    """Insert `jobs` on `conn` within its current transaction, never committing; return their ids in order.
-
-    Each row is the one enqueue would write for that job, with one `now` (the clock is read once) for the
-    whole batch. `jobs` is read whole before any SQL runs. A bad job raises the error enqueue would, with
-    `index` set to its position and the message starting `jobs[index]:`, and writes no job of the batch:
-    the backend gets the jobs checked and encoded one by one as it writes them (its `enqueue_stream`,
-    which undoes what it wrote and leaves `conn` as it was), or all of them before any SQL runs (its
-    `enqueue_many`). A backend with neither gets an `enqueue` per job. With `notify`, one announcement
-    for the batch (per queue with a job due now) follows the INSERT, as for enqueue.
-    """
-    conn = caller_connection(conn)
-    setup = _enqueuing(
-        conn, job_table, archived_job_table, serializer, job_id_strategy, clock, backend, notify
-    )
-    backend, table = setup.backend, setup.table
-    ids: list[Any] = []
-    records: list[JobRecord] = []
-    if type(jobs) is not list and type(jobs) is not tuple:
-        jobs = list(jobs)
-    if any(type(item) is JobSpec and item.unique_key is not None for item in jobs):
-        return _enqueue_many_unique(conn, setup, jobs, queue, notify)
-    # StreamEnqueue and BatchEnqueue are optional; a backend without either still enqueues, one
-    # statement per job. hasattr, as isinstance of a runtime Protocol costs more than a batch's set-up.
-    if hasattr(backend, "enqueue_stream"):
-        # The caller's iterable is read before any SQL: a generator of theirs may use the connection.
-        items = jobs if type(jobs) is list or type(jobs) is tuple else list(jobs)
-        if not items:
-            return []
-        stream = _record_stream(conn, setup, items, queue, ids, records)
-        stored = cast(StreamEnqueue, backend).enqueue_stream(conn, table, stream)
-        if len(records) != len(items):
-            raise ProletarianError(
-                f"{type(backend).__name__}.enqueue_stream returned after {len(records)} of "
-                f"{len(items)} jobs; the rest were not enqueued"
-            )
-    else:
-        for _ in _record_stream(conn, setup, jobs, queue, ids, records):
-            pass
-        if not records:
-            return []
-        if hasattr(backend, "enqueue_many"):
-            stored = cast(BatchEnqueue, backend).enqueue_many(conn, table, records)
-        else:
-            stored = [backend.enqueue(conn, table, record) for record in records]
-    if notify:
-        _announce(conn, setup, records)
-    if ids[0] is not None:
-        return ids
-    return [setup.strategy.decode_id(value) for value in stored]
-
-
 class _Enqueuing(NamedTuple):
     """What every job of one enqueue or enqueue_many call shares, the options checked and defaulted."""
 
-    backend: Backend
+    # A Backend, or an AsyncBackend for proletarian_ref.aio (both APIs' code reads it: _async/enqueue.py).
+    backend: Any
     table: TableName
     archive: TableName
     serializer: Serializer
@@ -215,14 +114,17 @@ class _Enqueuing(NamedTuple):
     check_payload: Callable[[Any, TableName, TableName, str], None] | None
     # The default strategies' ids in blocks (job_ids.random_uuids), or None: strategy.generate_id per job.
     random_ids: Iterator[tuple[Any, Any]] | None
+    # An AsyncBackend's check_payload when it is a coroutine function, which the encoding cannot await:
+    # enqueue awaits it before the INSERT (check_payload is None then).
+    awaited_check: Callable[[Any, TableName, TableName, str], Awaitable[None]] | None
 
 
 # The checked options of the calls that leave backend, serializer and job_id_strategy to the library, by
 # connection type and the two table names as given: parsing both names, finding the backend and making
 # the id strategy again on every call was a tenth of enqueue's client instructions. Values only (types,
 # names, the library's own backends), never a connection or anything of the caller's.
-_DefaultSetup = tuple[Backend, TableName, TableName, JobIdStrategy, Any]
-_DEFAULT_SETUPS: dict[tuple[type, object, object], _DefaultSetup] = {}
+_DefaultSetup = tuple[Any, TableName, TableName, JobIdStrategy, Any, Any]
+_DEFAULT_SETUPS: dict[tuple[object, type, object, object], _DefaultSetup] = {}
 _DEFAULT_SETUPS_MAX: Final = 256
 
 
@@ -233,9 +135,12 @@ def _enqueuing(
     serializer: Serializer | None,
     job_id_strategy: JobIdStrategy | None,
     clock: Clock | None,
-    backend: Backend | None,
+    backend: Any,
     notify: object,
+    find_backend: Callable[[Any], Any] = backend_for_connection,
 ) -> _Enqueuing:
+    """The options of one enqueue call, checked and defaulted; `find_backend` finds the backend `conn`
+    needs when none is given (proletarian_ref.aio's finds an AsyncBackend)."""
     if not isinstance(notify, bool):
         raise ConfigurationError(f"notify must be True or False, got {notify!r}")
     if (
@@ -245,7 +150,8 @@ def _enqueuing(
         # A connection that names its own backend may name another each time.
         and not callable(getattr(conn, "proletarian_backend", None))
     ):
-        key = (type(conn), job_table, archived_job_table)
+        # Each API's own backends: a connection type one of them refuses is never the other's cached answer.
+        key = (find_backend, type(conn), job_table, archived_job_table)
         try:
             known = _DEFAULT_SETUPS.get(key)
             cacheable = True
@@ -254,23 +160,24 @@ def _enqueuing(
         if known is None:
             table = table_name(job_table, option="job_table")
             archive = table_name(archived_job_table, option="archived_job_table")
-            backend = backend_for_connection(conn)
+            backend = find_backend(conn)
             strategy = default_job_id_strategy(backend.dialect)
-            known = (backend, table, archive, strategy, getattr(backend, "check_payload", None))
+            known = (backend, table, archive, strategy, *_payload_checks(backend))
             if cacheable and len(_DEFAULT_SETUPS) < _DEFAULT_SETUPS_MAX:
                 _DEFAULT_SETUPS[key] = known
-        backend, table, archive, strategy, check_payload = known
+        backend, table, archive, strategy, check_payload, awaited_check = known
         # now_from(system_utc) is this, less a call.
         now = datetime.now(UTC) if clock is None else now_from(clock)
         ids = random_uuids(strategy)
         return _Enqueuing._make(
-            (backend, table, archive, _DEFAULT_SERIALIZER, strategy, now, check_payload, ids)
+            (backend, table, archive, _DEFAULT_SERIALIZER, strategy, now, check_payload, ids, awaited_check)
         )
     table = table_name(job_table, option="job_table")
     archive = table_name(archived_job_table, option="archived_job_table")
     if backend is None:
-        backend = backend_for_connection(conn)
+        backend = find_backend(conn)
     strategy = job_id_strategy if job_id_strategy is not None else default_job_id_strategy(backend.dialect)
+    check_payload, awaited_check = _payload_checks(backend)
     return _Enqueuing(
         backend,
         table,
@@ -278,9 +185,18 @@ def _enqueuing(
         serializer if serializer is not None else _DEFAULT_SERIALIZER,
         strategy,
         now_from(clock if clock is not None else system_utc),
-        getattr(backend, "check_payload", None),
+        check_payload,
         random_uuids(strategy),
+        awaited_check,
     )
+
+
+def _payload_checks(backend: Any) -> tuple[Any, Any]:
+    """The backend's check_payload (the optional PayloadLimits) as (called, awaited): one of them, or none."""
+    check = getattr(backend, "check_payload", None)
+    if check is not None and inspect.iscoroutinefunction(check):
+        return None, check
+    return check, None
 
 
 def _record_stream(
@@ -311,41 +227,13 @@ def _record_stream(
                 conn, setup, job_type, payload, job_queue, process_at, process_in, ids[0] if ids else _NO_ID
             )
         except ProletarianError as exc:
-            error = _at_index(exc, index)
-            if error is exc:
-                raise
-            raise error from exc
+            _raise_at_index(exc, index)
         ids.append(job_id)
         records.append(record)
         yield record
 
 
 _NO_ID: Final = object()
-
-
-def _enqueue_many_unique(
-    conn: Any, setup: _Enqueuing, items: Sequence[JobSpec | tuple[str, Any]], queue: str, notify: bool
-) -> list[Any]:
-    """enqueue_many of a batch with unique keys: the keys claimed (unique.py), then the jobs they allow."""
-    ids: list[Any] = []
-    records: list[JobRecord] = []
-    keys = batch_unique_keys(items)
-    for _ in _record_stream(conn, setup, items, queue, ids, records):
-        pass
-    decode = setup.strategy.decode_id
-    held = enqueued_before(
-        conn, setup.backend, setup.table, decode, setup.now, keys, [r.job_id for r in records]
-    )
-    new = [record for record, holder in zip(records, held, strict=True) if holder is None]
-    if new:
-        if hasattr(setup.backend, "enqueue_many"):
-            cast(BatchEnqueue, setup.backend).enqueue_many(conn, setup.table, new)
-        else:
-            for record in new:
-                setup.backend.enqueue(conn, setup.table, record)
-        if notify:
-            _announce(conn, setup, new)
-    return [own if holder is None else holder for own, holder in zip(ids, held, strict=True)]
 
 
 def batch_unique_keys(items: Sequence[JobSpec | tuple[str, Any]]) -> list[UniqueKey | None]:
@@ -356,10 +244,7 @@ def batch_unique_keys(items: Sequence[JobSpec | tuple[str, Any]]) -> list[Unique
             given = item.unique_key if type(item) is JobSpec else None
             keys.append(None if given is None else unique_key_of(given))
         except ProletarianError as exc:
-            error = _at_index(exc, index)
-            if error is exc:
-                raise
-            raise error from exc
+            _raise_at_index(exc, index)
     return keys
 
 
@@ -370,16 +255,6 @@ def _strategy_id(strategy: JobIdStrategy, first_id: Any) -> tuple[Any, Any]:
     if first_id is not _NO_ID and (job_id is None) != (first_id is None):
         raise ConfigurationError("job_id_strategy returned None for some jobs and an id for others")
     return job_id, stored_id
-
-
-def _announce(conn: Any, setup: _Enqueuing, records: Iterable[JobRecord]) -> None:
-    """Announce the queues of the jobs due now; a job for later would only wake a worker to find nothing."""
-    # Notifications is optional. hasattr, as isinstance of a runtime Protocol costs more than enqueue.
-    if not hasattr(setup.backend, "notify_enqueued"):
-        return
-    queues = announced_queues(setup, records)
-    if queues:
-        cast(Notifications, setup.backend).notify_enqueued(conn, setup.table, queues)
 
 
 def announced_queues(setup: _Enqueuing, records: Iterable[JobRecord]) -> list[str]:
@@ -396,14 +271,19 @@ def _job_spec(item: Any) -> JobSpec:
     raise ConfigurationError(f"a job must be a JobSpec or a (job_type, payload) tuple, not {what}")
 
 
-def _at_index(exc: ProletarianError, index: int) -> ProletarianError:
-    """`exc` again, as its own type, with the message and `index` naming the job it was about."""
+def _raise_at_index(exc: ProletarianError, index: int) -> NoReturn:
+    """Raise `exc` again, as its own type (from `exc`), with the message and `index` naming the job it was
+    about; called in the block handling `exc`."""
+    error: ProletarianError | None
     try:
         error = type(exc)(f"jobs[{index}]: {exc}")
     except TypeError:  # an exception class with other arguments: the original, marked
-        error = exc
+        error = None
+    if error is None:
+        exc.index = index
+        raise exc  # outside the except TypeError block, so the TypeError is not its context
     error.index = index
-    return error
+    raise error from exc
 
 
 def _job_record(
@@ -422,7 +302,7 @@ def _job_record(
     for all of a batch or for none of it.
     """
     # One unpacking: a NamedTuple's field by name is a descriptor call each.
-    _, table, archive, serializer, strategy, now, check_payload, random_ids = setup
+    _, table, archive, serializer, strategy, now, check_payload, random_ids, _ = setup
     # A plain str is its keyword text's cache key as it is (to_keyword_text makes sure of that).
     job_type_text = _KEYWORD_TEXTS.get(job_type) if type(job_type) is str else None
     if job_type_text is None:
@@ -494,3 +374,8 @@ def _checked_payload_text(text: Any) -> str:
                 f"{exc.start}), which no database column can store"
             ) from None
     return text
+
+
+# The I/O, generated from proletarian_ref/_async/enqueue.py (which imports the functions above): last, so
+# that they exist when it does.
+from proletarian_ref._sync.enqueue import enqueue, enqueue_many  # noqa: E402

@@ -22,7 +22,7 @@ from conformance import builtin
 from conformance.harness import SqlHarness
 from proletarian_ref import process_next_job
 from proletarian_ref.backend import ArchivedJobRecord, JobRecord
-from proletarian_ref.cli import main
+from proletarian_ref.cli import ExitCode, main
 from proletarian_ref.cli.demo import RETRIES, plan
 
 TESTS_DIR: Final = Path(__file__).resolve().parent
@@ -233,3 +233,40 @@ def sigterm_to_self() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def stop_once_its_job_fails_at_the_bound(
+    database: Target, process: subprocess.Popen[str], timeout: float
+) -> str:
+    """--job-timeout-ms on a worker command (threaded or asyncio) running one job past the bound: wait for
+    the job to be archived as a failure, then SIGTERM; the stderr of the worker, which ran on and exits 0."""
+    try:
+        wait_for(
+            lambda: [job.status for job in database.archived_jobs()] == [":failure"],
+            timeout=timeout,
+            what="the job to fail at its bound",
+            process=process,
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert "proletarian.worker/job-timed-out" in err and "JobTimeoutError" in err
+    assert database.jobs() == []
+    return err
+
+
+def interrupt_twice(database: Target, process: subprocess.Popen[str], started: Path, timeout: float) -> str:
+    """A worker command (threaded or asyncio) whose job has `started`, SIGTERM then, while it drains,
+    SIGINT: it exits 130 at once, its job as it was before the attempt (its transaction never committed).
+    The worker's stderr."""
+    wait_for(started.exists, timeout=timeout, what="the job to start", process=process)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # the second signal comes while the first drains
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
+    assert job.attempts == 0
+    assert database.archived_jobs() == []
+    return err

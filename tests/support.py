@@ -60,6 +60,15 @@ class RecordingLog:
             return [data for name, data in self.events if name == event]
 
 
+def has_started(marker: Path) -> bool:
+    """Whether a worker process's handler has written its "started" line to `marker`.
+
+    Not marker.exists(): open(marker, "a") creates the file before its line is written, and a SIGKILL in
+    between left an empty marker in a clean-clone CI run.
+    """
+    return marker.exists() and marker.read_text() == "started\n"
+
+
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02) -> bool:
     """Poll `condition` until it holds or `timeout` seconds pass; the caller asserts on the result."""
     deadline = time.monotonic() + timeout

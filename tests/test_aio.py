@@ -1,16 +1,17 @@
-"""proletarian_ref.aio on psycopg's AsyncConnection: the sync API's rows, promises and errors."""
+"""proletarian_ref.aio on psycopg's AsyncConnection: the sync API's promises and errors (its rows and the
+jobs both APIs run: tests/test_aio_each_database.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from support import FakeClock, RecordingLog
+from aio_support import run
+from support import RecordingLog
 
 import proletarian_ref as pr
 from conformance.harness import SqlHarness
@@ -24,74 +25,9 @@ from proletarian_ref.retry import RetryStrategy
 pytestmark = pytest.mark.postgresql
 
 
-class _Ids:
-    """A job_id_strategy that hands out the same ids to each API, so whole rows can be compared."""
-
-    def __init__(self) -> None:
-        self._n = 0
-
-    def generate_id(self) -> uuid.UUID:
-        self._n += 1
-        return uuid.UUID(int=self._n)
-
-    def encode_id(self, job_id: uuid.UUID) -> uuid.UUID:
-        return job_id
-
-    def decode_id(self, stored: Any) -> uuid.UUID:
-        return stored if isinstance(stored, uuid.UUID) else uuid.UUID(str(stored))
-
-
 @pytest.fixture
 def pg(pg_db: SqlHarness, pg_dsn: str) -> Iterator[tuple[SqlHarness, str]]:
     yield pg_db, pg_dsn
-
-
-def run(coroutine: Awaitable[Any]) -> Any:
-    return asyncio.run(_awaited(coroutine))
-
-
-async def _awaited(coroutine: Awaitable[Any]) -> Any:
-    return await coroutine
-
-
-def _raw_rows(db: SqlHarness, table: str) -> list[tuple[Any, ...]]:
-    """Every column as stored, as text: what 'a row does not tell which API wrote it' compares."""
-    conn = db.connect()
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(f"SELECT t::text FROM {table} t ORDER BY job_id")
-            return list(cursor.fetchall())
-    finally:
-        conn.rollback()
-        conn.close()
-
-
-def _sync_enqueue_all(db: SqlHarness, clock: FakeClock) -> None:
-    conn = db.connect()
-    options = {"job_id_strategy": _Ids(), "clock": clock, **db.table_options}
-    enqueue(conn, "send-email", {"to": "a@example.com", "n": 1}, queue="mail", **options)
-    enqueue_many(conn, [("a", [1, 2]), JobSpec("b", "text", queue="other")], **options)
-    conn.commit()
-    conn.close()
-
-
-async def _async_enqueue_all(db: SqlHarness, dsn: str, clock: FakeClock) -> None:
-    async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        options = {"job_id_strategy": _Ids(), "clock": clock, **db.table_options}
-        await aio.enqueue(conn, "send-email", {"to": "a@example.com", "n": 1}, queue="mail", **options)
-        await aio.enqueue_many(conn, [("a", [1, 2]), JobSpec("b", "text", queue="other")], **options)
-        await conn.commit()
-
-
-def test_async_enqueue_writes_the_rows_the_sync_api_writes(pg: tuple[SqlHarness, str]) -> None:
-    db, dsn = pg
-    clock = FakeClock()
-    _sync_enqueue_all(db, clock)
-    written_by_sync = _raw_rows(db, db.job_table)
-    db.clear()
-    run(_async_enqueue_all(db, dsn, clock))
-    assert len(written_by_sync) == 3
-    assert _raw_rows(db, db.job_table) == written_by_sync
 
 
 def test_async_enqueue_joins_the_callers_transaction_and_never_commits(pg: tuple[SqlHarness, str]) -> None:
@@ -136,33 +72,6 @@ def test_async_enqueue_refuses_a_sync_connection_clearly(pg: tuple[SqlHarness, s
 
 def _factory(dsn: str) -> Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]:
     return functools.partial(psycopg.AsyncConnection.connect, dsn)
-
-
-def test_jobs_of_each_api_are_run_by_the_other(pg: tuple[SqlHarness, str]) -> None:
-    db, dsn = pg
-    seen: list[tuple[str, Any]] = []
-    conn = db.connect()
-    enqueue(conn, "from-sync", 1, **db.table_options)
-    conn.commit()
-    conn.close()
-
-    async def handler(job_type: str, payload: Any) -> None:
-        await asyncio.sleep(0)
-        seen.append((job_type, payload))
-
-    assert run(aio.process_next_job(_factory(dsn), handler, **db.table_options)) is True
-
-    async def enqueue_async() -> None:
-        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
-            await aio.enqueue(aconn, "from-async", 2, **db.table_options)
-            await aconn.commit()
-
-    run(enqueue_async())
-    ran = process_next_job(db.data_source, lambda t, p: seen.append((t, p)), **db.table_options)
-    assert ran is True
-    assert seen == [("from-sync", 1), ("from-async", 2)]
-    archived = sorted((job.job_type, job.status) for job in db.archived_jobs())
-    assert archived == [(":from-async", ":success"), (":from-sync", ":success")]
 
 
 def test_the_async_worker_runs_coroutine_handlers_in_their_jobs_transaction(
@@ -463,3 +372,29 @@ def test_a_stored_time_python_cannot_hold_is_read_as_the_nearest_by_the_async_ba
     # Without the lenient reading the claim fails on every poll, and the oldest job blocks its queue.
     assert run(aio.process_next_job(_factory(dsn), handler, handler_fn_mode="advanced", **db.table_options))
     assert [job.enqueued_at for job in jobs] == [datetime.min.replace(tzinfo=UTC)]
+
+
+def test_interrupt_ends_a_listeners_wait_under_way_not_at_its_timeout(pg: tuple[SqlHarness, str]) -> None:
+    # stop() interrupts the listener: before this, the wait sat out its listen tick (5 s), once a stop, and
+    # the conformance suite's drains over the bridge spent most of their time there.
+    db, dsn = pg
+
+    async def main() -> tuple[bool, bool]:
+        backend = AsyncPostgresBackend(functools.partial(psycopg.AsyncConnection.connect, dsn))
+        listener = await backend.listen(db.table_options["job_table"], "interrupted/queue")
+        try:
+            waiting = asyncio.create_task(listener.wait(3600))
+            await asyncio.sleep(0.2)
+            listener.interrupt()
+            # An hour's wait that ends here ended because of interrupt(); the bound only keeps a broken
+            # interrupt from hanging the run.
+            done, _ = await asyncio.wait({waiting}, timeout=60)
+            ended = waiting in done
+            if not ended:
+                waiting.cancel()
+            again = await listener.wait(3600)  # after interrupt(), every wait returns at once
+            return ended and not waiting.result(), again
+        finally:
+            await listener.close()
+
+    assert run(main()) == (True, False)

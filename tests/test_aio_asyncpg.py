@@ -7,8 +7,10 @@ from typing import Any
 
 import asyncpg
 import pytest
+from aio_support import SequentialIds as _Ids
+from aio_support import pg_raw_rows as _raw_rows
+from aio_support import run
 from support import FakeClock
-from test_aio import _Ids, _raw_rows, run
 from test_aio_unique import _sync_keyed, _unique_key_table_rows
 
 from conformance.harness import SqlHarness

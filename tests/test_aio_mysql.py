@@ -1,16 +1,14 @@
-"""proletarian_ref.aio on aiomysql: the sync MySQL API's rows, its worker's promises, and jobs of each API
-run by the other."""
+"""proletarian_ref.aio on aiomysql: its transaction and session left as they were, and its worker's promises
+(the rows and the jobs both APIs run: tests/test_aio_each_database.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Awaitable
 from typing import Any
 
 import aiomysql
 import pytest
-from support import FakeClock
+from aio_support import SequentialIds, run
 
 from conformance.harness import SqlHarness
 from proletarian_ref import aio, enqueue, enqueue_many, process_next_job
@@ -20,74 +18,8 @@ from proletarian_ref.backends.mysql_async import (
     aiomysql_connection_factory,
 )
 from proletarian_ref.errors import ConfigurationError, PayloadTooLargeError, ShutdownTimeoutError
-from proletarian_ref.job import JobSpec
 
 pytestmark = pytest.mark.mysql
-
-
-class _Ids:
-    """A job_id_strategy that hands out the same ids to each API, stored as MySQL's BINARY(16)."""
-
-    def __init__(self) -> None:
-        self._n = 0
-
-    def generate_id(self) -> uuid.UUID:
-        self._n += 1
-        return uuid.UUID(int=self._n)
-
-    def encode_id(self, job_id: uuid.UUID) -> bytes:
-        return job_id.bytes
-
-    def decode_id(self, stored: Any) -> uuid.UUID:
-        return uuid.UUID(bytes=bytes(stored))
-
-
-def run(coroutine: Awaitable[Any]) -> Any:
-    async def awaited() -> Any:
-        return await coroutine
-
-    return asyncio.run(awaited())
-
-
-def _raw_rows(db: SqlHarness, table: str) -> list[tuple[Any, ...]]:
-    """Every column's stored bytes (times as the server's text in UTC): what 'a row does not tell which
-    API wrote it' compares."""
-    columns = ", ".join(
-        f"HEX(CAST({column} AS BINARY))"
-        for column in ("job_id", "queue", "job_type", "payload", "attempts", "enqueued_at", "process_at")
-    )
-    return db.select(f"SELECT {columns} FROM {table} ORDER BY job_id")
-
-
-def _sync_enqueue_all(db: SqlHarness, clock: FakeClock) -> None:
-    conn = db.connect()
-    options = {"job_id_strategy": _Ids(), "clock": clock, **db.table_options}
-    enqueue(conn, "send-email", {"to": "a@example.com", "n": 1, "q": "it's"}, queue="mail", **options)
-    enqueue_many(conn, [("a", [1, 2]), JobSpec("b", "text\n\\ é", queue="other")], **options)
-    conn.commit()
-    conn.close()
-
-
-async def _async_enqueue_all(db: SqlHarness, dsn: str, clock: FakeClock) -> None:
-    conn = await aiomysql.connect(**aiomysql_connect_kwargs(dsn))
-    try:
-        options = {"job_id_strategy": _Ids(), "clock": clock, **db.table_options}
-        payload = {"to": "a@example.com", "n": 1, "q": "it's"}
-        await aio.enqueue(conn, "send-email", payload, queue="mail", **options)
-        await aio.enqueue_many(conn, [("a", [1, 2]), JobSpec("b", "text\n\\ é", queue="other")], **options)
-        await conn.commit()
-    finally:
-        conn.close()
-
-
-def test_async_enqueue_writes_the_bytes_the_sync_api_writes(mysql_db: SqlHarness, mysql_dsn: str) -> None:
-    clock = FakeClock()
-    _sync_enqueue_all(mysql_db, clock)
-    written_by_sync = _raw_rows(mysql_db, mysql_db.job_table)
-    mysql_db.clear()
-    run(_async_enqueue_all(mysql_db, mysql_dsn, clock))
-    assert len(written_by_sync) == 3
-    assert _raw_rows(mysql_db, mysql_db.job_table) == written_by_sync
 
 
 def test_async_enqueue_joins_the_callers_transaction_and_leaves_its_session(
@@ -138,7 +70,7 @@ def test_async_enqueue_refuses_a_payload_the_column_cannot_hold_and_writes_nothi
 def test_async_enqueue_many_refuses_database_generated_ids_on_mysql(
     mysql_db: SqlHarness, mysql_dsn: str
 ) -> None:
-    class Generated(_Ids):
+    class Generated(SequentialIds):
         def generate_id(self) -> Any:
             return None
 
@@ -155,36 +87,6 @@ def test_async_enqueue_many_refuses_database_generated_ids_on_mysql(
 
     run(scenario())
     assert mysql_db.jobs() == []
-
-
-def test_jobs_of_each_api_are_run_by_the_other(mysql_db: SqlHarness, mysql_dsn: str) -> None:
-    seen: list[tuple[str, Any]] = []
-    conn = mysql_db.connect()
-    enqueue(conn, "from-sync", 1, **mysql_db.table_options)
-    conn.commit()
-    conn.close()
-
-    async def handler(job_type: str, payload: Any) -> None:
-        await asyncio.sleep(0)
-        seen.append((job_type, payload))
-
-    factory = aiomysql_connection_factory(mysql_dsn)
-    assert run(aio.process_next_job(factory, handler, **mysql_db.table_options)) is True
-
-    async def enqueue_async() -> None:
-        aconn = await factory()
-        try:
-            await aio.enqueue(aconn, "from-async", 2, **mysql_db.table_options)
-            await aconn.commit()
-        finally:
-            aconn.close()
-
-    run(enqueue_async())
-    ran = process_next_job(mysql_db.data_source, lambda t, p: seen.append((t, p)), **mysql_db.table_options)
-    assert ran is True
-    assert seen == [("from-sync", 1), ("from-async", 2)]
-    archived = sorted((job.job_type, job.status) for job in mysql_db.archived_jobs())
-    assert archived == [(":from-async", ":success"), (":from-sync", ":success")]
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from support import RecordingLog, enqueue_committed, wait_until
+from support import RecordingLog, enqueue_committed, has_started, wait_until
 
 import proletarian_ref
 from conformance.harness import SqlHarness
@@ -113,7 +113,7 @@ def test_a_signal_with_the_async_hook_drains_gives_back_or_releases_then_exits_1
     enqueue_committed(db, "fault/terminated", "payload")
     process, marker, unwound = _start(db, pg_dsn, tmp_path, mode)
     try:
-        assert wait_until(marker.exists, timeout=30), "the worker process never started the job"
+        assert wait_until(lambda: has_started(marker), timeout=30), "the worker process never started the job"
         process.send_signal(signum)
         code, events, err = _finish(process)
     finally:

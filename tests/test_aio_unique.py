@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from typing import Any
 
 import psycopg
 import pytest
+from aio_support import SequentialIds as _Ids
+from aio_support import pg_raw_rows as _raw_rows
+from aio_support import run
 from support import FakeClock
-from test_aio import _Ids, _raw_rows
 
 from conformance.harness import SqlHarness
 from conformance.side_tables import harness_payload, prepare
@@ -19,13 +19,6 @@ from proletarian_ref.tables import table_name
 from proletarian_ref.unique import UniqueKey, UniqueKeyHeldError
 
 pytestmark = pytest.mark.postgresql
-
-
-def run(coroutine: Awaitable[Any]) -> Any:
-    async def awaited() -> Any:
-        return await coroutine
-
-    return asyncio.run(awaited())
 
 
 def _unique_key_table_rows(db: SqlHarness) -> list[tuple[Any, ...]]:

@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import Target, isolate, run, start_cli, subprocess_env, target, wait_for
+from cli_support import (
+    Target,
+    interrupt_twice,
+    isolate,
+    run,
+    start_cli,
+    stop_once_its_job_fails_at_the_bound,
+    subprocess_env,
+    target,
+    wait_for,
+)
 
 from proletarian_ref.cli import ExitCode
 
@@ -106,20 +115,8 @@ def test_job_timeout_ms_cancels_a_coroutine_past_its_bound_and_fails_its_job(
     process = _start_worker(
         database, "sleeps_async", "--job-timeout-ms", "200", "--job-timeout-grace-ms", "100"
     )
-    try:
-        wait_for(
-            lambda: [a.status for a in database.archived_jobs()] == [":failure"],
-            timeout=60,
-            what="the job to fail at its bound",
-            process=process,
-        )
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
-    assert process.returncode == ExitCode.OK, err
-    assert "proletarian.worker/job-timed-out" in err and "JobTimeoutError" in err
+    stop_once_its_job_fails_at_the_bound(database, process, timeout=60)
     assert not Path(str(marker) + ".finished").exists()
-    assert database.jobs() == []
 
 
 @on_postgresql
@@ -129,16 +126,8 @@ def test_a_second_signal_ends_the_asyncio_worker_at_once_with_130(
     marker = tmp_path / "started"
     _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
     process = _start_worker(database, "sleeps_async")  # a 10 s shutdown timeout: the signal cuts it short
-    wait_for(marker.exists, timeout=60, what="the job to start", process=process)
-    process.send_signal(signal.SIGTERM)
-    time.sleep(0.5)  # as the threaded command's test: the second signal comes while the first drains
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=30)
-    assert process.returncode == ExitCode.INTERRUPTED, err
+    err = interrupt_twice(database, process, marker, timeout=60)
     assert "interrupted" in err
-    [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
-    assert job.attempts == 0
-    assert database.archived_jobs() == []
 
 
 @pytest.mark.parametrize("database", ["mysql"], indirect=True)

@@ -18,11 +18,13 @@ from cli_support import (
     Target,
     drop_tables,
     harness_for,
+    interrupt_twice,
     isolate,
     parametrize_dialects,
     run,
     sigterm_to_self,  # noqa: F401 (a fixture, used by name)
     start_cli,
+    stop_once_its_job_fails_at_the_bound,
     subprocess_env,
     table_names,
     target,
@@ -371,19 +373,7 @@ def test_job_timeout_ms_fails_a_job_that_runs_past_it_with_job_timeout_error(
     marker = tmp_path / "started"
     _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
     process = _start_worker(database, "honours_stop", "--job-timeout-ms", "300", "--log-level", "warning")
-    try:
-        wait_for(
-            lambda: [job.status for job in database.archived_jobs()] == [":failure"],
-            timeout=30,
-            what="the job to fail at its bound",
-            process=process,
-        )
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
-    assert process.returncode == ExitCode.OK, err
-    assert "proletarian.worker/job-timed-out" in err and "JobTimeoutError" in err
-    assert database.jobs() == []
+    stop_once_its_job_fails_at_the_bound(database, process, timeout=30)
 
 
 def test_a_second_signal_exits_at_once(
@@ -392,14 +382,7 @@ def test_a_second_signal_exits_at_once(
     marker = tmp_path / "started"
     _enqueue(capsys, database, {"marker": str(marker), "seconds": 20})
     process = _start_worker(database, "ignores_stop")
-    wait_for(marker.exists, timeout=30, what="the job to start", process=process)
-    process.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=15)
-    assert process.returncode == ExitCode.INTERRUPTED, err
-    [job] = database.jobs()
-    assert job.attempts == 0
+    interrupt_twice(database, process, marker, timeout=30)
 
 
 @pytest.mark.usefixtures("sigterm_to_self")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import RecordingLog, enqueue_committed, wait_until
+from support import RecordingLog, enqueue_committed, has_started, wait_until
 
 import proletarian_ref
 from conformance.harness import Harness, SqlHarness
@@ -118,7 +118,7 @@ def test_a_job_whose_worker_process_is_killed_runs_on_another_worker_once(
     enqueue_committed(db, "fault/killed", "payload")
     process, marker = start_worker_process(db, request, tmp_path, "stubborn")
     try:
-        assert wait_until(marker.exists, timeout=30), "the worker process never started the job"
+        assert wait_until(lambda: has_started(marker), timeout=30), "the worker process never started the job"
         process.send_signal(signal.SIGKILL)
         code, _, _ = finish(process)
         assert code == -signal.SIGKILL
@@ -149,7 +149,7 @@ def test_sigterm_with_the_shutdown_hook_drains_interrupts_or_releases_the_job(
     enqueue_committed(db, "fault/terminated", "payload")
     process, marker = start_worker_process(db, request, tmp_path, mode)
     try:
-        assert wait_until(marker.exists, timeout=30)
+        assert wait_until(lambda: has_started(marker), timeout=30)
         process.send_signal(signal.SIGTERM)
         code, events, err = finish(process)
     finally:

@@ -50,6 +50,23 @@ def caller_connection(conn: Any) -> Any:
     return conn
 
 
+async def acaller_connection(conn: Any) -> Any:
+    """caller_connection for proletarian_ref.aio: `conn`, or the driver connection under a SQLAlchemy
+    AsyncSession or AsyncConnection, in its transaction."""
+    if _driver_of(conn) == "sqlalchemy":
+        from proletarian_ref.integrations.sqlalchemy import async_driver_connection
+
+        return await async_driver_connection(conn)
+    return conn
+
+
+def abackend_for_connection(conn: Any) -> Any:
+    """backend_for_connection for proletarian_ref.aio: the AsyncBackend that runs its enqueue on `conn`."""
+    from proletarian_ref.aio import backend_for_connection as async_backend_for_connection
+
+    return async_backend_for_connection(conn)
+
+
 def dialect_of_connection(conn: Any) -> str:
     driver = _driver_of(conn)
     if driver in ("psycopg", "psycopg_pool"):

@@ -101,7 +101,9 @@ class AsyncpgBackend(AsyncPostgresBackend):
     async def enqueue_many(self, conn: Any, job_table: TableName, jobs: Sequence[JobRecord]) -> list[Any]:
         return await self._enqueuer.enqueue_many(await _raw(conn), job_table, jobs)
 
-    async def listen(self, job_table: TableName, queue: str, data_source: Any = None) -> AsyncpgListener:
+    async def listen(
+        self, job_table: TableName, queue: str, data_source: Any = None
+    ) -> AsyncPostgresListener:
         source = data_source if data_source is not None else self._data_source
         session = await self._session(source, autocommit=True)
         try:
@@ -109,16 +111,7 @@ class AsyncpgBackend(AsyncPostgresBackend):
         except BaseException:
             await session.close()
             raise
-        return AsyncpgListener(session, notification_payload(queue))
-
-
-class AsyncpgListener(AsyncPostgresListener):
-    """AsyncPostgresListener on an AsyncpgSession, whose interrupt() also ends the wait under way: without
-    it a worker's stop() waits out the listener's tick (5 s) on every stop."""
-
-    def interrupt(self) -> None:
-        super().interrupt()
-        self._conn.wake()
+        return AsyncPostgresListener(session, notification_payload(queue))
 
 
 class _Result:

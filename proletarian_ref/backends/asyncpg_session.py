@@ -20,10 +20,6 @@ class Notify(NamedTuple):
     pid: int
 
 
-# Put in a listening session's queue by wake(): ends the notifies() that waits, as a timeout would.
-_WAKE = Notify("", "", -1)
-
-
 class AsyncpgSession:
     """An asyncpg Connection (or a pool's connection proxy) seen as a psycopg AsyncConnection.
 
@@ -122,12 +118,6 @@ class AsyncpgSession:
         self.raw.add_termination_listener(lambda _conn: queue.put_nowait(None))
         self._notifies = queue
 
-    def wake(self) -> None:
-        """End a notifies() waiting now (or the next one) at once: the worker's stop() is not to wait out
-        the listener's tick. Called on the loop's thread (the listener's interrupt())."""
-        if self._notifies is not None:
-            self._notifies.put_nowait(_WAKE)
-
     async def notifies(self, *, timeout: float) -> AsyncIterator[Notify]:
         """The notifications that come within `timeout` seconds, as psycopg's notifies(timeout=)."""
         queue = self._notifies
@@ -147,8 +137,6 @@ class AsyncpgSession:
                 return
             if notify is None:
                 raise TransientDatabaseError("the listening connection was closed by the server")
-            if notify is _WAKE:
-                return
             yield notify
 
 

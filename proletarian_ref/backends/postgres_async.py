@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -146,6 +147,7 @@ class AsyncPostgresListener:
         self._conn = conn
         self._payload = payload
         self._interrupted = False
+        self._stop: asyncio.Event | None = None
 
     @property
     def session(self) -> int:
@@ -154,11 +156,33 @@ class AsyncPostgresListener:
         return int(self._conn.info.backend_pid)
 
     def interrupt(self) -> None:
+        """End the wait under way at once (called on the listener's loop): stop() must not sit out the
+        rest of a listen tick, which cost the threaded worker over the bridge up to 5 s a stop."""
         self._interrupted = True
+        if self._stop is not None:
+            self._stop.set()
 
     async def wait(self, timeout: float) -> bool:
         if self._interrupted:
             return False
+        if self._stop is None:
+            # Made here, on the loop that waits, not in __init__ (which may run elsewhere).
+            self._stop = asyncio.Event()
+        notified = asyncio.ensure_future(self._notified(timeout))
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({notified, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not notified.done():
+                # Interrupted (or cancelled): the connection is being closed, its read need not finish.
+                notified.cancel()
+                # asyncio.wait, not `await notified`: the read's own CancelledError is not ours to raise,
+                # and a cancellation of this task meanwhile still propagates.
+                await asyncio.wait({notified})
+        return notified.result() if not notified.cancelled() else False
+
+    async def _notified(self, timeout: float) -> bool:
         try:
             async for notify in self._conn.notifies(timeout=timeout):
                 if notify.payload == self._payload:

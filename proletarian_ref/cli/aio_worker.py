@@ -19,7 +19,6 @@ from proletarian_ref.cli.errors import ExitCode, UsageError
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.cli.periodic import running_scheduler
 from proletarian_ref.errors import ShutdownTimeoutError
-from proletarian_ref.log import stdlib_logger
 
 # How long to wait for a worker that stops itself (after a polling error) beyond its own shutdown timeout.
 _SELF_STOP_MARGIN_S: Final = 5.0
@@ -120,23 +119,11 @@ def async_data_source(db: Database, size: int) -> Any:
 # -- running -------------------------------------------------------------------------------------------
 
 
-class AsyncWorkerRun:
+class AsyncWorkerRun(worker.StopRules[asyncio.Event]):
     """An asyncio queue worker under the CLI's stop rules: a signal, or an error that stops it itself."""
 
     def __init__(self, stop_requested: asyncio.Event) -> None:
-        # Shared by the workers of one command, so one signal (or one worker's error) stops them all.
-        self.stop_requested = stop_requested
-        self.shut_down = asyncio.Event()
-        self.error: BaseException | None = None
-
-    def on_polling_error(self, error: BaseException) -> bool:
-        # Called on the loop's thread; transient database errors never get here (the worker retries them).
-        self.error = error
-        self.stop_requested.set()
-        return True
-
-    def on_shutdown(self) -> None:
-        self.shut_down.set()
+        super().__init__(stop_requested, asyncio.Event())
 
     async def finish(self, queue_worker: aio.AsyncQueueWorker, db: Database, await_timeout_ms: float) -> None:
         """Stop the worker (or wait for it to stop itself) and raise what made it stop on its own."""
@@ -195,7 +182,6 @@ async def _serve(
         runs: list[tuple[AsyncWorkerRun, aio.AsyncQueueWorker]] = []
         for queue in queues:
             run_state = AsyncWorkerRun(stop)
-            log = stdlib_logger if metrics is None else metrics.log_for(queue, stdlib_logger)
             queue_worker = aio.create_queue_worker(
                 pool,
                 handler,
@@ -203,18 +189,7 @@ async def _serve(
                 archived_job_table=db.tables.archived,
                 on_polling_error=run_state.on_polling_error,
                 on_shutdown=run_state.on_shutdown,
-                queue=queue,
-                handler_fn_mode=args.handler_mode,
-                retry_strategy_fn=retry_fn,
-                log=log,
-                polling_interval_ms=args.polling_interval_ms,
-                wake_on_notify=args.wake_on_notify,
-                worker_threads=args.threads,
-                batch_size=args.batch_size,
-                await_termination_timeout_ms=args.shutdown_timeout_ms,
-                job_timeout_ms=args.job_timeout_ms,
-                job_timeout_grace_ms=args.job_timeout_grace_ms,
-                backend=backend,
+                **worker.queue_worker_options(args, queue, retry_fn, metrics, backend),
             )
             runs.append((run_state, queue_worker))
         with stop_on_signals(stop):

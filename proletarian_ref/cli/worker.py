@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any, Final
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from proletarian_ref.backend import Backend
 from proletarian_ref.cli.database import (
@@ -281,23 +281,41 @@ def start_as_daemons(worker: QueueWorker) -> None:
     starter.join()
 
 
-class WorkerRun:
-    """A queue worker under the CLI's stop rules: a signal, or an error that stops the worker itself."""
+class _Settable(Protocol):
+    def set(self) -> None: ...
 
-    def __init__(self, stop_requested: threading.Event | None = None) -> None:
+
+_EventT = TypeVar("_EventT", bound=_Settable)
+
+
+class StopRules(Generic[_EventT]):
+    """The CLI's stop rules for a queue worker, the same for threads (WorkerRun) and asyncio tasks
+    (cli.aio_worker.AsyncWorkerRun): a signal, or an error that stops the worker itself."""
+
+    def __init__(self, stop_requested: _EventT, shut_down: _EventT) -> None:
         # Shared by the workers of one command, so one signal (or one worker's error) stops them all.
-        self.stop_requested = stop_requested if stop_requested is not None else threading.Event()
-        self.shut_down = threading.Event()
+        self.stop_requested = stop_requested
+        self.shut_down = shut_down
         self.error: BaseException | None = None
 
     def on_polling_error(self, error: BaseException) -> bool:
         # Transient database errors never get here (the worker retries them); anything else stops it.
+        # The asyncio worker calls it on the loop's thread.
         self.error = error
         self.stop_requested.set()
         return True
 
     def on_shutdown(self) -> None:
         self.shut_down.set()
+
+
+class WorkerRun(StopRules[threading.Event]):
+    """A queue worker under the CLI's stop rules: a signal, or an error that stops the worker itself."""
+
+    def __init__(self, stop_requested: threading.Event | None = None) -> None:
+        super().__init__(
+            stop_requested if stop_requested is not None else threading.Event(), threading.Event()
+        )
 
     def create(self, db: Database, handler: HandlerFn, **options: Any) -> QueueWorker:
         try:
@@ -447,6 +465,27 @@ def run_several(args: argparse.Namespace) -> int:
     return run_processes(getattr(args, "cli_argv", None) or sys.argv[1:], args.processes)
 
 
+def queue_worker_options(
+    args: argparse.Namespace, queue: str, retry_fn: Any, metrics: Any, backend: Any
+) -> dict[str, Any]:
+    """The create_queue_worker options the command line gives one queue's worker: the same for the
+    threaded and the asyncio worker command (cli.aio_worker), whose workers take the same options."""
+    return {
+        "queue": queue,
+        "handler_fn_mode": args.handler_mode,
+        "retry_strategy_fn": retry_fn,
+        "log": stdlib_logger if metrics is None else metrics.log_for(queue, stdlib_logger),
+        "polling_interval_ms": args.polling_interval_ms,
+        "wake_on_notify": args.wake_on_notify,
+        "worker_threads": args.threads,
+        "batch_size": args.batch_size,
+        "await_termination_timeout_ms": args.shutdown_timeout_ms,
+        "job_timeout_ms": args.job_timeout_ms,
+        "job_timeout_grace_ms": args.job_timeout_grace_ms,
+        "backend": backend,
+    }
+
+
 def run(args: argparse.Namespace, handler: HandlerFn | None = None) -> int:
     """The threaded worker command; `handler` if already loaded (cli.aio_worker chose this worker)."""
     handler = handler if handler is not None else load_handler(args.handler)
@@ -465,22 +504,8 @@ def run(args: argparse.Namespace, handler: HandlerFn | None = None) -> int:
         runs: list[tuple[WorkerRun, QueueWorker]] = []
         for queue in queues:
             run_state = WorkerRun(stop)
-            log = stdlib_logger if metrics is None else metrics.log_for(queue, stdlib_logger)
             worker = run_state.create(
-                db,
-                handler,
-                queue=queue,
-                handler_fn_mode=args.handler_mode,
-                retry_strategy_fn=retry_fn,
-                log=log,
-                polling_interval_ms=args.polling_interval_ms,
-                wake_on_notify=args.wake_on_notify,
-                worker_threads=args.threads,
-                batch_size=args.batch_size,
-                await_termination_timeout_ms=args.shutdown_timeout_ms,
-                job_timeout_ms=args.job_timeout_ms,
-                job_timeout_grace_ms=args.job_timeout_grace_ms,
-                backend=backend,
+                db, handler, **queue_worker_options(args, queue, retry_fn, metrics, backend)
             )
             runs.append((run_state, worker))
         with stop_on_signals(stop), running_scheduler(args.schedules, db, stop):
