@@ -30,9 +30,24 @@ async def psycopg_connect(dsn: str) -> Any:
     return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
 
 
+def asyncpg_source(dsn: str) -> Any:
+    """asyncpg's connect (AsyncpgBackend): the worker keeps one open connection per polling task, as on
+    psycopg."""
+    import asyncpg
+
+    return functools.partial(asyncpg.connect, dsn)
+
+
+async def asyncpg_connect(dsn: str) -> Any:
+    import asyncpg
+
+    return await asyncpg.connect(dsn)  # outside a transaction() each statement commits on its own
+
+
 # name -> (the worker's data source from a DSN, an autocommit connection for the latency sample's enqueues).
 DRIVERS: Final[dict[str, tuple[Callable[[str], Any], Callable[[str], Any]]]] = {
     "psycopg": (psycopg_source, psycopg_connect),
+    "asyncpg": (asyncpg_source, asyncpg_connect),
 }
 
 

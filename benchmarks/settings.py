@@ -88,7 +88,7 @@ class Settings:
     batch_configs: tuple[tuple[int, int], ...] = ((1, 4), (2, 2))
     # The peers scenario's asyncio worker, default and batch mode, on each of these drivers
     # (benchmarks.peer_aio.DRIVERS); none in quick mode, so CI's run keeps its length.
-    peers_async_drivers: tuple[str, ...] = ("psycopg",)
+    peers_async_drivers: tuple[str, ...] = ("psycopg", "asyncpg")
     # Serializer (benchmarks/serializer.py, once per run, no database): least CPU seconds of one timing.
     serializer_seconds: float = 0.2
     # Throughput's (processes, threads, jobs a commit) rows at which the server's limit for the whole job

@@ -293,6 +293,33 @@ def postgresql_async(
     )
 
 
+def postgresql_asyncpg(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """asyncpg's connections (AsyncpgBackend) at `dsn`, else $PROLETARIAN_TEST_PG_DSN; the harness reads
+    and the clauses' callers go through asyncpg too, as AsyncpgSession's psycopg-shaped view of it."""
+    import asyncpg
+
+    from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+    from proletarian_ref.backends.asyncpg_session import AsyncpgSession
+
+    target = dsn or os.environ.get(PG_ENV) or DEFAULT_PG_DSN
+
+    async def connect() -> Any:
+        return AsyncpgSession(await asyncpg.connect(target))
+
+    return async_harness(
+        "postgresql-asyncpg",
+        dialect="postgresql",
+        connect=connect,
+        backend_class=AsyncpgBackend,
+        job_table=job_table,
+        archived_job_table=archived_job_table,
+    )
+
+
 def mysql_async(
     dsn: str | None = None,
     job_table: str = DEFAULT_JOB_TABLE,

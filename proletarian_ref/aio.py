@@ -50,9 +50,9 @@ def backend_for_connection(conn: Any) -> AsyncBackend:
         if isinstance(conn, psycopg.AsyncConnection):
             return _ENQUEUE_BACKENDS.setdefault("postgresql", AsyncPostgresBackend(None))
     if type(conn).__module__.split(".", 1)[0] == "asyncpg":  # a Connection, or a pool's connection proxy
-        from proletarian_ref.backends.asyncpg_enqueue import AsyncpgEnqueueBackend
+        from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
-        return _ENQUEUE_BACKENDS.setdefault("asyncpg", AsyncpgEnqueueBackend())  # type: ignore[arg-type]
+        return _ENQUEUE_BACKENDS.setdefault("asyncpg", AsyncpgBackend(None))
     if type(conn).__module__.split(".", 1)[0] == "aiomysql":
         import aiomysql
 
@@ -96,18 +96,31 @@ def backend_for_data_source(data_source: Any) -> tuple[AsyncBackend, bool]:
             "an awaitable AsyncConnection, or an AsyncBackend); a threaded one goes to proletarian_ref's "
             "create_queue_worker"
         )
+    if _is_asyncpg(data_source):
+        from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+
+        return AsyncpgBackend(data_source), True
     if _driver_module(data_source) == "aiomysql":
         from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
 
         return AsyncMySQLBackend(data_source), True
     if not callable(data_source) and type(data_source).__module__.split(".", 1)[0] != "psycopg_pool":
         raise ConfigurationError(
-            f"data_source must be a psycopg_pool.AsyncConnectionPool, an aiomysql.Pool or a zero-argument "
-            f"callable returning an awaitable psycopg.AsyncConnection, got {type(data_source).__name__}"
+            f"data_source must be a psycopg_pool.AsyncConnectionPool, an asyncpg.Pool, an aiomysql.Pool, "
+            f"or a zero-argument callable returning an awaitable psycopg.AsyncConnection (for asyncpg "
+            f"connections of your own factory: AsyncpgBackend(factory)), got {type(data_source).__name__}"
         )
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
     return AsyncPostgresBackend(data_source), True
+
+
+def _is_asyncpg(data_source: Any) -> bool:
+    """An asyncpg.Pool, or asyncpg's own connect (bare or in a functools.partial); a factory of the
+    caller's cannot be told from a psycopg one before it is called: it comes as AsyncpgBackend(factory)."""
+    made_by = getattr(data_source, "func", data_source)
+    module = getattr(made_by, "__module__", None) or type(data_source).__module__
+    return module.split(".", 1)[0] == "asyncpg"
 
 
 def _driver_module(data_source: Any) -> str:
@@ -452,12 +465,13 @@ def create_queue_worker(
 ) -> AsyncQueueWorker:
     """proletarian_ref.create_queue_worker for asyncio, with the same options and defaults
     (proletarian_ref.worker.WORKER_OPTION_DEFAULTS). `handler_fn` is a coroutine function; the data source
-    a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, an aiomysql.Pool
-    or functools.partial of aiomysql.connect, or an AsyncBackend; `worker_threads` the number of polling
-    tasks. Nothing runs until `await start()` or `async with`. failed_job_fn, retry_strategy_fn and
-    on_shutdown may be plain or coroutine functions. With install_shutdown_hook, start() makes SIGTERM and
-    SIGINT stop the worker and end the process, as the threaded hook does, through the running loop's
-    signal handlers (proletarian_ref.aio_shutdown_hook).
+    a psycopg_pool.AsyncConnectionPool, a callable returning an awaitable AsyncConnection, an asyncpg.Pool
+    (or asyncpg.connect in a functools.partial), an aiomysql.Pool or functools.partial of aiomysql.connect,
+    or an AsyncBackend such as AsyncpgBackend(factory); `worker_threads` the number of polling tasks.
+    Nothing runs until `await start()` or `async with`. failed_job_fn, retry_strategy_fn and on_shutdown
+    may be plain or coroutine functions. With install_shutdown_hook, start() makes SIGTERM and SIGINT stop
+    the worker and end the process, as the threaded hook does, through the running loop's signal handlers
+    (proletarian_ref.aio_shutdown_hook).
     """
     unknown = sorted(set(options) - set(WORKER_OPTION_DEFAULTS))
     if unknown:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -119,6 +120,24 @@ POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
         AsyncNeverCommits,
         ("A1", "P1"),
     ),
+)
+
+
+def _on_asyncpg(mutant: Mutant) -> Mutant:
+    """The same mistake on AsyncpgBackend: the mutant's override first, then asyncpg's connections."""
+    from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+
+    backend_class = type(
+        f"Asyncpg{mutant.backend_class.__name__}", (mutant.backend_class, AsyncpgBackend), {}
+    )
+    return dataclasses.replace(mutant, name=f"asyncpg_{mutant.name}", backend_class=backend_class)
+
+
+# Not the claim without SKIP LOCKED: its rewritten codec is psycopg's, whose times asyncpg does not bind.
+ASYNCPG_MUTANTS: tuple[Mutant, ...] = tuple(
+    _on_asyncpg(mutant)
+    for mutant in POSTGRESQL_ASYNC_MUTANTS
+    if mutant.name != "aio_claim_without_skip_locked"
 )
 
 

@@ -130,12 +130,15 @@ def test_async_unique_keys_need_their_side_table_and_a_backend_that_runs_stateme
 
     run(without_table())
     asyncpg = pytest.importorskip("asyncpg")
+    from proletarian_ref.backends.asyncpg_enqueue import AsyncpgEnqueueBackend
 
     async def on_asyncpg() -> None:
         aconn = await asyncpg.connect(pg_dsn)
         try:
+            # asyncpg's enqueue-only backend runs no statement of ours (AsyncpgBackend, the default, does).
+            only: Any = AsyncpgEnqueueBackend()
             with pytest.raises(ConfigurationError, match="AsyncpgEnqueueBackend has none"):
-                await aio.enqueue(aconn, "t/u", 1, unique_key="k", **pg_db.table_options)
+                await aio.enqueue(aconn, "t/u", 1, unique_key="k", backend=only, **pg_db.table_options)
         finally:
             await aconn.close()
 

@@ -19,7 +19,7 @@ for _module in ("locust", "matplotlib", "psutil", "rich"):
     if importlib.util.find_spec(_module) is None:
         pytest.skip(f"needs the bench extra ({_module}): pip install -e '.[bench]'", allow_module_level=True)
 
-from benchmarks import instructions, peers, serializer, versus  # noqa: E402
+from benchmarks import instructions, peer_aio, peers, serializer, versus  # noqa: E402
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     BackendSpec,
@@ -710,3 +710,14 @@ def test_sync_commit_drains_every_round_with_the_setting_on_and_off(pg_dsn: str)
     assert [len(result["rounds_jobs_per_s"][k]) for k in ("on", "off")] == [2, 2]
     assert all(rate > 0 for rates in result["rounds_jobs_per_s"].values() for rate in rates)
     assert result["off_over_on"] == result["jobs_per_s"]["off"] / result["jobs_per_s"]["on"]
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("driver", sorted(peer_aio.DRIVERS))
+def test_the_peers_asyncio_worker_runs_on_each_driver(driver: str, pg_db: SqlHarness, pg_dsn: str) -> None:
+    # Every job the latency sample enqueues is started by the asyncio worker on that driver's connections.
+    seconds = peer_aio.latency(
+        pg_dsn, driver, pg_db.job_table, pg_db.archived_job_table, 1, 3, TINY.latency_gap_ms
+    )
+    assert len(seconds) == 3
+    assert pg_db.jobs() == [] and len(pg_db.archived_jobs()) == 3

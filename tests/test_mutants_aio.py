@@ -9,7 +9,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from fix_db import _load
 from mutants import Mutant
-from mutants_aio import MYSQL_ASYNC_MUTANTS, POSTGRESQL_ASYNC_MUTANTS, POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS
+from mutants_aio import (
+    ASYNCPG_MUTANTS,
+    MYSQL_ASYNC_MUTANTS,
+    POSTGRESQL_ASYNC_MUTANTS,
+    POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS,
+)
 from test_mutants import _survivors
 from test_side_table_mutants import BriefSideTables
 
@@ -38,6 +43,27 @@ def test_the_suite_catches_the_async_postgresql_mutant(
         blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
     )
     survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.fixture(scope="module")
+def asyncpg_mutant_base(pg_harness: SqlHarness, pg_dsn: str) -> SqlHarness:
+    # The tables pg_harness installed, under the asyncpg backend.
+    return _load("conformance.aio_bridge:postgresql_asyncpg", pg_dsn)
+
+
+@pytest.mark.parametrize("mutant", ASYNCPG_MUTANTS, ids=lambda m: m.name)
+def test_the_suite_catches_the_asyncpg_mutant(
+    mutant: Mutant, asyncpg_mutant_base: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    asyncpg_mutant_base.clear()
+    harness = asyncpg_mutant_base.with_backend(
+        blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
+    )
+    try:
+        survived = _survivors(mutant, harness, record_property)
+    finally:
+        asyncpg_mutant_base.close()
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
 
 

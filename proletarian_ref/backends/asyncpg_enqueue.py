@@ -42,7 +42,8 @@ class AsyncpgEnqueueBackend:
     """enqueue and enqueue_many (AsyncBackend's caller-connection part) on an asyncpg Connection.
 
     Runs in the caller's transaction (or autocommit, asyncpg's default outside one) and never commits.
-    The worker's part (transaction, claim, archive) is not here yet: workers take psycopg.
+    The worker's part (transaction, claim, archive) is AsyncpgBackend's (asyncpg_backend.py), which
+    enqueues through this one.
     """
 
     dialect = "postgresql"
