@@ -1,0 +1,194 @@
+"""Where a drain's time goes (issue 31): wait events, run-queue delay and CPU per job of one PostgreSQL drain.
+
+`python -m benchmarks.limit_probe --dsn DSN --point 4x4x10 [--factory postgresql_pipeline] --out FILE.json`
+tops up a queue, drains it with the library's worker at processes x threads x jobs a commit, and during
+the measured window samples, every few milliseconds, the drain's own backends in pg_stat_activity (state,
+wait event), and reads /proc/<pid>/schedstat of every client thread and every backend: the CPU time and
+the time spent runnable but waiting for a core (the run queue). Per job, those say whether the CPU (client
+or server), the locks, or the scheduler's queue on a loaded machine bound the drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import resource
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks.common import BackendSpec, open_harness, require_sql
+from benchmarks.costs import _client_ports
+from benchmarks.server_limit import limit_rate
+from benchmarks.throughput import QueueFiller
+from benchmarks.workers import DrainRun
+
+
+def schedstat(pids: list[int], threads: bool) -> tuple[float, float]:
+    """Seconds on a core and seconds runnable in the run queue, summed over `pids` (and their threads)."""
+    on_cpu = waiting = 0.0
+    for pid in pids:
+        tasks = [f"/proc/{pid}/task/{t}" for t in os.listdir(f"/proc/{pid}/task")] if threads else []
+        for path in tasks or [f"/proc/{pid}"]:
+            with contextlib.suppress(OSError):
+                fields = Path(path, "schedstat").read_text().split()
+                on_cpu += int(fields[0]) / 1e9
+                waiting += int(fields[1]) / 1e9
+    return on_cpu, waiting
+
+
+def probe(
+    dsn: str, factory: str, point: tuple[int, int, int], window_s: float, preload: int
+) -> dict[str, Any]:
+    processes, threads, batch = point
+    spec = BackendSpec(f"conformance.builtin:{factory}", {"dsn": dsn})
+    harness = open_harness(spec, "probe", "_limitprobe")
+    filler = QueueFiller(harness, preload)
+    filler.top_up()
+    run = DrainRun(harness, spec, "library", processes, threads, 100.0, batch_size=batch)
+    sql_harness, _ = require_sql(harness)
+    watcher = sql_harness.connect()
+    watcher.autocommit = True
+    samples: collections.Counter[str] = collections.Counter()
+    stop = threading.Event()
+    try:
+        run.start()
+        while run.count == 0:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        ports = sorted(_client_ports(run.pids, watcher.info.port))
+        backends = [
+            int(r[0])
+            for r in watcher.execute(
+                "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s)", (ports,)
+            ).fetchall()
+        ]
+
+        def sample() -> None:
+            while not stop.is_set():
+                for state, wtype, wevent in watcher.execute(
+                    "SELECT state, wait_event_type, wait_event FROM pg_stat_activity WHERE pid = ANY(%s)",
+                    (backends,),
+                ).fetchall():
+                    samples[f"{state}|{wtype}:{wevent}"] += 1
+                time.sleep(0.005)
+
+        c0, t0 = run.count, time.perf_counter()
+        client0, server0 = schedstat(run.pids, True), schedstat(backends, False)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        time.sleep(window_s)
+        stop.set()
+        sampler.join()
+        client1, server1 = schedstat(run.pids, True), schedstat(backends, False)
+        c1, t1 = run.count, time.perf_counter()
+    finally:
+        stop.set()
+        run.stop()
+        watcher.close()
+        harness.close()
+    jobs = c1 - c0
+    total = sum(samples.values())
+    return {
+        "point": list(point),
+        "factory": factory,
+        "jobs": jobs,
+        "seconds": round(t1 - t0, 3),
+        "jobs_per_s": jobs / (t1 - t0),
+        "per_job_us": {
+            "client_cpu": (client1[0] - client0[0]) / jobs * 1e6,
+            "client_runqueue": (client1[1] - client0[1]) / jobs * 1e6,
+            "server_cpu": (server1[0] - server0[0]) / jobs * 1e6,
+            "server_runqueue": (server1[1] - server0[1]) / jobs * 1e6,
+        },
+        "backend_states": {k: round(v / total, 3) for k, v in samples.most_common()},
+        "load_average": list(psutil.getloadavg()),
+    }
+
+
+def probe_limit(dsn: str, point: tuple[int, int, int], seconds: int, preload: int) -> dict[str, Any]:
+    """The server's limit (pgbench of the CTE) at the point, with pgbench's CPU and its backends' per job."""
+    processes, threads, batch = point
+    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": dsn})
+    harness = open_harness(spec, "probe", "_limitprobe")
+    QueueFiller(harness, preload).top_up()
+    sql_harness, _ = require_sql(harness)
+    watcher = sql_harness.connect()
+    watcher.autocommit = True
+    last: dict[int, tuple[float, float]] = {}
+    done: list[dict[str, Any]] = []
+    try:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        runner = threading.Thread(
+            target=lambda: done.append(limit_rate(harness, processes * threads, batch, seconds, 0.0))
+        )
+        runner.start()
+        while runner.is_alive():
+            pids = [
+                int(r[0])
+                for r in watcher.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'"
+                ).fetchall()
+            ]
+            for pid in pids:
+                stat = schedstat([pid], False)
+                if stat != (0.0, 0.0):
+                    last[pid] = stat
+            time.sleep(0.02)
+        runner.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    finally:
+        watcher.close()
+        harness.close()
+    result = done[0]
+    jobs = result["jobs"]
+    client = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {
+        "point": list(point),
+        "factory": "limit",
+        "jobs": jobs,
+        "jobs_per_s": result["jobs_per_s"],
+        "per_job_us": {
+            "client_cpu": client / jobs * 1e6,
+            "server_cpu": sum(v[0] for v in last.values()) / jobs * 1e6,
+            "server_runqueue": sum(v[1] for v in last.values()) / jobs * 1e6,
+        },
+        "load_average": list(psutil.getloadavg()),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.limit_probe", description=__doc__)
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--factory", default="postgresql")
+    parser.add_argument("--point", action="append", required=True, help="PxT or PxTxN; repeatable")
+    parser.add_argument("--window", type=float, default=2.0)
+    parser.add_argument("--preload", type=int, default=40_000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    results = []
+    for _ in range(args.rounds):
+        for text in args.point:
+            parts = [int(p) for p in text.split("x")]
+            point = (parts[0], parts[1], parts[2] if len(parts) > 2 else 1)
+            for factory in args.factory.split(","):
+                if factory == "limit":
+                    result = probe_limit(args.dsn, point, max(1, round(args.window)), args.preload)
+                else:
+                    result = probe(args.dsn, factory, point, args.window, args.preload)
+                print(json.dumps(result), flush=True)
+                results.append(result)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
