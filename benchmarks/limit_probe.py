@@ -28,6 +28,7 @@ from benchmarks.costs import _client_ports
 from benchmarks.server_limit import limit_rate
 from benchmarks.throughput import QueueFiller
 from benchmarks.workers import DrainRun
+from proletarian_ref import worker as worker_module
 
 
 def schedstat(pids: list[int], threads: bool) -> tuple[float, float]:
@@ -44,11 +45,16 @@ def schedstat(pids: list[int], threads: bool) -> tuple[float, float]:
 
 
 def probe(
-    dsn: str, factory: str, point: tuple[int, int, int], window_s: float, preload: int
+    dsn: str,
+    factory: str,
+    point: tuple[int, int, int],
+    window_s: float,
+    preload: int,
+    suffix: str = "_limitprobe",
 ) -> dict[str, Any]:
     processes, threads, batch = point
     spec = BackendSpec(f"conformance.builtin:{factory}", {"dsn": dsn})
-    harness = open_harness(spec, "probe", "_limitprobe")
+    harness = open_harness(spec, "probe", suffix)
     filler = QueueFiller(harness, preload)
     filler.top_up()
     run = DrainRun(harness, spec, "library", processes, threads, 100.0, batch_size=batch)
@@ -57,6 +63,19 @@ def probe(
     watcher.autocommit = True
     samples: collections.Counter[str] = collections.Counter()
     stop = threading.Event()
+    # In one process, every claim the worker makes, and those that found nothing (each is followed by an
+    # idle wait of the polling interval): the poll loop's share of the window.
+    claims: collections.Counter[str] = collections.Counter()
+    name = "run_next_job" if batch == 1 else "run_next_batch"
+    original_next = getattr(worker_module, name)
+
+    def counted_next(*args: Any, **kwargs: Any) -> Any:
+        ran = original_next(*args, **kwargs)
+        claims["claims" if ran is not None else "empty"] += 1
+        return ran
+
+    if processes == 1:
+        setattr(worker_module, name, counted_next)
     try:
         run.start()
         while run.count == 0:
@@ -79,6 +98,7 @@ def probe(
                     samples[f"{state}|{wtype}:{wevent}"] += 1
                 time.sleep(0.005)
 
+        claims.clear()
         c0, t0 = run.count, time.perf_counter()
         client0, server0 = schedstat(run.pids, True), schedstat(backends, False)
         sampler = threading.Thread(target=sample)
@@ -88,9 +108,11 @@ def probe(
         sampler.join()
         client1, server1 = schedstat(run.pids, True), schedstat(backends, False)
         c1, t1 = run.count, time.perf_counter()
+        polls = dict(claims)
     finally:
         stop.set()
         run.stop()
+        setattr(worker_module, name, original_next)
         watcher.close()
         harness.close()
     jobs = c1 - c0
@@ -107,6 +129,7 @@ def probe(
             "server_cpu": (server1[0] - server0[0]) / jobs * 1e6,
             "server_runqueue": (server1[1] - server0[1]) / jobs * 1e6,
         },
+        "polls": polls if processes == 1 else None,
         "backend_states": {k: round(v / total, 3) for k, v in samples.most_common()},
         "load_average": list(psutil.getloadavg()),
     }
