@@ -18,6 +18,7 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,26 @@ def schedstat(pids: list[int], threads: bool) -> tuple[float, float]:
     return on_cpu, waiting
 
 
+@contextlib.contextmanager
+def _counting_claims(batch: int) -> Iterator[collections.Counter[str]]:
+    """In this process, every claim the worker makes, and those that found nothing (each followed by an
+    idle wait of the polling interval): the poll loop's share of the window."""
+    claims: collections.Counter[str] = collections.Counter()
+    name = "run_next_job" if batch == 1 else "run_next_batch"
+    original = getattr(worker_module, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        ran = original(*args, **kwargs)
+        claims["claims" if ran is not None else "empty"] += 1
+        return ran
+
+    setattr(worker_module, name, counted)
+    try:
+        yield claims
+    finally:
+        setattr(worker_module, name, original)
+
+
 def probe(
     dsn: str,
     factory: str,
@@ -63,20 +84,15 @@ def probe(
     watcher.autocommit = True
     samples: collections.Counter[str] = collections.Counter()
     stop = threading.Event()
-    # In one process, every claim the worker makes, and those that found nothing (each is followed by an
-    # idle wait of the polling interval): the poll loop's share of the window.
-    claims: collections.Counter[str] = collections.Counter()
-    name = "run_next_job" if batch == 1 else "run_next_batch"
-    original_next = getattr(worker_module, name)
-
-    def counted_next(*args: Any, **kwargs: Any) -> Any:
-        ran = original_next(*args, **kwargs)
-        claims["claims" if ran is not None else "empty"] += 1
-        return ran
-
-    if processes == 1:
-        setattr(worker_module, name, counted_next)
-    try:
+    claiming: contextlib.AbstractContextManager[collections.Counter[str]] = (
+        _counting_claims(batch) if processes == 1 else contextlib.nullcontext(collections.Counter())
+    )
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(harness.close)
+        cleanup.callback(watcher.close)
+        claims: collections.Counter[str] = cleanup.enter_context(claiming)
+        cleanup.callback(run.stop)
+        cleanup.callback(stop.set)
         run.start()
         while run.count == 0:
             time.sleep(0.01)
@@ -109,13 +125,9 @@ def probe(
         client1, server1 = schedstat(run.pids, True), schedstat(backends, False)
         c1, t1 = run.count, time.perf_counter()
         polls = dict(claims)
-    finally:
-        stop.set()
-        run.stop()
-        setattr(worker_module, name, original_next)
-        watcher.close()
-        harness.close()
     jobs = c1 - c0
+    if jobs <= 0 or c1 >= preload:
+        raise RuntimeError(f"the queue of {preload} jobs ran dry before the window ended: a larger --preload")
     total = sum(samples.values())
     return {
         "point": list(point),
