@@ -14,13 +14,15 @@ import argparse
 import collections
 import contextlib
 import json
+import math
 import os
 import resource
+import statistics
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import psutil
 
@@ -198,16 +200,60 @@ def probe_limit(dsn: str, point: tuple[int, int, int], seconds: int, preload: in
     }
 
 
+def table(results: list[dict[str, Any]]) -> str:
+    """The probe's markdown table: medians over the rounds of each (point, drain), and each of library
+    jobs/s over the same round's limit."""
+    groups: dict[tuple[tuple[int, ...], str], list[dict[str, Any]]] = collections.defaultdict(list)
+    for result in results:
+        groups[(tuple(result["point"]), result["factory"])].append(result)
+    lines = [
+        "| processes x threads x jobs/commit | drain | jobs/s | of limit | client CPU µs/job | "
+        "client run queue µs/job | server CPU µs/job | server run queue µs/job | backends waiting on "
+        "the client | on a lock | empty claims |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (point, factory), runs in groups.items():
+        limits = [r for r in results if tuple(r["point"]) == point and r["factory"] == "limit"]
+        ratios = [run["jobs_per_s"] / lim["jobs_per_s"] for run, lim in zip(runs, limits, strict=False)]
+        per_job = {k: statistics.median(r["per_job_us"].get(k, math.nan) for r in runs) for k in _COSTS}
+        states = [r.get("backend_states") or {} for r in runs]
+        client = statistics.median(sum(v for k, v in s.items() if "ClientRead" in k) for s in states)
+        locked = statistics.median(sum(v for k, v in s.items() if "|Lock:" in k) for s in states)
+        polls = [r["polls"] for r in runs if r.get("polls")]
+        empty = f"{sum(p.get('empty', 0) for p in polls)} of {sum(sum(p.values()) for p in polls)}"
+        cells = [
+            "x".join(str(n) for n in point),
+            factory,
+            f"{statistics.median(r['jobs_per_s'] for r in runs):,.0f}",
+            "-" if factory == "limit" else f"{statistics.median(ratios):.2f}",
+            *("-" if math.isnan(per_job[k]) else f"{per_job[k]:,.0f}" for k in _COSTS),
+            "-" if factory == "limit" else f"{client:.2f}",
+            "-" if factory == "limit" else f"{locked:.3f}",
+            empty if polls else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+_COSTS: Final = ("client_cpu", "client_runqueue", "server_cpu", "server_runqueue")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.limit_probe", description=__doc__)
-    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--dsn")
+    parser.add_argument("--table", type=Path, help="print the table of a probe's JSON and exit")
     parser.add_argument("--factory", default="postgresql")
-    parser.add_argument("--point", action="append", required=True, help="PxT or PxTxN; repeatable")
+    parser.add_argument("--point", action="append", help="PxT or PxTxN; repeatable")
     parser.add_argument("--window", type=float, default=2.0)
     parser.add_argument("--preload", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text(encoding="utf-8"))))
+        return
+    if not args.dsn or not args.point:
+        parser.error("--dsn and --point are needed to probe")
     results = []
     for _ in range(args.rounds):
         for text in args.point:
