@@ -179,7 +179,7 @@ def test_many_processes_wait_in_the_run_queue_many_times_their_cpu() -> None:
 def test_each_side_of_the_library_costs_more_than_the_whole_limit_at_one_job_a_commit() -> None:
     # On Proletarian's plan, medians of the rounds (the figures of the pasted probe tables).
     def median(rows: list[dict[str, Any]], key: str) -> float:
-        return statistics.median(r["per_job_us"][key] for r in rows)
+        return statistics.median(float(r["per_job_us"][key]) for r in rows)
 
     points = {tuple(r["point"]) for r in _probe_rows("postgresql", 1)}
     assert len(points) == 3
@@ -196,7 +196,7 @@ def test_one_process_of_sixteen_threads_beats_four_of_four_against_the_limit() -
         drains = [r for r in _probe_rows("postgresql") if r["point"] == point]
         limits = [r for r in _probe_rows("limit") if r["point"] == point]
         return statistics.median(
-            d["jobs_per_s"] / lim["jobs_per_s"] for d, lim in zip(drains, limits, strict=True)
+            float(d["jobs_per_s"] / lim["jobs_per_s"]) for d, lim in zip(drains, limits, strict=True)
         )
 
     for per_commit in (1, 10):
