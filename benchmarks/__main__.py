@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_BACKENDS, BackendSpec, BenchmarkFailure, parse_backends
-from benchmarks.settings import ALL_BENCHMARKS, PRESETS
+from benchmarks.settings import ALL_BENCHMARKS, PRESETS, Settings
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -62,11 +62,38 @@ def _parser() -> argparse.ArgumentParser:
         run.add_argument(
             f"--peers-{name}", type=int, default=None, help=f"peers: {what} (default: the mode's)"
         )
+    run.add_argument(
+        "--limit-points",
+        default=None,
+        metavar="PxT[xN],...",
+        help="throughput: drain only these (processes, threads, jobs a commit) rows, each with its server "
+        "limit drain (e.g. 1x4,4x4,1x4x10; N > 1 is batch mode at the mode's batch size)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (for CI logs)")
     report = commands.add_parser("report", help="re-render results.md and the charts from a results.json")
     report.add_argument("results", type=Path)
     report.add_argument("--out", type=Path, default=None, help="output directory (default: beside the JSON)")
     return parser
+
+
+def limit_points_settings(settings: Settings, text: str) -> Settings:
+    """`settings` whose throughput drains only the rows `text` names ("1x4,4x4,1x4x10"), all limit points."""
+    points: list[tuple[int, int, int]] = []
+    for item in (part.strip() for part in text.split(",")):
+        numbers = item.split("x")
+        if len(numbers) not in (2, 3) or not all(n.isdigit() and int(n) > 0 for n in numbers):
+            raise ValueError(f"{item!r} is not PxT or PxTxN with positive whole numbers")
+        processes, threads, *per_commit = (int(n) for n in numbers)
+        batch = per_commit[0] if per_commit else 1
+        if batch not in (1, settings.batch_size):
+            raise ValueError(f"{item!r}: jobs a commit must be 1 or the batch size, {settings.batch_size}")
+        points.append((processes, threads, batch))
+    return settings.with_(
+        limit_points=tuple(points),
+        thread_counts=tuple(t for p, t, b in points if p == 1 and b == 1),
+        process_configs=tuple((p, t) for p, t, b in points if p > 1 and b == 1),
+        batch_configs=tuple((p, t) for p, t, b in points if b > 1),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.rounds is not None:
         settings = settings.with_(throughput_rounds=max(1, args.rounds))
+    if args.limit_points is not None:
+        try:
+            settings = limit_points_settings(settings, args.limit_points)
+        except ValueError as exc:
+            print(f"--limit-points: {exc}", file=sys.stderr)
+            return 2
     for name in ("processes", "connections", "jobs"):
         value = getattr(args, f"peers_{name}")
         if value is not None:

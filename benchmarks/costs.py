@@ -5,7 +5,8 @@ PostgreSQL backends serving the drain's own connections (found by their client p
 every connection from threads of one process, told apart only through performance_schema, so there it is
 not measured. Round trips are counted in the drain's process (one-process drains only) at the drivers'
 single points of exchange: psycopg's Connection.wait (one per statement, commit, or pipeline sync) and
-PyMySQL's Connection._execute_command (one per command).
+PyMySQL's Connection._execute_command (one per command). psycopg sends a transaction's BEGIN inside the
+same wait as the statement that opens it, a round trip of its own outside pipeline mode: counted apart.
 """
 
 from __future__ import annotations
@@ -124,6 +125,13 @@ class RoundTrips:
             original = getattr(owner, method_name)
             setattr(owner, method_name, self._counting(original))
             patched.append((owner, method_name, original))
+        with contextlib.suppress(ImportError):
+            from psycopg._connection_base import BaseConnection
+
+            original = BaseConnection._start_query
+            # setattr: mypy refuses assigning to a method.
+            setattr(BaseConnection, "_start_query", self._counting_begin(original))  # noqa: B010
+            patched.append((BaseConnection, "_start_query", original))
         try:
             yield self
         finally:
@@ -139,3 +147,21 @@ class RoundTrips:
             return original(*args, **kwargs)
 
         return counted
+
+    def _counting_begin(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        from psycopg.pq import TransactionStatus
+
+        counter = self._counter
+
+        @functools.wraps(original)
+        def start_query(conn: Any) -> Any:
+            # The same test psycopg makes before it sends BEGIN, and waits for its result, outside a pipeline.
+            if (
+                not conn.autocommit
+                and conn.pgconn.transaction_status == TransactionStatus.IDLE
+                and not conn._pipeline
+            ):
+                next(counter)
+            return original(conn)
+
+        return start_query

@@ -63,6 +63,20 @@ def postgresql_compact(
     return harness.with_backend(functools.partial(PostgresBackend, compact=True), "postgresql-compact")
 
 
+def postgresql_pipeline_compact(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """The same PostgreSQL on both plans at once: pipelined, and the archive and delete in one statement."""
+    from proletarian_ref.backends.postgres import PostgresBackend
+
+    harness = postgresql(dsn, job_table, archived_job_table)
+    return harness.with_backend(
+        functools.partial(PostgresBackend, pipeline=True, compact=True), "postgresql-pipeline-compact"
+    )
+
+
 def mysql(
     dsn: str | None = None,
     job_table: str = DEFAULT_JOB_TABLE,

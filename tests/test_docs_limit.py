@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 from typing import Any, Final
 
@@ -107,3 +108,115 @@ def test_the_long_first_mariadb_limit_drains_quoted_are_the_runs() -> None:
     assert (
         f"ran {first_seconds(1, 1, 1)} and {first_seconds(1, 4, 10)} instead of about one second" in _prose()
     )
+
+
+# The second named run, limit2-2026-12-04: four rows of the throughput benchmark with their limit drains
+# (--limit-points), and benchmarks.limit_probe's readings of where a drain's time goes.
+RUN2: Final = ROOT / "benchmarks" / "results" / "limit2-2026-12-04"
+RESULTS2: Final = json.loads((RUN2 / "results.json").read_text(encoding="utf-8"))
+PROBES: Final = {
+    name: json.loads((RUN2 / f"{name}.json").read_text(encoding="utf-8"))
+    for name in ("probe", "probe-claimers")
+}
+
+
+def _probe_rows(factory: str | None = None, per_commit: int | None = None) -> list[dict[str, Any]]:
+    return [
+        r
+        for results in PROBES.values()
+        for r in results
+        if (factory is None or r["factory"] == factory)
+        and (per_commit is None or r["point"][2] == per_commit)
+    ]
+
+
+def test_the_second_runs_tables_pasted_are_its_own() -> None:
+    printed = (RUN2 / "results.md").read_text(encoding="utf-8")
+    limit = printed[printed.index("#### Against the server's limit") :]
+    lines = [line for line in limit.splitlines() if line.startswith("| ")]
+    assert any("library of limit" in line for line in lines)
+    section = _section()
+    for line in lines:
+        assert line in section
+
+
+@pytest.mark.parametrize("name", ["probe", "probe-claimers"])
+def test_the_probe_tables_pasted_are_what_the_probe_prints(name: str) -> None:
+    from benchmarks.limit_probe import table
+
+    section = _section()
+    for line in table(PROBES[name]).splitlines():
+        assert line in section, line
+
+
+def test_the_second_run_is_named_with_its_revision_and_its_load() -> None:
+    text = _prose()
+    meta = RESULTS2["meta"]
+    assert f"git {meta['git']['commit'][:10]}" in text and not meta["git"]["dirty"]
+    assert f"load average {meta['machine']['load_average'][0]} at the start" in text
+    assert f"{meta['machine_at_end']['load_average'][0]} at its end" in text
+
+
+def test_no_claim_found_an_empty_queue_and_backends_almost_never_waited_on_a_lock() -> None:
+    # "nothing in the worker waits": the poll loop never idled between partial batches.
+    polls = [r["polls"] for r in _probe_rows() if r.get("polls")]
+    assert polls and sum(p.get("empty", 0) for p in polls) == 0
+    assert all(p["claims"] > 0 for p in polls)
+    locked = [
+        sum(v for k, v in r["backend_states"].items() if "|Lock:" in k)
+        for r in _probe_rows()
+        if r.get("backend_states")
+    ]
+    assert locked and max(locked) < 0.01
+    assert "Not one claim found an empty queue at 16 claimers" in _prose()
+
+
+def test_many_processes_wait_in_the_run_queue_many_times_their_cpu() -> None:
+    rows = [r for r in _probe_rows() if r["point"][:2] == [4, 4] and r["factory"] != "limit"]
+    assert rows and all(r["per_job_us"]["client_runqueue"] > 5 * r["per_job_us"]["client_cpu"] for r in rows)
+
+
+def test_each_side_of_the_library_costs_more_than_the_whole_limit_at_one_job_a_commit() -> None:
+    # On Proletarian's plan, medians of the rounds (the figures of the pasted probe tables).
+    def median(rows: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(float(r["per_job_us"][key]) for r in rows)
+
+    points = {tuple(r["point"]) for r in _probe_rows("postgresql", 1)}
+    assert len(points) == 3
+    for point in points:
+        drains = [r for r in _probe_rows("postgresql", 1) if tuple(r["point"]) == point]
+        limits = [r for r in _probe_rows("limit", 1) if tuple(r["point"]) == point]
+        whole = median(limits, "client_cpu") + median(limits, "server_cpu")
+        assert median(drains, "client_cpu") > whole and median(drains, "server_cpu") > whole, point
+    assert "its server CPU a job are each larger than the limit's client and server CPU together" in _prose()
+
+
+def test_one_process_of_sixteen_threads_beats_four_of_four_against_the_limit() -> None:
+    def of_limit(point: list[int]) -> float:
+        drains = [r for r in _probe_rows("postgresql") if r["point"] == point]
+        limits = [r for r in _probe_rows("limit") if r["point"] == point]
+        return statistics.median(
+            float(d["jobs_per_s"] / lim["jobs_per_s"]) for d, lim in zip(drains, limits, strict=True)
+        )
+
+    for per_commit in (1, 10):
+        assert of_limit([1, 16, per_commit]) > of_limit([4, 4, per_commit])
+    assert "Sixteen threads in one process did better against the limit than four" in _prose()
+
+
+def test_the_second_run_misses_the_target_where_it_says_so() -> None:
+    (entry,) = [e for e in RESULTS2["benchmarks"]["throughput"] if e["backend"] == "postgresql"]
+    (row,) = [r for r in entry["rows"] if (r["processes"], r["threads"], r.get("batch_size", 1)) == (4, 4, 1)]
+    assert row["library_ratio_limit"] < 0.6
+    assert "PostgreSQL default mode: not met at 4 x 4" in _prose()
+
+
+def test_batch_mode_and_mariadb_meet_the_target_in_some_rows_and_miss_it_in_others() -> None:
+    ratios = [
+        r["library_ratio_limit"]
+        for e in RESULTS2["benchmarks"]["throughput"]
+        for r in e["rows"]
+        if e["backend"] == "mysql" or r.get("batch_size", 1) > 1
+    ]
+    assert min(ratios) < 0.6 <= max(ratios)
+    assert "Batch mode and MariaDB: met in some rows and missed in others" in _prose()

@@ -1,0 +1,65 @@
+"""The benchmarks' tools for issue 31's limit runs: --limit-points, round trips, benchmarks.limit_probe."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from fix_db import table_suffix
+
+# The bench extra (psutil among it): without it the benchmarks package would not import.
+for _module in ("matplotlib", "psutil", "rich"):
+    if importlib.util.find_spec(_module) is None:
+        pytest.skip(f"needs the bench extra ({_module}): pip install -e '.[bench]'", allow_module_level=True)
+
+from benchmarks.settings import TINY  # noqa: E402
+
+
+def test_limit_points_drain_only_the_rows_named_each_with_its_limit_drain() -> None:
+    from benchmarks.__main__ import limit_points_settings
+
+    settings = limit_points_settings(TINY.with_(batch_size=10), "1x4, 4x4,1x4x10,2x2x10")
+    assert settings.limit_points == ((1, 4, 1), (4, 4, 1), (1, 4, 10), (2, 2, 10))
+    assert settings.thread_counts == (4,)
+    assert settings.process_configs == ((4, 4),)
+    assert settings.batch_configs == ((1, 4), (2, 2))
+
+
+@pytest.mark.parametrize("text", ["1x4x3", "4", "0x4", "1xfour", ""])
+def test_limit_points_refuse_what_is_not_a_row_naming_it(text: str) -> None:
+    from benchmarks.__main__ import limit_points_settings
+
+    with pytest.raises(ValueError, match=f"^{text!r}"):
+        limit_points_settings(TINY.with_(batch_size=10), text)
+
+
+@pytest.mark.postgresql
+def test_round_trips_count_psycopgs_begin_apart_from_the_statement_it_opens(pg_dsn: str) -> None:
+    import psycopg
+
+    from benchmarks.costs import RoundTrips
+
+    trips = RoundTrips()
+    with (
+        psycopg.connect(pg_dsn) as conn,
+        psycopg.connect(pg_dsn, autocommit=True) as auto,
+        trips.installed(),
+    ):
+        conn.execute("SELECT 1")  # BEGIN, then the SELECT: two round trips in one wait
+        conn.execute("SELECT 2")
+        conn.commit()
+        in_transaction = trips.count
+        auto.execute("SELECT 3")  # no BEGIN sent, none counted
+        autocommit = trips.count - in_transaction
+    assert (in_transaction, autocommit) == (4, 1)
+
+
+@pytest.mark.postgresql
+def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> None:
+    from benchmarks import limit_probe
+
+    result = limit_probe.probe(pg_dsn, "postgresql", (1, 1, 10), 0.2, 20_000, f"_lp{table_suffix()}")
+    assert result["jobs"] > 0
+    assert set(result["per_job_us"]) == {"client_cpu", "client_runqueue", "server_cpu", "server_runqueue"}
+    assert result["polls"]["claims"] > 0
+    assert abs(sum(result["backend_states"].values()) - 1) < 0.01
