@@ -1,14 +1,17 @@
-"""Client CPU and round trips per job, threaded worker against asyncio worker, in one process on PostgreSQL.
+"""Client CPU and server waits per job, threaded worker against asyncio worker, in one process, PostgreSQL.
 
     python -m benchmarks.aio_speed [--dsn DSN] [--jobs 2000] [--rounds 3] [--connections 8] [--out FILE]
+    python -m benchmarks.aio_speed --profile [--jobs 2000] [--out FILE]
 
 Each round drains `--jobs` no-op jobs with every variant in turn (the order reversed every other round):
 the threaded worker (`worker_threads` threads, one connection each), the asyncio worker on psycopg's
-AsyncConnection (as many polling tasks), the same with the compact statement plan, and with uvloop's event
-loop when uvloop is installed. Per variant: drain jobs/s, the process's CPU seconds per job (user and
-system, the server apart) and the PostgreSQL round trips a job takes (counted by wrapping psycopg's wait
-functions). On a machine others load, jobs/s moves by tens of percent from one drain to the next; the CPU
-per job moves much less, and the round trips not at all.
+AsyncConnection (as many polling tasks), the same with the compact statement plan, and both again on
+uvloop's event loop when uvloop is installed. Per variant: drain jobs/s, the process's CPU seconds per
+job (user and system, the server apart) and the waits on the server a job takes: psycopg's
+Connection.wait calls, one a statement or COMMIT (the BEGIN psycopg sends first rides in the claim's
+wait, one round trip more). On a machine others load, jobs/s moves by tens of percent from one drain to
+the next; the CPU per job moves much less, and the waits not at all. `--profile` runs one asyncio drain
+under cProfile, on CPU time, and prints each source's share of it (the library, psycopg, the event loop).
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ def _cpu() -> float:
 
 
 @contextlib.contextmanager
-def _round_trips() -> Iterator[list[int]]:
-    """Counts the waits on the server psycopg makes (one per round trip), sync and async connections."""
+def _waits() -> Iterator[list[int]]:
+    """Counts psycopg's waits on the server (a statement or COMMIT each), sync and async connections."""
     import psycopg
 
     counted = [0]
@@ -146,6 +149,7 @@ def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable
     except ImportError:
         return found
     found["asyncio uvloop"] = run_async(False, True)
+    found["asyncio compact uvloop"] = run_async(True, True)
     return found
 
 
@@ -161,13 +165,13 @@ def measure(dsn: str, jobs: int, rounds: int, connections: int, suffix: str) -> 
                 # More than the drain: the last polls find jobs too, so no drain ends on empty polls.
                 bulk_load(harness, 0, jobs + 20 * connections, "due")
                 analyze(harness)
-                with _round_trips() as counted:
+                with _waits() as counted:
                     wall, cpu = runs[name](jobs)
                 rows[name].append(
                     {
                         "jobs_per_s": jobs / wall,
                         "cpu_us_per_job": cpu / jobs * 1e6,
-                        "round_trips_per_job": counted[0] / jobs,
+                        "waits_per_job": counted[0] / jobs,
                     }
                 )
     finally:
@@ -176,7 +180,7 @@ def measure(dsn: str, jobs: int, rounds: int, connections: int, suffix: str) -> 
     summary = {
         name: {
             key: round(statistics.median(row[key] for row in values), 2)
-            for key in ("jobs_per_s", "cpu_us_per_job", "round_trips_per_job")
+            for key in ("jobs_per_s", "cpu_us_per_job", "waits_per_job")
         }
         | {"rounds_jobs_per_s": [round(row["jobs_per_s"]) for row in values]}
         for name, values in rows.items()
@@ -190,6 +194,57 @@ def measure(dsn: str, jobs: int, rounds: int, connections: int, suffix: str) -> 
     }
 
 
+# Where a profiled asyncio drain's CPU goes, by the source file of each function's own time.
+_SOURCES = (
+    ("/proletarian_ref/", "proletarian_ref"),
+    ("/psycopg/", "psycopg"),
+    ("/psycopg_binary/", "psycopg"),
+    ("/asyncio/", "asyncio event loop"),
+    ("/selectors.py", "asyncio event loop"),
+    ("/contextlib.py", "contextlib"),
+)
+
+
+def _source(filename: str, function: str) -> str:
+    if filename == "~":
+        return "asyncio event loop" if "epoll" in function else "built-ins"
+    return next((label for needle, label in _SOURCES if needle in filename), "other Python")
+
+
+def profile_asyncio(dsn: str, jobs: int, connections: int, suffix: str) -> dict[str, Any]:
+    """One asyncio drain (default plan) under cProfile on CPU time: each source's share of the own time."""
+    import cProfile
+    import pstats
+
+    harness = open_harness(BackendSpec("conformance.builtin:postgresql", {"dsn": dsn}), "aiospeed", suffix)
+    try:
+        truncate(harness)
+        bulk_load(harness, 0, jobs + 20 * connections, "due")
+        analyze(harness)
+        profile = cProfile.Profile(time.thread_time)
+        profile.enable()
+        _asyncio(dsn, harness.table_options, jobs, connections, compact=False, uvloop=False)
+        profile.disable()
+    finally:
+        truncate(harness)
+        harness.close()
+    by_source: dict[str, float] = {}
+    raw: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    for (filename, _line, function), (_cc, _nc, own, _cumulative, _callers) in raw.items():
+        label = _source(filename, function)
+        by_source[label] = by_source.get(label, 0.0) + own
+    total = sum(by_source.values())
+    return {
+        "jobs": jobs,
+        "connections": connections,
+        "profiled_cpu_us_per_job": round(total / jobs * 1e6),
+        "share_percent": {
+            label: round(100 * own / total, 1)
+            for label, own in sorted(by_source.items(), key=lambda item: -item[1])
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.aio_speed", description=__doc__)
     parser.add_argument("--dsn", default=DEFAULT_DSN)
@@ -198,8 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--table-suffix", default="")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--profile", action="store_true", help="instead: one asyncio drain under cProfile, shares by source"
+    )
     args = parser.parse_args(argv)
-    result = measure(args.dsn, args.jobs, args.rounds, args.connections, args.table_suffix)
+    if args.profile:
+        result = profile_asyncio(args.dsn, args.jobs, args.connections, args.table_suffix)
+    else:
+        result = measure(args.dsn, args.jobs, args.rounds, args.connections, args.table_suffix)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out is not None:
