@@ -1,0 +1,272 @@
+"""Client CPU and server waits per job, threaded worker against asyncio worker, in one process, PostgreSQL.
+
+    python -m benchmarks.aio_speed [--dsn DSN] [--jobs 2000] [--rounds 3] [--connections 8] [--out FILE]
+    python -m benchmarks.aio_speed --profile [--jobs 2000] [--out FILE]
+
+Each round drains `--jobs` no-op jobs with every variant in turn (the order reversed every other round):
+the threaded worker (`worker_threads` threads, one connection each), the asyncio worker on psycopg's
+AsyncConnection (as many polling tasks), the same with the compact statement plan, and both again on
+uvloop's event loop when uvloop is installed. Per variant: drain jobs/s, the process's CPU seconds per
+job (user and system, the server apart) and the waits on the server a job takes: psycopg's
+Connection.wait calls, one a statement or COMMIT (the BEGIN psycopg sends first rides in the claim's
+wait, one round trip more). On a machine others load, jobs/s moves by tens of percent from one drain to
+the next; the CPU per job moves much less, and the waits not at all. `--profile` runs one asyncio drain
+under cProfile, on CPU time, and prints each source's share of it (the library, psycopg, the event loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import resource
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import BENCH_QUEUE, BackendSpec, analyze, bulk_load, open_harness, truncate
+from conformance.harness import Harness
+from proletarian_ref import aio, create_queue_worker
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@contextlib.contextmanager
+def _waits() -> Iterator[list[int]]:
+    """Counts psycopg's waits on the server (a statement or COMMIT each), sync and async connections."""
+    import psycopg
+
+    counted = [0]
+    sync_wait, async_wait = psycopg.Connection.wait, psycopg.AsyncConnection.wait
+
+    def wait(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counted[0] += 1
+        return sync_wait(self, *args, **kwargs)
+
+    async def await_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counted[0] += 1
+        return await async_wait(self, *args, **kwargs)
+
+    psycopg.Connection.wait = wait  # type: ignore[method-assign]
+    psycopg.AsyncConnection.wait = await_  # type: ignore[method-assign]
+    try:
+        yield counted
+    finally:
+        psycopg.Connection.wait = sync_wait  # type: ignore[method-assign]
+        psycopg.AsyncConnection.wait = async_wait  # type: ignore[method-assign]
+
+
+def _threaded(harness: Harness, jobs: int, connections: int) -> tuple[float, float]:
+    done = [0]
+    lock = threading.Lock()
+
+    def handler(job_type: Any, payload: Any) -> None:
+        with lock:
+            done[0] += 1
+
+    worker = create_queue_worker(
+        harness.data_source,
+        handler,
+        queue=BENCH_QUEUE,
+        worker_threads=connections,
+        polling_interval_ms=100,
+        **harness.table_options,
+    )
+    start, start_cpu = time.perf_counter(), _cpu()
+    worker.start()
+    while done[0] < jobs:
+        time.sleep(0.002)
+    wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
+    worker.stop()
+    return wall, cpu
+
+
+def _asyncio(
+    dsn: str, table_options: dict[str, Any], jobs: int, connections: int, *, compact: bool, uvloop: bool
+) -> tuple[float, float]:
+    import psycopg
+
+    from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+    async def main() -> tuple[float, float]:
+        done = [0]
+        finished = asyncio.Event()
+
+        async def handler(job_type: Any, payload: Any) -> None:
+            done[0] += 1
+            if done[0] >= jobs:
+                finished.set()
+
+        source = functools.partial(psycopg.AsyncConnection.connect, dsn)
+        worker = aio.create_queue_worker(
+            source,
+            handler,
+            backend=AsyncPostgresBackend(source, compact=compact),
+            queue=BENCH_QUEUE,
+            worker_threads=connections,
+            polling_interval_ms=100,
+            **table_options,
+        )
+        start, start_cpu = time.perf_counter(), _cpu()
+        await worker.start()
+        await finished.wait()
+        wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
+        await worker.stop()
+        await worker.backend.close()
+        return wall, cpu
+
+    if uvloop:
+        import uvloop as uvloop_module
+
+        return uvloop_module.run(main())
+    return asyncio.run(main())
+
+
+def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable[[int], tuple[float, float]]]:
+    options = harness.table_options
+
+    def run_async(compact: bool, uvloop: bool) -> Callable[[int], tuple[float, float]]:
+        return lambda jobs: _asyncio(dsn, options, jobs, connections, compact=compact, uvloop=uvloop)
+
+    found: dict[str, Callable[[int], tuple[float, float]]] = {
+        "threaded": lambda jobs: _threaded(harness, jobs, connections),
+        "asyncio": run_async(False, False),
+        "asyncio compact": run_async(True, False),
+    }
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return found
+    found["asyncio uvloop"] = run_async(False, True)
+    found["asyncio compact uvloop"] = run_async(True, True)
+    return found
+
+
+def measure(dsn: str, jobs: int, rounds: int, connections: int, suffix: str) -> dict[str, Any]:
+    harness = open_harness(BackendSpec("conformance.builtin:postgresql", {"dsn": dsn}), "aiospeed", suffix)
+    runs = variants(dsn, harness, connections)
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
+    try:
+        for round_ in range(rounds):
+            names = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
+            for name in names:
+                truncate(harness)
+                # More than the drain: the last polls find jobs too, so no drain ends on empty polls.
+                bulk_load(harness, 0, jobs + 20 * connections, "due")
+                analyze(harness)
+                with _waits() as counted:
+                    wall, cpu = runs[name](jobs)
+                rows[name].append(
+                    {
+                        "jobs_per_s": jobs / wall,
+                        "cpu_us_per_job": cpu / jobs * 1e6,
+                        "waits_per_job": counted[0] / jobs,
+                    }
+                )
+    finally:
+        truncate(harness)
+        harness.close()
+    summary = {
+        name: {
+            key: round(statistics.median(row[key] for row in values), 2)
+            for key in ("jobs_per_s", "cpu_us_per_job", "waits_per_job")
+        }
+        | {"rounds_jobs_per_s": [round(row["jobs_per_s"]) for row in values]}
+        for name, values in rows.items()
+    }
+    return {
+        "jobs": jobs,
+        "rounds": rounds,
+        "connections": connections,
+        "load_average": list(os.getloadavg()),
+        "variants": summary,
+    }
+
+
+# Where a profiled asyncio drain's CPU goes, by the source file of each function's own time.
+_SOURCES = (
+    ("/proletarian_ref/", "proletarian_ref"),
+    ("/psycopg/", "psycopg"),
+    ("/psycopg_binary/", "psycopg"),
+    ("/asyncio/", "asyncio event loop"),
+    ("/selectors.py", "asyncio event loop"),
+    ("/contextlib.py", "contextlib"),
+)
+
+
+def _source(filename: str, function: str) -> str:
+    if filename == "~":
+        return "asyncio event loop" if "epoll" in function else "built-ins"
+    return next((label for needle, label in _SOURCES if needle in filename), "other Python")
+
+
+def profile_asyncio(dsn: str, jobs: int, connections: int, suffix: str) -> dict[str, Any]:
+    """One asyncio drain (default plan) under cProfile on CPU time: each source's share of the own time."""
+    import cProfile
+    import pstats
+
+    harness = open_harness(BackendSpec("conformance.builtin:postgresql", {"dsn": dsn}), "aiospeed", suffix)
+    try:
+        truncate(harness)
+        bulk_load(harness, 0, jobs + 20 * connections, "due")
+        analyze(harness)
+        profile = cProfile.Profile(time.thread_time)
+        profile.enable()
+        _asyncio(dsn, harness.table_options, jobs, connections, compact=False, uvloop=False)
+        profile.disable()
+    finally:
+        truncate(harness)
+        harness.close()
+    by_source: dict[str, float] = {}
+    raw: dict[Any, Any] = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    for (filename, _line, function), (_cc, _nc, own, _cumulative, _callers) in raw.items():
+        label = _source(filename, function)
+        by_source[label] = by_source.get(label, 0.0) + own
+    total = sum(by_source.values())
+    return {
+        "jobs": jobs,
+        "connections": connections,
+        "profiled_cpu_us_per_job": round(total / jobs * 1e6),
+        "share_percent": {
+            label: round(100 * own / total, 1)
+            for label, own in sorted(by_source.items(), key=lambda item: -item[1])
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.aio_speed", description=__doc__)
+    parser.add_argument("--dsn", default=DEFAULT_DSN)
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--table-suffix", default="")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--profile", action="store_true", help="instead: one asyncio drain under cProfile, shares by source"
+    )
+    args = parser.parse_args(argv)
+    if args.profile:
+        result = profile_asyncio(args.dsn, args.jobs, args.connections, args.table_suffix)
+    else:
+        result = measure(args.dsn, args.jobs, args.rounds, args.connections, args.table_suffix)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

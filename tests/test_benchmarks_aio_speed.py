@@ -1,0 +1,46 @@
+"""benchmarks.aio_speed's two measuring helpers: the wait counter and the profile's source buckets."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import psycopg
+
+from benchmarks.aio_speed import _source, _waits
+
+
+def _dsn() -> str:
+    return os.environ.get("PROLETARIAN_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def test_the_wait_counter_counts_one_wait_a_statement_on_both_apis_and_unhooks_after() -> None:
+    with psycopg.connect(_dsn()) as conn, _waits() as counted:
+        conn.execute("SELECT 1")
+        conn.execute("SELECT 2")
+        conn.commit()
+        assert counted[0] == 3
+
+    async def on_async() -> None:
+        conn = await psycopg.AsyncConnection.connect(_dsn())
+        try:
+            with _waits() as counted:
+                await conn.execute("SELECT 1")
+                await conn.commit()
+                assert counted[0] == 2
+            await conn.execute("SELECT 3")
+            assert counted[0] == 2
+        finally:
+            await conn.close()
+
+    asyncio.run(on_async())
+
+
+def test_the_profile_buckets_name_the_library_the_driver_and_the_loop() -> None:
+    assert _source("/x/proletarian_ref/_async/job_run.py", "run_next_job") == "proletarian_ref"
+    assert _source("/x/site-packages/psycopg/waiting.py", "wait_async") == "psycopg"
+    assert _source("/x/lib/python3.11/asyncio/base_events.py", "_run_once") == "asyncio event loop"
+    assert _source("/x/lib/python3.11/selectors.py", "select") == "asyncio event loop"
+    assert _source("~", "<method 'poll' of 'select.epoll' objects>") == "asyncio event loop"
+    assert _source("~", "<built-in method builtins.isinstance>") == "built-ins"
+    assert _source("/x/elsewhere.py", "f") == "other Python"
