@@ -11,7 +11,17 @@ if TYPE_CHECKING:
     # Only for annotations: the threaded code imports this module, and never needs asyncio.
     from asyncio import Event as AEvent
 
-__all__ = ["SYNC_NAMES", "AEvent", "AsyncHandlerFn", "Event", "HandlerFn", "asettle", "settle"]
+__all__ = [
+    "SYNC_NAMES",
+    "AEvent",
+    "AsyncHandlerFn",
+    "AsyncPollFailure",
+    "Event",
+    "HandlerFn",
+    "PollFailure",
+    "asettle",
+    "settle",
+]
 
 _T = TypeVar("_T")
 
@@ -20,6 +30,11 @@ _T = TypeVar("_T")
 Event = threading.Event
 HandlerFn = Callable[..., object]
 AsyncHandlerFn = Callable[..., Awaitable[object]]
+# What a poller's failed run may raise and still be logged and backed off from: on the event loop not a
+# CancelledError (stop() cancels a stuck task), on a thread anything (stop() closing a job's connection
+# may surface as any error, and a dying thread must still say why).
+AsyncPollFailure = Exception
+PollFailure = BaseException
 
 SYNC_NAMES: Final = {
     "AEvent": "Event",
@@ -43,6 +58,9 @@ SYNC_NAMES: Final = {
     # The caller's connection and its backend, for enqueue (proletarian_ref/_async/enqueue.py).
     "acaller_connection": "caller_connection",
     "abackend_for_connection": "backend_for_connection",
+    # The queue worker's poll loop (proletarian_ref/_async/poll_loop.py).
+    "AsyncPollLoop": "PollLoop",
+    "AsyncPollFailure": "PollFailure",
 }
 
 

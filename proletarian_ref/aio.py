@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, cast
@@ -16,13 +15,14 @@ from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.enqueue import enqueue, enqueue_many
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref._async.job_tx import JobTransaction, current_job
+from proletarian_ref._async.poll_loop import AsyncPollLoop
 from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
-from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
+from proletarian_ref.worker_core import _LISTEN_TICK_S
 from proletarian_ref.worker_settings import job_settings
 
 __all__ = [
@@ -159,7 +159,7 @@ async def process_next_job(
             await active.close()
 
 
-class AsyncQueueWorker(WorkerCore):
+class AsyncQueueWorker(AsyncPollLoop):
     """Polling tasks over one queue on the running event loop; build it with create_queue_worker.
 
     The threaded QueueWorker's promises, with tasks for threads: one job a transaction with its handler
@@ -282,50 +282,23 @@ class AsyncQueueWorker(WorkerCore):
 
         return may_handle
 
-    async def _poll(self, n: int) -> None:
-        outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        context = {**outer, ev.WORKER_THREAD_ID: n}
-        may_handle = self._may_handle(n)
-        run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
-        if n > 1 and await self._wait_stop(random.uniform(0, min(self._interval, 1.0))):
-            return
+    async def _poller_handler(self, n: int) -> AsyncHandlerFn:
         if n == 1:
             await self._check_server_limits()
-        failures = 0
-        backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
-        if self._job_timeout_ms is not None:
-            handler_fn = self._timed_handler(n, handler_fn, self._job_timeout_ms)
-        stop_event = self._stop_event
-        while not stop_event.is_set():
-            delay = self._interval
-            generation = self._wake_generation
-            runs = 0
-            try:
-                log_fn(ev.POLLING_FOR_JOBS, context)
-                while True:
-                    ran = await run_next(
-                        backend, settings, handler_fn, log_fn, context, stop_event, may_handle
-                    )
-                    self._current_jobs.pop(n, None)
-                    if ran is not True:
-                        break
-                    runs += 1
-                    if runs == 2 and self._listens:
-                        await self._wake_one()
-                failures = 0
-            except Exception as exc:
-                running = self._current_jobs.pop(n, {})
-                failures += 1
-                after = self._after_failure(exc, failures, outer, running)
-                if after is None:
-                    # stop() waits for this very task: it runs as a task of its own.
-                    asyncio.get_running_loop().create_task(self._stop_logging_errors())
-                    return
-                delay = after
-            if failures:
-                await self._wait_stop(delay)
-            else:
-                await self._idle(delay, generation)
+        if self._job_timeout_ms is None:
+            return self.handler_fn
+        return self._timed_handler(n, self.handler_fn, self._job_timeout_ms)
+
+    def _run_over(self, n: int) -> None:
+        self._current_jobs.pop(n, None)
+
+    def _run_failed(self, n: int) -> tuple[bool, bool, dict[str, Any]]:
+        # stop() releases a stuck task by cancelling it, and CancelledError never comes here.
+        return False, False, self._current_jobs.pop(n, {})
+
+    def _stop_in_background(self) -> None:
+        # stop() waits for this very task: it runs as a task of its own.
+        asyncio.get_running_loop().create_task(self._stop_logging_errors())
 
     # -- the job timeout -------------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -13,6 +12,7 @@ from typing import Any, Final
 
 from proletarian_ref import log as ev
 from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_job, write_failure
+from proletarian_ref._sync.poll_loop import PollLoop
 from proletarian_ref.backend import Backend, Listener, Notifications
 from proletarian_ref.backends import backend_for_data_source, refuse_async
 from proletarian_ref.clock import Clock
@@ -33,7 +33,6 @@ from proletarian_ref.worker_core import (
     MAX_ERROR_BACKOFF_S,
     MAX_LISTENER_BACKOFF_S,
     MAX_TRANSIENT_BACKOFF_S,
-    WorkerCore,
 )
 from proletarian_ref.worker_settings import (
     GIVEN_BACK,
@@ -118,7 +117,7 @@ def _noop() -> None:
     return None
 
 
-class QueueWorker(WorkerCore):
+class QueueWorker(PollLoop):
     """Polling threads over one queue; build it with create_queue_worker."""
 
     backend: Backend
@@ -345,74 +344,28 @@ class QueueWorker(WorkerCore):
                 with contextlib.suppress(Exception):
                     close_thread_connection()
 
-    def _poll(self, n: int) -> None:
-        outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        context = {**outer, ev.WORKER_THREAD_ID: n}
-        current, lock = self._current_jobs, self._lock
-        may_handle = self._may_handle(n)
-        run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
-        # Spread the threads' idle polls over the interval, as Proletarian's start-up jitter does, but
-        # without blocking start().
-        if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
-            return
-        failures = 0
-        # Read once, not once a job: none of them changes while the worker runs.
-        backend, settings, handler_fn, log_fn = (
-            self.backend,
-            self.settings,
-            self._thread_handler(n),
-            self._log_fn,
-        )
-        stop_event = self._stop_event
-        while not stop_event.is_set():
-            delay = self._interval
-            generation = self._wake_generation
-            runs = 0
-            try:
-                log_fn(ev.POLLING_FOR_JOBS, context)
-                # No stop check of its own before each run: run_next checks before it claims, and has just
-                # checked to return True.
-                while True:
-                    ran = run_next(backend, settings, handler_fn, log_fn, context, stop_event, may_handle)
-                    lock.acquire()  # as in may_handle
-                    try:
-                        current.pop(n, None)  # its transaction is over: nothing left to release
-                    finally:
-                        lock.release()
-                    if ran is not True:
-                        break
-                    runs += 1
-                    if runs == 2 and self._listens:
-                        # A second due job in a row: a batch or a burst, so another idle thread helps.
-                        self._wake_one()
-                failures = 0
-            except BaseException as exc:
-                with self._lock:
-                    released, running = n in self._released, current.pop(n, {})
-                    expired = n in self._timeout_released
-                    self._timeout_released.discard(n)
-                if released or expired:
-                    if running:
-                        self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
-                    if released:
-                        return
-                    # Its job is back in the queue and its connection gone (_finish dropped it): the
-                    # thread polls again on a new one.
-                    continue
-                failures += 1
-                after = self._after_failure(exc, failures, outer, running)
-                if after is None:
-                    self._stop_async()
-                    return
-                delay = after
-            if failures:
-                self._stop_event.wait(delay)
-            else:
-                self._idle(delay, generation)
+    def _run_over(self, n: int) -> None:
+        lock = self._lock
+        lock.acquire()  # as in may_handle
+        try:
+            self._current_jobs.pop(n, None)
+        finally:
+            lock.release()
+
+    def _run_failed(self, n: int) -> tuple[bool, bool, dict[str, Any]]:
+        with self._lock:
+            released, running = n in self._released, self._current_jobs.pop(n, {})
+            expired = n in self._timeout_released
+            self._timeout_released.discard(n)
+        # A job released by its timeout: _finish dropped its connection, and the thread polls again.
+        return released, expired, running
+
+    def _wait_stop(self, delay: float) -> bool:
+        return self._stop_event.wait(delay)
 
     # -- the job timeout -------------------------------------------------------------------------------
 
-    def _thread_handler(self, n: int) -> HandlerFn:
+    def _poller_handler(self, n: int) -> HandlerFn:
         """Set thread n up to run handlers: what interrupted() reads, the server limits checked once per
         worker (on thread 1, before its first poll), the job bound if any."""
         bind_stop_event(self._interrupts.get(n, self._stop_event))
@@ -569,7 +522,7 @@ class QueueWorker(WorkerCore):
                 with contextlib.suppress(Exception):
                     listener.close()
 
-    def _stop_async(self) -> None:
+    def _stop_in_background(self) -> None:
         # A polling thread cannot join itself, so another thread stops the worker. Not a daemon: the
         # process must not exit half way through stop() (it ends within await_termination_timeout_ms).
         threading.Thread(
