@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
@@ -9,17 +10,24 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 if TYPE_CHECKING:
     # Only for annotations: the threaded code imports this module, and never needs asyncio.
+    from asyncio import Condition as ACondition
     from asyncio import Event as AEvent
 
 __all__ = [
     "SYNC_NAMES",
+    "ACondition",
     "AEvent",
     "AsyncHandlerFn",
     "AsyncPollFailure",
+    "Condition",
     "Event",
     "HandlerFn",
     "PollFailure",
+    "acondition_wait_for",
+    "aevent_wait",
     "asettle",
+    "condition_wait_for",
+    "event_wait",
     "settle",
 ]
 
@@ -28,6 +36,7 @@ _T = TypeVar("_T")
 # tools/generate_sync.py turns each name on the left into the one on the right (and `async`/`await` into
 # nothing): the asyncio source proletarian_ref/_async/*.py becomes proletarian_ref/_sync/*.py.
 Event = threading.Event
+Condition = threading.Condition
 HandlerFn = Callable[..., object]
 AsyncHandlerFn = Callable[..., Awaitable[object]]
 # What a poller's failed run may raise and still be logged and backed off from: on the event loop not a
@@ -61,6 +70,13 @@ SYNC_NAMES: Final = {
     # The queue worker's poll loop (proletarian_ref/_async/poll_loop.py).
     "AsyncPollLoop": "PollLoop",
     "AsyncPollFailure": "PollFailure",
+    # Its waits and wake-ups (proletarian_ref/_async/wake.py).
+    "AsyncWake": "Wake",
+    "ACondition": "Condition",
+    "aevent_wait": "event_wait",
+    "acondition_wait_for": "condition_wait_for",
+    "AsyncListener": "Listener",
+    "AsyncNotifications": "Notifications",
 }
 
 
@@ -75,3 +91,30 @@ async def asettle(result: Any) -> Any:
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+def event_wait(event: threading.Event, timeout: float) -> bool:
+    """Wait until `event` is set or `timeout` seconds pass; whether it is set."""
+    return event.wait(timeout)
+
+
+async def aevent_wait(event: AEvent, timeout: float) -> bool:
+    """event_wait on the event loop."""
+    import asyncio  # here, not above: the threaded code never needs asyncio
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
+    return event.is_set()
+
+
+def condition_wait_for(condition: threading.Condition, predicate: Callable[[], bool], timeout: float) -> None:
+    """Wait, holding `condition`, until `predicate` holds or `timeout` seconds pass."""
+    condition.wait_for(predicate, timeout)
+
+
+async def acondition_wait_for(condition: ACondition, predicate: Callable[[], bool], timeout: float) -> None:
+    """condition_wait_for on the event loop."""
+    import asyncio
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(condition.wait_for(predicate), timeout)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
@@ -16,13 +15,12 @@ from proletarian_ref._async.enqueue import enqueue, enqueue_many
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref._async.job_tx import JobTransaction, current_job
 from proletarian_ref._async.poll_loop import AsyncPollLoop
-from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
+from proletarian_ref.backend import AsyncBackend, AsyncListener, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
 from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
 from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
-from proletarian_ref.worker_core import _LISTEN_TICK_S
 from proletarian_ref.worker_settings import job_settings
 
 __all__ = [
@@ -359,60 +357,16 @@ class AsyncQueueWorker(AsyncPollLoop):
                 ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
             )
 
-    async def _wait_stop(self, delay: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop_event.wait(), delay)
-        return self._stop_event.is_set()
+    def _hold_listener(self, listener: AsyncListener | None) -> bool:
+        # One event loop thread: stop() reads it, to interrupt it, with no await in between.
+        if listener is not None and self._stop_event.is_set():
+            return False
+        self._listener = listener
+        return True
 
-    async def _idle(self, delay: float, generation: int) -> None:
-        if not self._listens:
-            await self._wait_stop(delay)
-            return
-        async with self._wake:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._wake.wait_for(
-                        lambda: self._stop_event.is_set() or self._wake_generation != generation
-                    ),
-                    delay,
-                )
-
-    async def _wake_one(self) -> None:
-        async with self._wake:
-            self._wake_generation += 1
-            self._wake.notify(1)
-
-    async def _listen(self) -> None:
-        notifications = cast(AsyncNotifications, self.backend)
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        failures = 0
-        try:
-            while not self._stop_event.is_set():
-                try:
-                    if self._listener is None:
-                        self._listener = await notifications.listen(
-                            self.settings.job_table, self.settings.queue, self._listen_data_source
-                        )
-                        self._safe_log(ev.LISTENING_FOR_JOBS, context)
-                        await self._wake_one()
-                    if await self._listener.wait(_LISTEN_TICK_S):
-                        await self._wake_one()
-                    failures = 0
-                except Exception as exc:
-                    failures += 1
-                    if self._listener is not None:
-                        await self._listener.close()
-                        self._listener = None
-                    backoff = self._listener_backoff(failures)
-                    self._safe_log(
-                        ev.LISTENER_ERROR,
-                        {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
-                    )
-                    await self._wait_stop(backoff)
-        finally:
-            if self._listener is not None:
-                await asyncio.shield(self._listener.close())
-                self._listener = None
+    async def _close_listener(self, listener: AsyncListener) -> None:
+        # Shielded: the listener task is cancelled by stop(), and its connection must still be closed.
+        await asyncio.shield(listener.close())
 
 
 def create_queue_worker(

@@ -13,7 +13,7 @@ from typing import Any, Final
 from proletarian_ref import log as ev
 from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_job, write_failure
 from proletarian_ref._sync.poll_loop import PollLoop
-from proletarian_ref.backend import Backend, Listener, Notifications
+from proletarian_ref.backend import Backend, Listener
 from proletarian_ref.backends import backend_for_data_source, refuse_async
 from proletarian_ref.clock import Clock
 from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
@@ -27,7 +27,6 @@ from proletarian_ref.shutdown_hook import hook, unhook
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 from proletarian_ref.watchdog import DEFAULT_JOB_TIMEOUT_GRACE_MS, Watchdog, check_job_timeout
 from proletarian_ref.worker_core import (
-    _LISTEN_TICK_S,
     DEFAULT_WAKE_ON_NOTIFY,
     LISTENER_UNCONFIRMED_ADVICE,
     MAX_ERROR_BACKOFF_S,
@@ -360,9 +359,6 @@ class QueueWorker(PollLoop):
         # A job released by its timeout: _finish dropped its connection, and the thread polls again.
         return released, expired, running
 
-    def _wait_stop(self, delay: float) -> bool:
-        return self._stop_event.wait(delay)
-
     # -- the job timeout -------------------------------------------------------------------------------
 
     def _poller_handler(self, n: int) -> HandlerFn:
@@ -459,68 +455,16 @@ class QueueWorker(PollLoop):
                 },
             )
 
-    def _idle(self, delay: float, generation: int) -> None:
-        """Wait out the polling interval, or less: until stop() or a wake-up since `generation` began."""
-        if not self._listens:
-            self._stop_event.wait(delay)
-            return
-        with self._wake:
-            self._wake.wait_for(
-                lambda: self._stop_event.is_set() or self._wake_generation != generation, delay
-            )
+    def _hold_listener(self, listener: Listener | None) -> bool:
+        with self._lock:
+            if listener is not None and self._stop_event.is_set():
+                return False
+            self._listener = listener
+            return True
 
-    def _wake_one(self) -> None:
-        # One thread: SKIP LOCKED makes more harmless, but each would cost a poll for a single job. A
-        # thread that then finds a backlog wakes the next one.
-        with self._wake:
-            self._wake_generation += 1
-            self._wake.notify(1)
-
-    def _listen(self) -> None:
-        """The listener thread: wakes an idle polling thread on each notification for this queue."""
-        notifications: Notifications = self.backend  # type: ignore[assignment]  # _listens checked it
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        listener: Listener | None = None
-        failures = 0
-        try:
-            while not self._stop_event.is_set():
-                try:
-                    if listener is None:
-                        listener = notifications.listen(
-                            self.settings.job_table, self.settings.queue, self._listen_data_source
-                        )
-                        with self._lock:
-                            if self._stop_event.is_set():
-                                break
-                            self._listener = listener
-                        self._safe_log(ev.LISTENING_FOR_JOBS, context)
-                        if not getattr(listener, "confirmed", True):
-                            self._safe_log(
-                                ev.LISTENER_UNCONFIRMED, {**context, "advice": LISTENER_UNCONFIRMED_ADVICE}
-                            )
-                        # Jobs may have come while no one listened: one poll finds them now.
-                        self._wake_one()
-                    if listener.wait(_LISTEN_TICK_S):
-                        self._wake_one()
-                    failures = 0  # only a connection that waited counts as back
-                except Exception as exc:
-                    failures += 1
-                    if listener is not None:
-                        with self._lock:
-                            self._listener = None
-                        with contextlib.suppress(Exception):
-                            listener.close()
-                        listener = None
-                    backoff = self._listener_backoff(failures)
-                    self._safe_log(
-                        ev.LISTENER_ERROR,
-                        {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
-                    )
-                    self._stop_event.wait(backoff)
-        finally:
-            if listener is not None:
-                with contextlib.suppress(Exception):
-                    listener.close()
+    def _close_listener(self, listener: Listener) -> None:
+        with contextlib.suppress(Exception):
+            listener.close()
 
     def _stop_in_background(self) -> None:
         # A polling thread cannot join itself, so another thread stops the worker. Not a daemon: the

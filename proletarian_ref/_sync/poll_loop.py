@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import HandlerFn, PollFailure
 from proletarian_ref._sync.job_run import run_next_batch, run_next_job
-from proletarian_ref.worker_core import WorkerCore
-
-if TYPE_CHECKING:
-    from proletarian_ref._acompat import Event
+from proletarian_ref._sync.wake import Wake
 
 
-class PollLoop(WorkerCore):
+class PollLoop(Wake):
     """The poll loop of aio.AsyncQueueWorker; its threaded twin, generated from it, QueueWorker's. Each
     worker class says how it waits, sets a poller up, and ends what a finished or failed run held."""
-
-    _stop_event: Event
 
     def _poll(self, n: int) -> None:
         outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
@@ -100,15 +95,4 @@ class PollLoop(WorkerCore):
         raise NotImplementedError
 
     def _stop_in_background(self) -> None:
-        raise NotImplementedError
-
-    def _wait_stop(self, delay: float) -> bool:
-        """Wait `delay` seconds or until stop(); whether stop() has begun."""
-        raise NotImplementedError
-
-    def _idle(self, delay: float, generation: int) -> None:
-        """Wait out the polling interval, or less: until stop() or a wake-up since `generation` began."""
-        raise NotImplementedError
-
-    def _wake_one(self) -> None:
         raise NotImplementedError
