@@ -5,30 +5,37 @@ from __future__ import annotations
 import contextlib
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 if TYPE_CHECKING:
     # Only for annotations: the threaded code imports this module, and never needs asyncio.
     from asyncio import Condition as ACondition
     from asyncio import Event as AEvent
+    from asyncio import Task
+
+    ASpawned = Task[None]
 
 __all__ = [
     "SYNC_NAMES",
     "ACondition",
     "AEvent",
+    "ASpawned",
     "AsyncHandlerFn",
     "AsyncPollFailure",
     "Condition",
     "Event",
     "HandlerFn",
     "PollFailure",
+    "Spawned",
     "acondition_wait_for",
     "aevent_wait",
     "asettle",
+    "aspawn",
     "condition_wait_for",
     "event_wait",
     "settle",
+    "spawn",
 ]
 
 _T = TypeVar("_T")
@@ -37,6 +44,7 @@ _T = TypeVar("_T")
 # nothing): the asyncio source proletarian_ref/_async/*.py becomes proletarian_ref/_sync/*.py.
 Event = threading.Event
 Condition = threading.Condition
+Spawned = threading.Thread
 HandlerFn = Callable[..., object]
 AsyncHandlerFn = Callable[..., Awaitable[object]]
 # What a poller's failed run may raise and still be logged and backed off from: on the event loop not a
@@ -72,6 +80,12 @@ SYNC_NAMES: Final = {
     "AsyncPollFailure": "PollFailure",
     # Its waits and wake-ups (proletarian_ref/_async/wake.py).
     "AsyncWake": "Wake",
+    # Its lifecycle (proletarian_ref/_async/lifecycle.py): tasks become threads.
+    "AsyncLifecycle": "Lifecycle",
+    "ASpawned": "Spawned",
+    "aspawn": "spawn",
+    "_tasks": "_threads",
+    "_listener_task": "_listener_thread",
     "ACondition": "Condition",
     "aevent_wait": "event_wait",
     "acondition_wait_for": "condition_wait_for",
@@ -118,3 +132,19 @@ async def acondition_wait_for(condition: ACondition, predicate: Callable[[], boo
 
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(condition.wait_for(predicate), timeout)
+
+
+def spawn(target: Callable[..., object], *args: object, name: str, daemon: bool | None = None) -> Spawned:
+    """A started thread running target(*args); not a daemon unless told, or its starter is one."""
+    thread = threading.Thread(target=target, args=args, name=name, daemon=daemon)
+    thread.start()
+    return thread
+
+
+def aspawn(
+    target: Callable[..., Coroutine[Any, Any, None]], *args: object, name: str, daemon: bool | None = None
+) -> ASpawned:
+    """spawn on the event loop: a task running target(*args) (daemon means nothing to a task)."""
+    import asyncio
+
+    return asyncio.create_task(target(*args), name=name)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any, cast
 
 from proletarian_ref import aio_shutdown_hook
@@ -14,10 +14,10 @@ from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.enqueue import enqueue, enqueue_many
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref._async.job_tx import JobTransaction, current_job
-from proletarian_ref._async.poll_loop import AsyncPollLoop
+from proletarian_ref._async.lifecycle import AsyncLifecycle
 from proletarian_ref.backend import AsyncBackend, AsyncListener, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
-from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError
 from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
@@ -157,7 +157,7 @@ async def process_next_job(
             await active.close()
 
 
-class AsyncQueueWorker(AsyncPollLoop):
+class AsyncQueueWorker(AsyncLifecycle):
     """Polling tasks over one queue on the running event loop; build it with create_queue_worker.
 
     The threaded QueueWorker's promises, with tasks for threads: one job a transaction with its handler
@@ -171,6 +171,7 @@ class AsyncQueueWorker(AsyncPollLoop):
         # WorkerCore's arguments, as worker_arguments makes them.
         super().__init__(*args, **kwargs)
         self._install_shutdown_hook = install_shutdown_hook
+        self._lock = contextlib.nullcontext()  # one event loop thread: nothing to guard
         self._stop_event = asyncio.Event()
         self._wake = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
@@ -179,42 +180,26 @@ class AsyncQueueWorker(AsyncPollLoop):
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
-    async def start(self) -> bool | None:
-        """Start the polling tasks on the running loop; None if already started."""
-        if self._started:
-            return None
-        self._started = True
+    # Stop: from the call on, no task claims a job and no handler starts. A running handler may see the
+    # request (`stopping()`) and give its job back by raising JobInterrupted (attempts unchanged); one
+    # still running at the deadline is cancelled: CancelledError is raised at its await, its transaction's
+    # connection is closed so the database rolls it back, and the job goes back with attempts unchanged.
+    # Then stop() raises ShutdownTimeoutError and skips on_shutdown, as the threaded worker does; a second
+    # stop() only logs already-shut-down.
+    _ON_SHUTDOWN_AGAIN = False
+
+    def _hook_signals(self) -> None:
         if self._install_shutdown_hook:
             aio_shutdown_hook.hook(self)
-        for n in range(1, self._worker_threads + 1):
-            self._tasks.append(asyncio.create_task(self._poll(n), name=f"{self.queue_worker_id}-{n}"))
-        if self._listens:
-            self._listener_task = asyncio.create_task(self._listen(), name=f"{self.queue_worker_id}-listener")
-        return True
 
-    async def stop(self) -> bool | None:
-        """Stop polling, let running jobs drain for await_termination_timeout_ms, then release the rest.
-
-        From the call on, no task claims a job and no handler starts. A running handler may see the
-        request (`stopping()`) and give its job back by raising JobInterrupted (attempts unchanged); one
-        still running at the deadline is cancelled: CancelledError is raised at its await, its transaction's
-        connection is closed so the database rolls it back, and the job goes back with attempts unchanged.
-        Then stop() raises ShutdownTimeoutError and skips on_shutdown, as the threaded worker does.
-        """
-        if not self._started:
-            return None
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        if self._stopped:
-            self._safe_log(ev.ALREADY_SHUT_DOWN, context)
-            return True
-        self._stopped = True
+    def _unhook_signals(self) -> None:
         aio_shutdown_hook.unhook(self)
-        self._safe_log(ev.SHUTTING_DOWN, context)
+
+    def _request_stop(self) -> AsyncListener | None:
         self._stop_event.set()
-        async with self._wake:
-            self._wake.notify_all()
-        if self._listener is not None:
-            self._listener.interrupt()
+        return self._listener
+
+    async def _drain_then_release(self) -> list[str]:
         if self._listener_task is not None:
             self._listener_task.cancel()
         current = asyncio.current_task()
@@ -228,7 +213,9 @@ class AsyncQueueWorker(AsyncPollLoop):
             job = self._current_jobs.get(n)
             task.cancel()
             if job:
-                self._safe_log(ev.JOB_RELEASED, {**context, ev.WORKER_THREAD_ID: n, **job})
+                self._safe_log(
+                    ev.JOB_RELEASED, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job}
+                )
                 notes.append(f"{task.get_name()} (job {job[ev.JOB_ID]} released back to the queue)")
             else:
                 notes.append(f"{task.get_name()} (no job yet: its claim was abandoned)")
@@ -236,34 +223,7 @@ class AsyncQueueWorker(AsyncPollLoop):
             await asyncio.wait(stuck)
         if self._listener_task is not None:
             await asyncio.wait([self._listener_task])
-        if self._owns_backend:
-            await self.backend.close()
-        if stuck:
-            raise ShutdownTimeoutError(
-                f"Could not shut down the queue worker within {self._await_timeout * 1000:g} ms; "
-                f"still running: {'; '.join(notes)}"
-            )
-        self._safe_log(ev.COMPLETED_SHUTDOWN, context)
-        result = self._on_shutdown()
-        if inspect.isawaitable(result):
-            await result
-        return True
-
-    def stopping(self) -> bool:
-        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back.
-
-        Inside a handler, proletarian_ref.interrupted() says the same, or that the job's time is up.
-        """
-        return self._stop_event.is_set()
-
-    async def __aenter__(self) -> AsyncQueueWorker:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+        return notes
 
     # -- polling ---------------------------------------------------------------------------------------
 
@@ -279,6 +239,9 @@ class AsyncQueueWorker(AsyncPollLoop):
             return True
 
         return may_handle
+
+    def _poller_ended(self) -> None:
+        return None
 
     async def _poller_handler(self, n: int) -> AsyncHandlerFn:
         if n == 1:

@@ -7,16 +7,15 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, Final
 
 from proletarian_ref import log as ev
 from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_job, write_failure
-from proletarian_ref._sync.poll_loop import PollLoop
+from proletarian_ref._sync.lifecycle import Lifecycle
 from proletarian_ref.backend import Backend, Listener
 from proletarian_ref.backends import backend_for_data_source, refuse_async
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError
 from proletarian_ref.interrupts import bind_stop_event
 from proletarian_ref.job_ids import JobIdStrategy
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
@@ -116,10 +115,11 @@ def _noop() -> None:
     return None
 
 
-class QueueWorker(PollLoop):
+class QueueWorker(Lifecycle):
     """Polling threads over one queue; build it with create_queue_worker."""
 
     backend: Backend
+    _lock: threading.RLock
 
     def __init__(
         self,
@@ -189,87 +189,51 @@ class QueueWorker(PollLoop):
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
-    def start(self) -> bool | None:
-        """Start the polling threads; None if already started (a stopped worker cannot restart).
+    # Start-up: the threads inherit daemon-ness from the thread calling start(), as a JVM thread does,
+    # so a worker started on the main thread keeps the process alive after the main thread returns, like
+    # Proletarian's: stop it with stop(), a `with` block, or a signal with install_shutdown_hook=True.
+    #
+    # Stop: from the call on, no thread claims a job and no handler starts; a job claimed meanwhile goes
+    # back untouched. A handler already running sees the request through proletarian_ref.interrupted() /
+    # sleep() and may give its job back (JobInterrupted: attempts unchanged); one that ignores it may
+    # finish, and its job is archived. Threads still busy at the deadline are released: a running job's
+    # connection is closed, so the database rolls its transaction back and another worker can claim the
+    # job with attempts unchanged, and whatever the handler does when it returns is not written; a claim
+    # still in progress is abandoned the same way. Then stop() raises ShutdownTimeoutError and skips
+    # on_shutdown, as Proletarian does, because those threads are still running. A second stop() logs
+    # already-shut-down and calls on_shutdown again, as Proletarian's does.
+    _ON_SHUTDOWN_AGAIN = True
 
-        The threads inherit daemon-ness from the thread calling start(), as a JVM thread does, so a
-        worker started on the main thread keeps the process alive after the main thread returns, like
-        Proletarian's: stop it with stop(), a `with` block, or a signal with install_shutdown_hook=True.
-        """
+    def _hook_signals(self) -> None:
+        if self._install_shutdown_hook:
+            hook(self)
+
+    def _unhook_signals(self) -> None:
+        unhook(self)
+
+    def _request_stop(self) -> Listener | None:
         with self._lock:
-            if self._started:
-                return None
-            self._started = True
-            if self._install_shutdown_hook:
-                hook(self)
-            for n in range(1, self._worker_threads + 1):
-                thread = threading.Thread(target=self._work, args=(n,), name=f"{self.queue_worker_id}-{n}")
-                self._threads.append(thread)
-                thread.start()
-            if self._listens:
-                # A daemon: it holds no job, and stop() closes its connection or it ends within a tick.
-                self._listener_thread = threading.Thread(
-                    target=self._listen, name=f"{self.queue_worker_id}-listener", daemon=True
-                )
-                self._listener_thread.start()
-            return True
+            self._stop_event.set()
+            for interrupt in self._interrupts.values():
+                interrupt.set()
+            return self._listener
 
-    def stop(self) -> bool | None:
-        """Stop polling, let running jobs drain for await_termination_timeout_ms, then release the rest.
-
-        From the call on, no thread claims a job and no handler starts; a job claimed meanwhile goes back
-        untouched. A handler already running sees the request through proletarian_ref.interrupted() /
-        sleep() and may give its job back (JobInterrupted: attempts unchanged); one that ignores it may
-        finish, and its job is archived. Threads still busy at the deadline are released: a running job's
-        connection is closed, so the database rolls its transaction back and another worker can claim the
-        job with attempts unchanged, and whatever the handler does when it returns is not written; a claim
-        still in progress is abandoned the same way. Then stop() raises ShutdownTimeoutError and skips
-        on_shutdown, as Proletarian does, because those threads are still running.
-        """
-        with self._lock:
-            if not self._started:
-                return None
-            already = self._stopped
-            self._stopped = True
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        if already:
-            self._safe_log(ev.ALREADY_SHUT_DOWN, context)
-        else:
-            unhook(self)
-            self._safe_log(ev.SHUTTING_DOWN, context)
-            with self._lock:
-                self._stop_event.set()
-                for interrupt in self._interrupts.values():
-                    interrupt.set()
-                listening = self._listener
-            with self._wake:
-                self._wake.notify_all()
-            if listening is not None:
-                listening.interrupt()
-            deadline = time.monotonic() + self._await_timeout
-            current = threading.current_thread()
-            listener = [self._listener_thread] if self._listener_thread is not None else []
-            for thread in [*self._threads, *listener]:
-                if thread is not current:
-                    thread.join(max(0.0, deadline - time.monotonic()))
-            stuck = [
-                (n, thread)
-                for n, thread in enumerate(self._threads, 1)
-                if thread.is_alive() and thread is not current
-            ]
-            still_running = self._release(stuck) if stuck else []
-            if self._watchdog is not None:
-                self._watchdog.close()
-            if self._owns_backend:
-                self.backend.close()
-            if stuck:
-                raise ShutdownTimeoutError(
-                    f"Could not shut down the queue worker within {self._await_timeout * 1000:g} ms; "
-                    f"still running: {'; '.join(still_running)}"
-                )
-            self._safe_log(ev.COMPLETED_SHUTDOWN, context)
-        self._on_shutdown()
-        return True
+    def _drain_then_release(self) -> list[str]:
+        deadline = time.monotonic() + self._await_timeout
+        current = threading.current_thread()
+        listener = [self._listener_thread] if self._listener_thread is not None else []
+        for thread in [*self._threads, *listener]:
+            if thread is not current:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [
+            (n, thread)
+            for n, thread in enumerate(self._threads, 1)
+            if thread.is_alive() and thread is not current
+        ]
+        still_running = self._release(stuck) if stuck else []
+        if self._watchdog is not None:
+            self._watchdog.close()
+        return still_running
 
     def _release(self, stuck: list[tuple[int, threading.Thread]]) -> list[str]:
         """Release what the threads still running at the deadline hold; says, per thread, what it was."""
@@ -299,15 +263,6 @@ class QueueWorker(PollLoop):
             notes.append(f"{thread.name} ({note})")
         return notes
 
-    def __enter__(self) -> QueueWorker:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     # -- polling ---------------------------------------------------------------------------------------
 
     def _may_handle(self, n: int) -> Callable[[Mapping[str, Any]], bool]:
@@ -333,15 +288,12 @@ class QueueWorker(PollLoop):
 
         return may_handle
 
-    def _work(self, n: int) -> None:
-        try:
-            self._poll(n)
-        finally:
-            # A worker on a lent backend gives back the connection its thread opened, and only that one.
-            close_thread_connection = getattr(self.backend, "close_thread_connection", None)
-            if close_thread_connection is not None:
-                with contextlib.suppress(Exception):
-                    close_thread_connection()
+    def _poller_ended(self) -> None:
+        # A worker on a lent backend gives back the connection its thread opened, and only that one.
+        close_thread_connection = getattr(self.backend, "close_thread_connection", None)
+        if close_thread_connection is not None:
+            with contextlib.suppress(Exception):
+                close_thread_connection()
 
     def _run_over(self, n: int) -> None:
         lock = self._lock

@@ -16,6 +16,12 @@ class AsyncPollLoop(AsyncWake):
     """The poll loop of aio.AsyncQueueWorker; its threaded twin, generated from it, QueueWorker's. Each
     worker class says how it waits, sets a poller up, and ends what a finished or failed run held."""
 
+    async def _work(self, n: int) -> None:
+        try:
+            await self._poll(n)
+        finally:
+            self._poller_ended()
+
     async def _poll(self, n: int) -> None:
         outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
         context = {**outer, ev.WORKER_THREAD_ID: n}
@@ -93,6 +99,10 @@ class AsyncPollLoop(AsyncWake):
 
     def _run_failed(self, n: int) -> tuple[bool, bool, dict[str, Any]]:
         """Poller n's run raised: whether stop() released it, whether its job's bound did, and its job."""
+        raise NotImplementedError
+
+    def _poller_ended(self) -> None:
+        """Poller n is done: give back what it alone held."""
         raise NotImplementedError
 
     def _stop_in_background(self) -> None:
