@@ -263,19 +263,6 @@ class AsyncQueueWorker(AsyncLifecycle):
 
     # -- the job timeout -------------------------------------------------------------------------------
 
-    async def _check_server_limits(self) -> None:
-        """Warn at start of a server limit shorter than the job bound, read on a connection of the worker's
-        own before its first transaction (never a caller's)."""
-        read = getattr(self.backend, "server_time_limits", None)
-        if read is None:
-            return
-        try:
-            limits = await read()
-        except Exception as exc:
-            self._server_limits_failed(exc)
-            return
-        self._log_server_limits(limits)
-
     def _timed_handler(self, n: int, handler_fn: AsyncHandlerFn, timeout_ms: float) -> AsyncHandlerFn:
         """handler_fn under task n's job bound: told at the deadline (interrupted() turns true), cancelled
         after the grace; either way, once past its deadline its end is the job's JobTimeoutError.

@@ -323,19 +323,6 @@ class QueueWorker(Lifecycle):
             return self.handler_fn
         return self._timed_handler(n, self.handler_fn, self._watchdog)
 
-    def _check_server_limits(self) -> None:
-        """Warn at start of a server limit shorter than the job bound, read on this thread's own connection
-        before its first transaction (never a caller's)."""
-        read = getattr(self.backend, "server_time_limits", None)
-        if read is None:
-            return
-        try:
-            limits = read()
-        except Exception as exc:
-            self._server_limits_failed(exc)
-            return
-        self._log_server_limits(limits)
-
     def _timed_handler(self, n: int, handler_fn: HandlerFn, watchdog: Watchdog) -> HandlerFn:
         """handler_fn under thread n's job bound: told at the deadline, failed with JobTimeoutError if it
         then raises, its transaction ended from outside if it has not returned after the grace."""

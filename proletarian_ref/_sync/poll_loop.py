@@ -82,6 +82,19 @@ class PollLoop(Wake):
             else:
                 self._idle(delay, generation)
 
+    def _check_server_limits(self) -> None:
+        """Warn at start of a server limit shorter than the job bound, read on a connection of the worker's
+        own (the polling thread's, before its first transaction), never a caller's."""
+        read = getattr(self.backend, "server_time_limits", None)
+        if read is None:
+            return
+        try:
+            limits = read()
+        except Exception as exc:
+            self._server_limits_failed(exc)
+            return
+        self._log_server_limits(limits)
+
     # -- what each worker class says ---------------------------------------------------------------------
 
     def _may_handle(self, n: int) -> Callable[[Mapping[str, Any]], bool]:
