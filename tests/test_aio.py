@@ -245,6 +245,37 @@ def test_the_async_workers_second_stop_only_logs_and_skips_on_shutdown(pg: tuple
     assert len(log.named(ev.ALREADY_SHUT_DOWN)) == 1
 
 
+def test_the_async_worker_warns_of_a_listener_whose_test_notification_did_not_arrive(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    db, dsn = pg
+    log = RecordingLog()
+
+    class UnconfirmedBackend(AsyncPostgresBackend):
+        async def listen(self, job_table: Any, queue: str, data_source: Any = None) -> Any:
+            listener = await super().listen(job_table, queue, data_source)
+            listener.confirmed = False  # as behind PgBouncer in transaction mode
+            return listener
+
+    async def handler(job_type: str, payload: Any) -> None:
+        return None
+
+    async def scenario() -> None:
+        backend = UnconfirmedBackend(_factory(dsn))
+        worker = aio.create_queue_worker(None, handler, backend=backend, log=log, **db.table_options)
+        async with worker:
+            for _ in range(300):
+                if log.named(ev.LISTENING_FOR_JOBS):
+                    break
+                await asyncio.sleep(0.05)
+        await backend.close()
+
+    run(scenario())
+    assert log.named(ev.LISTENING_FOR_JOBS)
+    [warning] = log.named(ev.LISTENER_UNCONFIRMED)
+    assert "PgBouncer" in warning["advice"]
+
+
 def test_a_notified_job_wakes_the_async_worker_before_its_poll(pg: tuple[SqlHarness, str]) -> None:
     db, dsn = pg
     done = asyncio.Event
