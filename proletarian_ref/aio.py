@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import random
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 from typing import Any, cast
 
 from proletarian_ref import aio_shutdown_hook
@@ -16,13 +14,13 @@ from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.enqueue import enqueue, enqueue_many
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
 from proletarian_ref._async.job_tx import JobTransaction, current_job
-from proletarian_ref.backend import AsyncBackend, AsyncListener, AsyncNotifications, Backend, is_async_backend
+from proletarian_ref._async.lifecycle import AsyncLifecycle
+from proletarian_ref.backend import AsyncBackend, AsyncListener, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
-from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError
 from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.log import LogFn, stdlib_logger
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
-from proletarian_ref.worker_core import _LISTEN_TICK_S, WorkerCore
 from proletarian_ref.worker_settings import job_settings
 
 __all__ = [
@@ -172,7 +170,7 @@ async def process_next_job(
             await active.close()
 
 
-class AsyncQueueWorker(WorkerCore):
+class AsyncQueueWorker(AsyncLifecycle):
     """Polling tasks over one queue on the running event loop; build it with create_queue_worker.
 
     The threaded QueueWorker's promises, with tasks for threads: one job a transaction with its handler
@@ -186,6 +184,7 @@ class AsyncQueueWorker(WorkerCore):
         # WorkerCore's arguments, as worker_arguments makes them.
         super().__init__(*args, **kwargs)
         self._install_shutdown_hook = install_shutdown_hook
+        self._lock = contextlib.nullcontext()  # one event loop thread: nothing to guard
         self._stop_event = asyncio.Event()
         self._wake = asyncio.Condition()
         self._tasks: list[asyncio.Task[None]] = []
@@ -194,42 +193,26 @@ class AsyncQueueWorker(WorkerCore):
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
-    async def start(self) -> bool | None:
-        """Start the polling tasks on the running loop; None if already started."""
-        if self._started:
-            return None
-        self._started = True
+    # Stop: from the call on, no task claims a job and no handler starts. A running handler may see the
+    # request (`stopping()`) and give its job back by raising JobInterrupted (attempts unchanged); one
+    # still running at the deadline is cancelled: CancelledError is raised at its await, its transaction's
+    # connection is closed so the database rolls it back, and the job goes back with attempts unchanged.
+    # Then stop() raises ShutdownTimeoutError and skips on_shutdown, as the threaded worker does; a second
+    # stop() only logs already-shut-down.
+    _ON_SHUTDOWN_AGAIN = False
+
+    def _hook_signals(self) -> None:
         if self._install_shutdown_hook:
             aio_shutdown_hook.hook(self)
-        for n in range(1, self._worker_threads + 1):
-            self._tasks.append(asyncio.create_task(self._poll(n), name=f"{self.queue_worker_id}-{n}"))
-        if self._listens:
-            self._listener_task = asyncio.create_task(self._listen(), name=f"{self.queue_worker_id}-listener")
-        return True
 
-    async def stop(self) -> bool | None:
-        """Stop polling, let running jobs drain for await_termination_timeout_ms, then release the rest.
-
-        From the call on, no task claims a job and no handler starts. A running handler may see the
-        request (`stopping()`) and give its job back by raising JobInterrupted (attempts unchanged); one
-        still running at the deadline is cancelled: CancelledError is raised at its await, its transaction's
-        connection is closed so the database rolls it back, and the job goes back with attempts unchanged.
-        Then stop() raises ShutdownTimeoutError and skips on_shutdown, as the threaded worker does.
-        """
-        if not self._started:
-            return None
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        if self._stopped:
-            self._safe_log(ev.ALREADY_SHUT_DOWN, context)
-            return True
-        self._stopped = True
+    def _unhook_signals(self) -> None:
         aio_shutdown_hook.unhook(self)
-        self._safe_log(ev.SHUTTING_DOWN, context)
+
+    def _request_stop(self) -> AsyncListener | None:
         self._stop_event.set()
-        async with self._wake:
-            self._wake.notify_all()
-        if self._listener is not None:
-            self._listener.interrupt()
+        return self._listener
+
+    async def _drain_then_release(self) -> list[str]:
         if self._listener_task is not None:
             self._listener_task.cancel()
         current = asyncio.current_task()
@@ -243,7 +226,9 @@ class AsyncQueueWorker(WorkerCore):
             job = self._current_jobs.get(n)
             task.cancel()
             if job:
-                self._safe_log(ev.JOB_RELEASED, {**context, ev.WORKER_THREAD_ID: n, **job})
+                self._safe_log(
+                    ev.JOB_RELEASED, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job}
+                )
                 notes.append(f"{task.get_name()} (job {job[ev.JOB_ID]} released back to the queue)")
             else:
                 notes.append(f"{task.get_name()} (no job yet: its claim was abandoned)")
@@ -251,34 +236,7 @@ class AsyncQueueWorker(WorkerCore):
             await asyncio.wait(stuck)
         if self._listener_task is not None:
             await asyncio.wait([self._listener_task])
-        if self._owns_backend:
-            await self.backend.close()
-        if stuck:
-            raise ShutdownTimeoutError(
-                f"Could not shut down the queue worker within {self._await_timeout * 1000:g} ms; "
-                f"still running: {'; '.join(notes)}"
-            )
-        self._safe_log(ev.COMPLETED_SHUTDOWN, context)
-        result = self._on_shutdown()
-        if inspect.isawaitable(result):
-            await result
-        return True
-
-    def stopping(self) -> bool:
-        """Whether stop() has begun: a long handler may check it and raise JobInterrupted to give back.
-
-        Inside a handler, proletarian_ref.interrupted() says the same, or that the job's time is up.
-        """
-        return self._stop_event.is_set()
-
-    async def __aenter__(self) -> AsyncQueueWorker:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+        return notes
 
     # -- polling ---------------------------------------------------------------------------------------
 
@@ -295,65 +253,28 @@ class AsyncQueueWorker(WorkerCore):
 
         return may_handle
 
-    async def _poll(self, n: int) -> None:
-        outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        context = {**outer, ev.WORKER_THREAD_ID: n}
-        may_handle = self._may_handle(n)
-        run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
-        if n > 1 and await self._wait_stop(random.uniform(0, min(self._interval, 1.0))):
-            return
+    def _poller_ended(self) -> None:
+        return None
+
+    async def _poller_handler(self, n: int) -> AsyncHandlerFn:
         if n == 1:
             await self._check_server_limits()
-        failures = 0
-        backend, settings, handler_fn, log_fn = self.backend, self.settings, self.handler_fn, self._log_fn
-        if self._job_timeout_ms is not None:
-            handler_fn = self._timed_handler(n, handler_fn, self._job_timeout_ms)
-        stop_event = self._stop_event
-        while not stop_event.is_set():
-            delay = self._interval
-            generation = self._wake_generation
-            runs = 0
-            try:
-                log_fn(ev.POLLING_FOR_JOBS, context)
-                while True:
-                    ran = await run_next(
-                        backend, settings, handler_fn, log_fn, context, stop_event, may_handle
-                    )
-                    self._current_jobs.pop(n, None)
-                    if ran is not True:
-                        break
-                    runs += 1
-                    if runs == 2 and self._listens:
-                        await self._wake_one()
-                failures = 0
-            except Exception as exc:
-                running = self._current_jobs.pop(n, {})
-                failures += 1
-                after = self._after_failure(exc, failures, outer, running)
-                if after is None:
-                    # stop() waits for this very task: it runs as a task of its own.
-                    asyncio.get_running_loop().create_task(self._stop_logging_errors())
-                    return
-                delay = after
-            if failures:
-                await self._wait_stop(delay)
-            else:
-                await self._idle(delay, generation)
+        if self._job_timeout_ms is None:
+            return self.handler_fn
+        return self._timed_handler(n, self.handler_fn, self._job_timeout_ms)
+
+    def _run_over(self, n: int) -> None:
+        self._current_jobs.pop(n, None)
+
+    def _run_failed(self, n: int) -> tuple[bool, bool, dict[str, Any]]:
+        # stop() releases a stuck task by cancelling it, and CancelledError never comes here.
+        return False, False, self._current_jobs.pop(n, {})
+
+    def _stop_in_background(self) -> None:
+        # stop() waits for this very task: it runs as a task of its own.
+        asyncio.get_running_loop().create_task(self._stop_logging_errors())
 
     # -- the job timeout -------------------------------------------------------------------------------
-
-    async def _check_server_limits(self) -> None:
-        """Warn at start of a server limit shorter than the job bound, read on a connection of the worker's
-        own before its first transaction (never a caller's)."""
-        read = getattr(self.backend, "server_time_limits", None)
-        if read is None:
-            return
-        try:
-            limits = await read()
-        except Exception as exc:
-            self._server_limits_failed(exc)
-            return
-        self._log_server_limits(limits)
 
     def _timed_handler(self, n: int, handler_fn: AsyncHandlerFn, timeout_ms: float) -> AsyncHandlerFn:
         """handler_fn under task n's job bound: told at the deadline (interrupted() turns true), cancelled
@@ -399,60 +320,16 @@ class AsyncQueueWorker(WorkerCore):
                 ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
             )
 
-    async def _wait_stop(self, delay: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop_event.wait(), delay)
-        return self._stop_event.is_set()
+    def _hold_listener(self, listener: AsyncListener | None) -> bool:
+        # One event loop thread: stop() reads it, to interrupt it, with no await in between.
+        if listener is not None and self._stop_event.is_set():
+            return False
+        self._listener = listener
+        return True
 
-    async def _idle(self, delay: float, generation: int) -> None:
-        if not self._listens:
-            await self._wait_stop(delay)
-            return
-        async with self._wake:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._wake.wait_for(
-                        lambda: self._stop_event.is_set() or self._wake_generation != generation
-                    ),
-                    delay,
-                )
-
-    async def _wake_one(self) -> None:
-        async with self._wake:
-            self._wake_generation += 1
-            self._wake.notify(1)
-
-    async def _listen(self) -> None:
-        notifications = cast(AsyncNotifications, self.backend)
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        failures = 0
-        try:
-            while not self._stop_event.is_set():
-                try:
-                    if self._listener is None:
-                        self._listener = await notifications.listen(
-                            self.settings.job_table, self.settings.queue, self._listen_data_source
-                        )
-                        self._safe_log(ev.LISTENING_FOR_JOBS, context)
-                        await self._wake_one()
-                    if await self._listener.wait(_LISTEN_TICK_S):
-                        await self._wake_one()
-                    failures = 0
-                except Exception as exc:
-                    failures += 1
-                    if self._listener is not None:
-                        await self._listener.close()
-                        self._listener = None
-                    backoff = self._listener_backoff(failures)
-                    self._safe_log(
-                        ev.LISTENER_ERROR,
-                        {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
-                    )
-                    await self._wait_stop(backoff)
-        finally:
-            if self._listener is not None:
-                await asyncio.shield(self._listener.close())
-                self._listener = None
+    async def _close_listener(self, listener: AsyncListener) -> None:
+        # Shielded: the listener task is cancelled by stop(), and its connection must still be closed.
+        await asyncio.shield(listener.close())
 
 
 def create_queue_worker(

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, Final
 
 from proletarian_ref import log as ev
 from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_job, write_failure
-from proletarian_ref.backend import Backend, Listener, Notifications
+from proletarian_ref._sync.lifecycle import Lifecycle
+from proletarian_ref.backend import Backend, Listener
 from proletarian_ref.backends import backend_for_data_source, refuse_async
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, JobTimeoutError, ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, JobTimeoutError
 from proletarian_ref.interrupts import bind_stop_event
 from proletarian_ref.job_ids import JobIdStrategy
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
@@ -27,13 +26,11 @@ from proletarian_ref.shutdown_hook import hook, unhook
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 from proletarian_ref.watchdog import DEFAULT_JOB_TIMEOUT_GRACE_MS, Watchdog, check_job_timeout
 from proletarian_ref.worker_core import (
-    _LISTEN_TICK_S,
     DEFAULT_WAKE_ON_NOTIFY,
     LISTENER_UNCONFIRMED_ADVICE,
     MAX_ERROR_BACKOFF_S,
     MAX_LISTENER_BACKOFF_S,
     MAX_TRANSIENT_BACKOFF_S,
-    WorkerCore,
 )
 from proletarian_ref.worker_settings import (
     GIVEN_BACK,
@@ -118,10 +115,11 @@ def _noop() -> None:
     return None
 
 
-class QueueWorker(WorkerCore):
+class QueueWorker(Lifecycle):
     """Polling threads over one queue; build it with create_queue_worker."""
 
     backend: Backend
+    _lock: threading.RLock
 
     def __init__(
         self,
@@ -191,87 +189,51 @@ class QueueWorker(WorkerCore):
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
-    def start(self) -> bool | None:
-        """Start the polling threads; None if already started (a stopped worker cannot restart).
+    # Start-up: the threads inherit daemon-ness from the thread calling start(), as a JVM thread does,
+    # so a worker started on the main thread keeps the process alive after the main thread returns, like
+    # Proletarian's: stop it with stop(), a `with` block, or a signal with install_shutdown_hook=True.
+    #
+    # Stop: from the call on, no thread claims a job and no handler starts; a job claimed meanwhile goes
+    # back untouched. A handler already running sees the request through proletarian_ref.interrupted() /
+    # sleep() and may give its job back (JobInterrupted: attempts unchanged); one that ignores it may
+    # finish, and its job is archived. Threads still busy at the deadline are released: a running job's
+    # connection is closed, so the database rolls its transaction back and another worker can claim the
+    # job with attempts unchanged, and whatever the handler does when it returns is not written; a claim
+    # still in progress is abandoned the same way. Then stop() raises ShutdownTimeoutError and skips
+    # on_shutdown, as Proletarian does, because those threads are still running. A second stop() logs
+    # already-shut-down and calls on_shutdown again, as Proletarian's does.
+    _ON_SHUTDOWN_AGAIN = True
 
-        The threads inherit daemon-ness from the thread calling start(), as a JVM thread does, so a
-        worker started on the main thread keeps the process alive after the main thread returns, like
-        Proletarian's: stop it with stop(), a `with` block, or a signal with install_shutdown_hook=True.
-        """
+    def _hook_signals(self) -> None:
+        if self._install_shutdown_hook:
+            hook(self)
+
+    def _unhook_signals(self) -> None:
+        unhook(self)
+
+    def _request_stop(self) -> Listener | None:
         with self._lock:
-            if self._started:
-                return None
-            self._started = True
-            if self._install_shutdown_hook:
-                hook(self)
-            for n in range(1, self._worker_threads + 1):
-                thread = threading.Thread(target=self._work, args=(n,), name=f"{self.queue_worker_id}-{n}")
-                self._threads.append(thread)
-                thread.start()
-            if self._listens:
-                # A daemon: it holds no job, and stop() closes its connection or it ends within a tick.
-                self._listener_thread = threading.Thread(
-                    target=self._listen, name=f"{self.queue_worker_id}-listener", daemon=True
-                )
-                self._listener_thread.start()
-            return True
+            self._stop_event.set()
+            for interrupt in self._interrupts.values():
+                interrupt.set()
+            return self._listener
 
-    def stop(self) -> bool | None:
-        """Stop polling, let running jobs drain for await_termination_timeout_ms, then release the rest.
-
-        From the call on, no thread claims a job and no handler starts; a job claimed meanwhile goes back
-        untouched. A handler already running sees the request through proletarian_ref.interrupted() /
-        sleep() and may give its job back (JobInterrupted: attempts unchanged); one that ignores it may
-        finish, and its job is archived. Threads still busy at the deadline are released: a running job's
-        connection is closed, so the database rolls its transaction back and another worker can claim the
-        job with attempts unchanged, and whatever the handler does when it returns is not written; a claim
-        still in progress is abandoned the same way. Then stop() raises ShutdownTimeoutError and skips
-        on_shutdown, as Proletarian does, because those threads are still running.
-        """
-        with self._lock:
-            if not self._started:
-                return None
-            already = self._stopped
-            self._stopped = True
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        if already:
-            self._safe_log(ev.ALREADY_SHUT_DOWN, context)
-        else:
-            unhook(self)
-            self._safe_log(ev.SHUTTING_DOWN, context)
-            with self._lock:
-                self._stop_event.set()
-                for interrupt in self._interrupts.values():
-                    interrupt.set()
-                listening = self._listener
-            with self._wake:
-                self._wake.notify_all()
-            if listening is not None:
-                listening.interrupt()
-            deadline = time.monotonic() + self._await_timeout
-            current = threading.current_thread()
-            listener = [self._listener_thread] if self._listener_thread is not None else []
-            for thread in [*self._threads, *listener]:
-                if thread is not current:
-                    thread.join(max(0.0, deadline - time.monotonic()))
-            stuck = [
-                (n, thread)
-                for n, thread in enumerate(self._threads, 1)
-                if thread.is_alive() and thread is not current
-            ]
-            still_running = self._release(stuck) if stuck else []
-            if self._watchdog is not None:
-                self._watchdog.close()
-            if self._owns_backend:
-                self.backend.close()
-            if stuck:
-                raise ShutdownTimeoutError(
-                    f"Could not shut down the queue worker within {self._await_timeout * 1000:g} ms; "
-                    f"still running: {'; '.join(still_running)}"
-                )
-            self._safe_log(ev.COMPLETED_SHUTDOWN, context)
-        self._on_shutdown()
-        return True
+    def _drain_then_release(self) -> list[str]:
+        deadline = time.monotonic() + self._await_timeout
+        current = threading.current_thread()
+        listener = [self._listener_thread] if self._listener_thread is not None else []
+        for thread in [*self._threads, *listener]:
+            if thread is not current:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [
+            (n, thread)
+            for n, thread in enumerate(self._threads, 1)
+            if thread.is_alive() and thread is not current
+        ]
+        still_running = self._release(stuck) if stuck else []
+        if self._watchdog is not None:
+            self._watchdog.close()
+        return still_running
 
     def _release(self, stuck: list[tuple[int, threading.Thread]]) -> list[str]:
         """Release what the threads still running at the deadline hold; says, per thread, what it was."""
@@ -301,15 +263,6 @@ class QueueWorker(WorkerCore):
             notes.append(f"{thread.name} ({note})")
         return notes
 
-    def __enter__(self) -> QueueWorker:
-        self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
     # -- polling ---------------------------------------------------------------------------------------
 
     def _may_handle(self, n: int) -> Callable[[Mapping[str, Any]], bool]:
@@ -335,84 +288,32 @@ class QueueWorker(WorkerCore):
 
         return may_handle
 
-    def _work(self, n: int) -> None:
-        try:
-            self._poll(n)
-        finally:
-            # A worker on a lent backend gives back the connection its thread opened, and only that one.
-            close_thread_connection = getattr(self.backend, "close_thread_connection", None)
-            if close_thread_connection is not None:
-                with contextlib.suppress(Exception):
-                    close_thread_connection()
+    def _poller_ended(self) -> None:
+        # A worker on a lent backend gives back the connection its thread opened, and only that one.
+        close_thread_connection = getattr(self.backend, "close_thread_connection", None)
+        if close_thread_connection is not None:
+            with contextlib.suppress(Exception):
+                close_thread_connection()
 
-    def _poll(self, n: int) -> None:
-        outer = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        context = {**outer, ev.WORKER_THREAD_ID: n}
-        current, lock = self._current_jobs, self._lock
-        may_handle = self._may_handle(n)
-        run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
-        # Spread the threads' idle polls over the interval, as Proletarian's start-up jitter does, but
-        # without blocking start().
-        if n > 1 and self._stop_event.wait(random.uniform(0, min(self._interval, 1.0))):
-            return
-        failures = 0
-        # Read once, not once a job: none of them changes while the worker runs.
-        backend, settings, handler_fn, log_fn = (
-            self.backend,
-            self.settings,
-            self._thread_handler(n),
-            self._log_fn,
-        )
-        stop_event = self._stop_event
-        while not stop_event.is_set():
-            delay = self._interval
-            generation = self._wake_generation
-            runs = 0
-            try:
-                log_fn(ev.POLLING_FOR_JOBS, context)
-                # No stop check of its own before each run: run_next checks before it claims, and has just
-                # checked to return True.
-                while True:
-                    ran = run_next(backend, settings, handler_fn, log_fn, context, stop_event, may_handle)
-                    lock.acquire()  # as in may_handle
-                    try:
-                        current.pop(n, None)  # its transaction is over: nothing left to release
-                    finally:
-                        lock.release()
-                    if ran is not True:
-                        break
-                    runs += 1
-                    if runs == 2 and self._listens:
-                        # A second due job in a row: a batch or a burst, so another idle thread helps.
-                        self._wake_one()
-                failures = 0
-            except BaseException as exc:
-                with self._lock:
-                    released, running = n in self._released, current.pop(n, {})
-                    expired = n in self._timeout_released
-                    self._timeout_released.discard(n)
-                if released or expired:
-                    if running:
-                        self._safe_log(ev.RELEASED_JOB_RETURNED, {**context, **running, ev.THROWABLE: exc})
-                    if released:
-                        return
-                    # Its job is back in the queue and its connection gone (_finish dropped it): the
-                    # thread polls again on a new one.
-                    continue
-                failures += 1
-                after = self._after_failure(exc, failures, outer, running)
-                if after is None:
-                    self._stop_async()
-                    return
-                delay = after
-            if failures:
-                self._stop_event.wait(delay)
-            else:
-                self._idle(delay, generation)
+    def _run_over(self, n: int) -> None:
+        lock = self._lock
+        lock.acquire()  # as in may_handle
+        try:
+            self._current_jobs.pop(n, None)
+        finally:
+            lock.release()
+
+    def _run_failed(self, n: int) -> tuple[bool, bool, dict[str, Any]]:
+        with self._lock:
+            released, running = n in self._released, self._current_jobs.pop(n, {})
+            expired = n in self._timeout_released
+            self._timeout_released.discard(n)
+        # A job released by its timeout: _finish dropped its connection, and the thread polls again.
+        return released, expired, running
 
     # -- the job timeout -------------------------------------------------------------------------------
 
-    def _thread_handler(self, n: int) -> HandlerFn:
+    def _poller_handler(self, n: int) -> HandlerFn:
         """Set thread n up to run handlers: what interrupted() reads, the server limits checked once per
         worker (on thread 1, before its first poll), the job bound if any."""
         bind_stop_event(self._interrupts.get(n, self._stop_event))
@@ -421,19 +322,6 @@ class QueueWorker(WorkerCore):
         if self._watchdog is None:
             return self.handler_fn
         return self._timed_handler(n, self.handler_fn, self._watchdog)
-
-    def _check_server_limits(self) -> None:
-        """Warn at start of a server limit shorter than the job bound, read on this thread's own connection
-        before its first transaction (never a caller's)."""
-        read = getattr(self.backend, "server_time_limits", None)
-        if read is None:
-            return
-        try:
-            limits = read()
-        except Exception as exc:
-            self._server_limits_failed(exc)
-            return
-        self._log_server_limits(limits)
 
     def _timed_handler(self, n: int, handler_fn: HandlerFn, watchdog: Watchdog) -> HandlerFn:
         """handler_fn under thread n's job bound: told at the deadline, failed with JobTimeoutError if it
@@ -506,70 +394,18 @@ class QueueWorker(WorkerCore):
                 },
             )
 
-    def _idle(self, delay: float, generation: int) -> None:
-        """Wait out the polling interval, or less: until stop() or a wake-up since `generation` began."""
-        if not self._listens:
-            self._stop_event.wait(delay)
-            return
-        with self._wake:
-            self._wake.wait_for(
-                lambda: self._stop_event.is_set() or self._wake_generation != generation, delay
-            )
+    def _hold_listener(self, listener: Listener | None) -> bool:
+        with self._lock:
+            if listener is not None and self._stop_event.is_set():
+                return False
+            self._listener = listener
+            return True
 
-    def _wake_one(self) -> None:
-        # One thread: SKIP LOCKED makes more harmless, but each would cost a poll for a single job. A
-        # thread that then finds a backlog wakes the next one.
-        with self._wake:
-            self._wake_generation += 1
-            self._wake.notify(1)
+    def _close_listener(self, listener: Listener) -> None:
+        with contextlib.suppress(Exception):
+            listener.close()
 
-    def _listen(self) -> None:
-        """The listener thread: wakes an idle polling thread on each notification for this queue."""
-        notifications: Notifications = self.backend  # type: ignore[assignment]  # _listens checked it
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id}
-        listener: Listener | None = None
-        failures = 0
-        try:
-            while not self._stop_event.is_set():
-                try:
-                    if listener is None:
-                        listener = notifications.listen(
-                            self.settings.job_table, self.settings.queue, self._listen_data_source
-                        )
-                        with self._lock:
-                            if self._stop_event.is_set():
-                                break
-                            self._listener = listener
-                        self._safe_log(ev.LISTENING_FOR_JOBS, context)
-                        if not getattr(listener, "confirmed", True):
-                            self._safe_log(
-                                ev.LISTENER_UNCONFIRMED, {**context, "advice": LISTENER_UNCONFIRMED_ADVICE}
-                            )
-                        # Jobs may have come while no one listened: one poll finds them now.
-                        self._wake_one()
-                    if listener.wait(_LISTEN_TICK_S):
-                        self._wake_one()
-                    failures = 0  # only a connection that waited counts as back
-                except Exception as exc:
-                    failures += 1
-                    if listener is not None:
-                        with self._lock:
-                            self._listener = None
-                        with contextlib.suppress(Exception):
-                            listener.close()
-                        listener = None
-                    backoff = self._listener_backoff(failures)
-                    self._safe_log(
-                        ev.LISTENER_ERROR,
-                        {**context, ev.THROWABLE: exc, "retry-in-ms": round(backoff * 1000)},
-                    )
-                    self._stop_event.wait(backoff)
-        finally:
-            if listener is not None:
-                with contextlib.suppress(Exception):
-                    listener.close()
-
-    def _stop_async(self) -> None:
+    def _stop_in_background(self) -> None:
         # A polling thread cannot join itself, so another thread stops the worker. Not a daemon: the
         # process must not exit half way through stop() (it ends within await_termination_timeout_ms).
         threading.Thread(

@@ -42,8 +42,9 @@ def backoff(interval: float, failures: int, cap: float) -> float:
 
 
 class WorkerCore:
-    """The options a queue worker keeps, its logging, and what a failed poll means; QueueWorker (threads)
-    and aio.AsyncQueueWorker (tasks) add how they run."""
+    """The options a queue worker keeps, its logging, and what a failed poll means; _async/wake.py,
+    poll_loop.py and lifecycle.py (and their generated _sync twins) add how it runs, QueueWorker (threads)
+    and aio.AsyncQueueWorker (tasks) what differs between the two."""
 
     def __init__(
         self,

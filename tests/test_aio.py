@@ -220,6 +220,62 @@ def test_the_async_worker_refuses_a_sync_handler_and_bad_options(pg: tuple[SqlHa
         aio.create_queue_worker(db.make_backend(), handler)
 
 
+def test_the_async_workers_second_stop_only_logs_and_skips_on_shutdown(pg: tuple[SqlHarness, str]) -> None:
+    db, dsn = pg
+    calls: list[str] = []
+    log = RecordingLog()
+
+    async def on_shutdown() -> None:
+        calls.append("shutdown")
+
+    async def handler(job_type: str, payload: Any) -> None:
+        return None
+
+    async def scenario() -> list[bool | None]:
+        worker = aio.create_queue_worker(
+            _factory(dsn), handler, log=log, on_shutdown=on_shutdown, **db.table_options
+        )
+        answers = [await worker.stop(), await worker.start(), await worker.start(), worker.stopping()]
+        answers += [await worker.stop(), worker.stopping(), await worker.stop(), await worker.start()]
+        return answers
+
+    # Never started; started; already started; not stopping; stopped; stopping; again; cannot restart.
+    assert run(scenario()) == [None, True, None, False, True, True, True, None]
+    assert calls == ["shutdown"]  # unlike the threaded worker's, a second stop() does not call it again
+    assert len(log.named(ev.ALREADY_SHUT_DOWN)) == 1
+
+
+def test_the_async_worker_warns_of_a_listener_whose_test_notification_did_not_arrive(
+    pg: tuple[SqlHarness, str],
+) -> None:
+    db, dsn = pg
+    log = RecordingLog()
+
+    class UnconfirmedBackend(AsyncPostgresBackend):
+        async def listen(self, job_table: Any, queue: str, data_source: Any = None) -> Any:
+            listener = await super().listen(job_table, queue, data_source)
+            listener.confirmed = False  # as behind PgBouncer in transaction mode
+            return listener
+
+    async def handler(job_type: str, payload: Any) -> None:
+        return None
+
+    async def scenario() -> None:
+        backend = UnconfirmedBackend(_factory(dsn))
+        worker = aio.create_queue_worker(None, handler, backend=backend, log=log, **db.table_options)
+        async with worker:
+            for _ in range(300):
+                if log.named(ev.LISTENING_FOR_JOBS):
+                    break
+                await asyncio.sleep(0.05)
+        await backend.close()
+
+    run(scenario())
+    assert log.named(ev.LISTENING_FOR_JOBS)
+    [warning] = log.named(ev.LISTENER_UNCONFIRMED)
+    assert "PgBouncer" in warning["advice"]
+
+
 def test_a_notified_job_wakes_the_async_worker_before_its_poll(pg: tuple[SqlHarness, str]) -> None:
     db, dsn = pg
     done = asyncio.Event

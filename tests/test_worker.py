@@ -363,7 +363,9 @@ def test_start_and_stop_follow_proletarians_lifecycle(db: Harness) -> None:
     assert worker.stop() is None  # never started
     assert worker.start() is True
     assert worker.start() is None  # already started
+    assert worker.stopping() is False
     assert worker.stop() is True
+    assert worker.stopping() is True
     assert worker.stop() is True  # logs already-shut-down and calls on_shutdown again
     assert worker.start() is None  # a stopped worker cannot restart
     assert calls == ["shutdown", "shutdown"]
