@@ -200,6 +200,28 @@ def test_compact_on_asyncpg_runs_the_asyncio_worker_on_the_asyncpg_backend(
     assert "asyncio worker on asyncpg\n" in err
 
 
+@on_postgresql
+def test_two_processes_on_asyncpg_run_every_job_once_and_sigterm_stops_them(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    # --processes passes --async-driver on to each child with the rest of the command line.
+    runs = tmp_path / "runs"
+    jobs = 10
+    for n in range(jobs):
+        _enqueue(capsys, database, {"runs": str(runs), "n": n})
+    process = _start_worker(database, "records_runs_async", "--processes", "2", "--async-driver", "asyncpg")
+    try:
+        wait_for(lambda: len(database.archived_jobs()) == jobs, timeout=60, what="every job", process=process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.OK, err
+    assert sorted(int(n) for n in runs.read_text(encoding="utf-8").split()) == list(range(jobs))
+    # A child that the signal reached while it still started says nothing: at least one says it.
+    assert "asyncio worker on asyncpg\n" in err and "asyncio worker on psycopg" not in err
+    assert "all 2 worker processes stopped" in err
+
+
 # -- --async-driver's errors: each before anything runs -------------------------------------------------
 
 
