@@ -23,8 +23,10 @@ from cli_support import (
 )
 
 from proletarian_ref.backends.dsn import asyncpg_connect_args
+from proletarian_ref.backends.postgres import notification_channel
 from proletarian_ref.cli import ExitCode
 from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.tables import table_name
 
 
 @pytest.fixture(autouse=True)
@@ -198,6 +200,45 @@ def test_compact_on_asyncpg_runs_the_asyncio_worker_on_the_asyncpg_backend(
     assert runs.read_text(encoding="utf-8").split() == ["1"]
     assert [(a.status, a.attempts) for a in database.archived_jobs()] == [(":success", 1)]
     assert "asyncio worker on asyncpg\n" in err
+
+
+@on_postgresql
+def test_wake_up_on_asyncpg_listens_on_a_connection_outside_the_pool_of_one(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    """--threads 1 is a pool of one connection: a listener holding it would starve the poller. Polling
+    once every 10 minutes, a job enqueued with --notify after the first poll runs only if the listener,
+    on its own connection, wakes the worker."""
+    runs = tmp_path / "runs"
+    statement = f'LISTEN "{notification_channel(table_name(database.job_table))}"'
+
+    def listening() -> bool:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE query = %s"
+        return bool(database.harness.select(query, (statement,))[0][0])
+
+    _enqueue(capsys, database, {"runs": str(runs), "n": 1})
+    process = _start_worker(
+        database, "records_runs_async", "--async-driver", "asyncpg", "--polling-interval-ms", "600000"
+    )
+    try:
+        wait_for(
+            lambda: len(database.archived_jobs()) == 1 and listening(),
+            timeout=60,
+            what="the first job and the listener",
+            process=process,
+        )
+        notified = run(
+            capsys, "enqueue", "t/job", json.dumps({"runs": str(runs), "n": 2}), "--notify", *database.args
+        )
+        assert notified.code == ExitCode.OK, notified.err
+        wait_for(
+            lambda: len(database.archived_jobs()) == 2, timeout=60, what="the notified job", process=process
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert runs.read_text(encoding="utf-8").split() == ["1", "2"]
 
 
 @on_postgresql
