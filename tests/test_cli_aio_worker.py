@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +22,11 @@ from cli_support import (
     wait_for,
 )
 
+from proletarian_ref.backends.dsn import asyncpg_connect_args
+from proletarian_ref.backends.postgres import notification_channel
 from proletarian_ref.cli import ExitCode
+from proletarian_ref.errors import ConfigurationError
+from proletarian_ref.tables import table_name
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +40,21 @@ def database(request: pytest.FixtureRequest) -> Iterator[Target]:
 
 
 on_postgresql = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
-# aiomysql on MySQL, psycopg on PostgreSQL: the same command, the dialect's own asyncio backend.
-on_both = pytest.mark.parametrize("database", ["postgresql", "mysql"], indirect=True)
+# aiomysql on MySQL, psycopg (the default) or asyncpg (--async-driver) on PostgreSQL: the same command,
+# the dialect's and driver's own asyncio backend. `driver` is the --async-driver given (None: left out).
+on_every_driver = pytest.mark.parametrize(
+    ("database", "driver"),
+    [("postgresql", None), ("postgresql", "asyncpg"), ("mysql", None)],
+    indirect=["database"],
+)
+on_each_postgresql_driver = pytest.mark.parametrize(
+    ("database", "driver"), [("postgresql", "psycopg"), ("postgresql", "asyncpg")], indirect=["database"]
+)
+_DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "aiomysql"}
+
+
+def _driver_args(driver: str | None) -> list[str]:
+    return [] if driver is None else ["--async-driver", driver]
 
 
 def _enqueue(capsys: pytest.CaptureFixture[str], database: Target, payload: object) -> None:
@@ -57,15 +75,23 @@ def _start_worker(database: Target, handler: str, *extra: str) -> subprocess.Pop
     )
 
 
-@on_both
+@on_every_driver
 def test_a_coroutine_handler_runs_each_job_once_on_the_asyncio_worker_and_sigterm_stops_it(
-    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], database: Target, driver: str | None, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
     _enqueue(capsys, database, {"runs": str(runs), "n": 1})
     _enqueue(capsys, database, {"runs": str(runs), "n": 2, "fail": True})
     process = _start_worker(
-        database, "records_runs_async", "--retries", "1", "--delays", "0", "--threads", "2"
+        database,
+        "records_runs_async",
+        "--retries",
+        "1",
+        "--delays",
+        "0",
+        "--threads",
+        "2",
+        *_driver_args(driver),
     )
     wait_for(lambda: len(database.archived_jobs()) == 2, timeout=60, what="both jobs", process=process)
     process.send_signal(signal.SIGTERM)
@@ -77,18 +103,24 @@ def test_a_coroutine_handler_runs_each_job_once_on_the_asyncio_worker_and_sigter
     assert archived == [(":failure", 2), (":success", 1)]
     assert database.jobs() == []
     assert "with 2 asyncio tasks, handler cli_handlers:records_runs_async" in err
+    # The pool the tasks ran on is the chosen driver's (told from the open pool's type).
+    assert f"asyncio worker on {driver or _DEFAULT_DRIVERS[database.dialect]}\n" in err
     assert "SIGTERM: stopping" in err
     assert "worker stopped" in err
 
 
-@on_postgresql
+@on_each_postgresql_driver
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_coroutine_still_running_at_the_shutdown_timeout_is_released_with_exit_1(
-    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path, signum: signal.Signals
+    capsys: pytest.CaptureFixture[str],
+    database: Target,
+    driver: str,
+    tmp_path: Path,
+    signum: signal.Signals,
 ) -> None:
     marker = tmp_path / "started"
     _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
-    process = _start_worker(database, "sleeps_async", "--shutdown-timeout-ms", "300")
+    process = _start_worker(database, "sleeps_async", "--shutdown-timeout-ms", "300", *_driver_args(driver))
     wait_for(marker.exists, timeout=60, what="the job to start", process=process)
     process.send_signal(signum)
     _, err = process.communicate(timeout=30)
@@ -104,28 +136,35 @@ def test_a_coroutine_still_running_at_the_shutdown_timeout_is_released_with_exit
     assert database.archived_jobs() == []
 
 
-@on_postgresql
+@on_each_postgresql_driver
 def test_job_timeout_ms_cancels_a_coroutine_past_its_bound_and_fails_its_job(
-    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], database: Target, driver: str, tmp_path: Path
 ) -> None:
     """--job-timeout-ms on the asyncio worker: past the bound and its grace the coroutine is cancelled at
     its await, and the job fails with JobTimeoutError, archived once its retries are used."""
     marker = tmp_path / "started"
     _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
     process = _start_worker(
-        database, "sleeps_async", "--job-timeout-ms", "200", "--job-timeout-grace-ms", "100"
+        database,
+        "sleeps_async",
+        "--job-timeout-ms",
+        "200",
+        "--job-timeout-grace-ms",
+        "100",
+        *_driver_args(driver),
     )
     stop_once_its_job_fails_at_the_bound(database, process, timeout=60)
     assert not Path(str(marker) + ".finished").exists()
 
 
-@on_postgresql
+@on_each_postgresql_driver
 def test_a_second_signal_ends_the_asyncio_worker_at_once_with_130(
-    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], database: Target, driver: str, tmp_path: Path
 ) -> None:
     marker = tmp_path / "started"
     _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
-    process = _start_worker(database, "sleeps_async")  # a 10 s shutdown timeout: the signal cuts it short
+    # A 10 s shutdown timeout: the second signal cuts it short.
+    process = _start_worker(database, "sleeps_async", *_driver_args(driver))
     err = interrupt_twice(database, process, marker, timeout=60)
     assert "interrupted" in err
 
@@ -145,3 +184,172 @@ def test_compact_on_mysql_runs_the_asyncio_worker_on_the_mysql_backend(
     assert runs.read_text(encoding="utf-8").split() == ["1"]
     assert [(a.status, a.attempts) for a in database.archived_jobs()] == [(":success", 1)]
     assert database.jobs() == []
+
+
+@on_postgresql
+def test_compact_on_asyncpg_runs_the_asyncio_worker_on_the_asyncpg_backend(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    _enqueue(capsys, database, {"runs": str(runs), "n": 1})
+    process = _start_worker(database, "records_runs_async", "--compact", "--async-driver", "asyncpg")
+    wait_for(lambda: len(database.archived_jobs()) == 1, timeout=60, what="the job", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert runs.read_text(encoding="utf-8").split() == ["1"]
+    assert [(a.status, a.attempts) for a in database.archived_jobs()] == [(":success", 1)]
+    assert "asyncio worker on asyncpg\n" in err
+
+
+@on_postgresql
+def test_wake_up_on_asyncpg_listens_on_a_connection_outside_the_pool_of_one(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    """--threads 1 is a pool of one connection: a listener holding it would starve the poller. Polling
+    once every 10 minutes, a job enqueued with --notify after the first poll runs only if the listener,
+    on its own connection, wakes the worker."""
+    runs = tmp_path / "runs"
+    statement = f'LISTEN "{notification_channel(table_name(database.job_table))}"'
+
+    def listening() -> bool:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE query = %s"
+        return bool(database.harness.select(query, (statement,))[0][0])
+
+    _enqueue(capsys, database, {"runs": str(runs), "n": 1})
+    process = _start_worker(
+        database, "records_runs_async", "--async-driver", "asyncpg", "--polling-interval-ms", "600000"
+    )
+    try:
+        wait_for(
+            lambda: len(database.archived_jobs()) == 1 and listening(),
+            timeout=60,
+            what="the first job and the listener",
+            process=process,
+        )
+        notified = run(
+            capsys, "enqueue", "t/job", json.dumps({"runs": str(runs), "n": 2}), "--notify", *database.args
+        )
+        assert notified.code == ExitCode.OK, notified.err
+        wait_for(
+            lambda: len(database.archived_jobs()) == 2, timeout=60, what="the notified job", process=process
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert runs.read_text(encoding="utf-8").split() == ["1", "2"]
+
+
+@on_postgresql
+def test_two_processes_on_asyncpg_run_every_job_once_and_sigterm_stops_them(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
+) -> None:
+    # --processes passes --async-driver on to each child with the rest of the command line.
+    runs = tmp_path / "runs"
+    jobs = 10
+    for n in range(jobs):
+        _enqueue(capsys, database, {"runs": str(runs), "n": n})
+    process = _start_worker(database, "records_runs_async", "--processes", "2", "--async-driver", "asyncpg")
+    try:
+        wait_for(lambda: len(database.archived_jobs()) == jobs, timeout=60, what="every job", process=process)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.OK, err
+    assert sorted(int(n) for n in runs.read_text(encoding="utf-8").split()) == list(range(jobs))
+    # A child that the signal reached while it still started says nothing: at least one says it.
+    assert "asyncio worker on asyncpg\n" in err and "asyncio worker on psycopg" not in err
+    assert "all 2 worker processes stopped" in err
+
+
+# -- --async-driver's errors: each before anything runs -------------------------------------------------
+
+
+def test_asyncpg_with_a_mysql_dsn_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # Port 1: refused before any connection is tried.
+    dsn = "mysql://root@127.0.0.1:1/test"
+    result = run(
+        capsys,
+        "worker",
+        "--handler",
+        "cli_handlers:records_runs_async",
+        "--async-driver",
+        "asyncpg",
+        "--dsn",
+        dsn,
+    )
+    assert result.code == ExitCode.USAGE_ERROR, result.err
+    assert "--async-driver asyncpg is a PostgreSQL driver, and the DSN (from --dsn) is MySQL's" in result.err
+
+
+def test_asyncpg_from_the_environment_with_a_mysql_dsn_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROLETARIAN_ASYNC_DRIVER", "asyncpg")
+    monkeypatch.setenv("PROLETARIAN_DSN", "mysql://root@127.0.0.1:1/test")
+    result = run(capsys, "worker", "--handler", "cli_handlers:records_runs_async")
+    assert result.code == ExitCode.USAGE_ERROR, result.err
+    assert "--async-driver asyncpg is a PostgreSQL driver, and the DSN" in result.err
+
+
+def test_asyncpg_with_a_plain_handler_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # asyncpg has no threaded worker, and a plain handler runs on the threaded one.
+    dsn = "postgresql://postgres@127.0.0.1:1/test"
+    result = run(
+        capsys, "worker", "--handler", "cli_handlers:records_runs", "--async-driver", "asyncpg", "--dsn", dsn
+    )
+    assert result.code == ExitCode.USAGE_ERROR, result.err
+    assert "--handler cli_handlers:records_runs is a plain function" in result.err
+
+
+def test_asyncpg_not_installed_names_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # import asyncpg raises ImportError
+    dsn = "postgresql://postgres@127.0.0.1:1/test"
+    result = run(
+        capsys,
+        "worker",
+        "--handler",
+        "cli_handlers:records_runs_async",
+        "--async-driver",
+        "asyncpg",
+        "--dsn",
+        dsn,
+    )
+    assert result.code == ExitCode.RUNTIME_ERROR, result.err
+    assert "pip install 'proletarian-ref[asyncpg]'" in result.err
+
+
+@on_postgresql
+def test_a_libpq_only_dsn_option_on_asyncpg_is_a_usage_error_naming_it(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    dsn = database.dsn + ("&" if "?" in database.dsn else "?") + "keepalives=1"
+    result = run(
+        capsys,
+        "worker",
+        "--handler",
+        "cli_handlers:records_runs_async",
+        "--async-driver",
+        "asyncpg",
+        "--dsn",
+        dsn,
+        *database.tables,
+    )
+    assert result.code == ExitCode.USAGE_ERROR, result.err
+    assert "asyncpg does not take libpq's option 'keepalives'" in result.err
+
+
+def test_asyncpg_connect_args_keep_what_asyncpg_reads_and_map_psycopg_options() -> None:
+    url, kwargs = asyncpg_connect_args(
+        "postgresql://u:p%40ss@h:5433/db?sslmode=require&password=x&connect_timeout=7&prepare_threshold=none"
+        "&application_name=w"
+    )
+    assert url == "postgresql://u:p%40ss@h:5433/db?sslmode=require&password=x&application_name=w"
+    assert kwargs == {"timeout": 7.0, "statement_cache_size": 0}
+    dsn = "postgres://u@h/db?sslrootcert=/ca.pem"
+    assert asyncpg_connect_args(dsn) == (dsn, {})
+    with pytest.raises(ConfigurationError, match="prepare_threshold must be none"):
+        asyncpg_connect_args("postgresql://u@h/db?prepare_threshold=soon")

@@ -24,8 +24,9 @@ from cli_support import (
 )
 from fix_throwaway import TLS_PASSWORD, ThrowawayTlsMySQL
 
-from proletarian_ref.backends.dsn import dialect_of_dsn, redact, scrub
+from proletarian_ref.backends.dsn import asyncpg_connect_args, dialect_of_dsn, redact, scrub
 from proletarian_ref.cli.errors import ExitCode
+from proletarian_ref.errors import ConfigurationError
 
 SECRET = "pa55word"
 
@@ -76,6 +77,12 @@ def test_cannot_connect_errors_hide_the_password(capsys: pytest.CaptureFixture[s
     assert SECRET not in result.err and "***" in result.err
 
 
+def test_the_asyncpg_option_error_hides_the_password() -> None:
+    with pytest.raises(ConfigurationError, match="libpq's option 'keepalives'") as caught:
+        asyncpg_connect_args(f"postgresql://someone:{SECRET}@127.0.0.1:1/test?password={SECRET}&keepalives=1")
+    assert SECRET not in str(caught.value)
+
+
 def test_the_mysql_option_error_hides_the_password(capsys: pytest.CaptureFixture[str]) -> None:
     for query in (f"password={SECRET}", "sslmode=require"):
         dsn = f"mysql://someone:{SECRET}@127.0.0.1:1/test?{query}"
@@ -85,8 +92,9 @@ def test_the_mysql_option_error_hides_the_password(capsys: pytest.CaptureFixture
         assert SECRET not in result.err
 
 
-def _worker_start_line(dsn: str) -> Result:
-    """The worker's stderr from its start to a SIGTERM once it has run one job."""
+def _worker_start_line(dsn: str, *worker_args: str) -> Result:
+    """The worker's stderr from its start to a SIGTERM once it has run one job (with `worker_args`, the
+    default's threaded worker and honours_stop)."""
     job, archived = table_names("secrets")
     tables = ["--job-table", job, "--archived-job-table", archived]
     env = subprocess_env()
@@ -95,27 +103,37 @@ def _worker_start_line(dsn: str) -> Result:
     marker.unlink(missing_ok=True)
     payload = f'{{"marker": "{marker}", "seconds": 0}}'
     assert run_cli("enqueue", "t/secret", payload, "--dsn", dsn, *tables, env=env).code == ExitCode.OK
-    process = start_cli("worker", "--handler", "cli_handlers:honours_stop", "--dsn", dsn, *tables, env=env)
+    args = worker_args or ("--handler", "cli_handlers:honours_stop")
+    process = start_cli("worker", *args, "--dsn", dsn, *tables, env=env)
     try:
         wait_for(marker.exists, timeout=60, what="the worker to run the job", process=process)
     finally:
         process.terminate()
         out, err = process.communicate(timeout=30)
         marker.unlink(missing_ok=True)
+        Path(f"{marker}.finished").unlink(missing_ok=True)  # sleeps_async's
         harness = harness_for(dialect_of_dsn(dsn), dsn, "secrets")
         drop_tables(harness)
         harness.close()
     return Result(process.returncode, out, err)
 
 
-def test_the_worker_start_line_hides_a_libpq_query_password(pg_dsn: str) -> None:
+# The query's password reaches psycopg (threaded) and asyncpg (the asyncio worker on --async-driver).
+@pytest.mark.parametrize(
+    "worker_args",
+    [(), ("--handler", "cli_handlers:sleeps_async", "--async-driver", "asyncpg")],
+    ids=["psycopg", "asyncpg"],
+)
+def test_the_worker_start_line_hides_a_libpq_query_password(
+    pg_dsn: str, worker_args: tuple[str, ...]
+) -> None:
     parts = urlsplit(pg_dsn)
     # The real password, if the test server has one, moves into the query; else any: the server trusts.
     secret = unquote(parts.password) if parts.password else SECRET
     user = parts.username or "postgres"
     query = "&".join(q for q in (parts.query, f"password={quote(secret, safe='')}") if q)
     dsn = parts._replace(netloc=f"{user}@{parts.netloc.rpartition('@')[2]}", query=query).geturl()
-    result = _worker_start_line(dsn)
+    result = _worker_start_line(dsn, *worker_args)
     assert result.code == ExitCode.OK, result.err
     assert f"in {redact(dsn)} (--dsn)" in result.err and "password=***" in result.err
     assert secret not in result.err

@@ -217,6 +217,73 @@ def postgresql_connect_args(dsn: str) -> tuple[str, dict[str, Any]]:
     return parts._replace(query=urlencode(kept)).geturl(), kwargs
 
 
+# libpq's options that asyncpg does not know: it would send each to the server as a setting, which the
+# server refuses (connect_timeout is asyncpg_connect_args's `timeout`).
+_LIBPQ_ONLY: Final = frozenset(
+    {
+        "channel_binding",
+        "fallback_application_name",
+        "gssdelegation",
+        "gssencmode",
+        "hostaddr",
+        "keepalives",
+        "keepalives_count",
+        "keepalives_idle",
+        "keepalives_interval",
+        "load_balance_hosts",
+        "replication",
+        "require_auth",
+        "requirepeer",
+        "sslcertmode",
+        "sslcompression",
+        "sslcrldir",
+        "sslsni",
+        "tcp_user_timeout",
+    }
+)
+
+
+def asyncpg_connect_args(dsn: str) -> tuple[str, dict[str, Any]]:
+    """The URL and keyword arguments for asyncpg.connect / asyncpg.create_pool, from a postgresql:// DSN.
+
+    asyncpg reads the URL itself (user:password@, host, port, database, sslmode, sslrootcert, sslcert,
+    sslkey, sslpassword, passfile, target_session_attrs) and sends any other query option to the server as
+    a setting (application_name, options). So the options only libpq or psycopg know are taken out:
+    `connect_timeout` becomes asyncpg's `timeout`, `prepare_threshold=none` its `statement_cache_size=0`
+    (no named prepared statements, for PgBouncer in transaction mode), and the rest are refused.
+    """
+    parts = urlsplit(dsn)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    kwargs: dict[str, Any] = {}
+    kept = []
+    for key, value in query:
+        if key == PREPARE_THRESHOLD:
+            if value.lower() == "none":
+                kwargs["statement_cache_size"] = 0
+            elif not value.isdigit():
+                raise ConfigurationError(
+                    f"{PREPARE_THRESHOLD} must be none or a whole number >= 0, got {value!r} in "
+                    f"{redact(dsn)!r}"
+                )
+        elif key == "connect_timeout":
+            if not value.isdigit():
+                raise ConfigurationError(
+                    f"connect_timeout must be a whole number of seconds, got {value!r} in {redact(dsn)!r}"
+                )
+            if int(value) > 0:  # libpq's 0 is no bound; asyncpg's own default then holds
+                kwargs["timeout"] = float(value)
+        elif key in _LIBPQ_ONLY:
+            raise ConfigurationError(
+                f"asyncpg does not take libpq's option {key!r} (it would send it to the server as a setting) "
+                f"in {redact(dsn)!r}"
+            )
+        else:
+            kept.append((key, value))
+    if len(kept) == len(query):
+        return dsn, kwargs
+    return parts._replace(query=urlencode(kept)).geturl(), kwargs
+
+
 def connection_factory(dsn: str, **overrides: Any) -> Callable[[], Any]:
     """A zero-argument callable opening a new connection to `dsn` (a data source for a queue worker)."""
     dialect = dialect_of_dsn(dsn)

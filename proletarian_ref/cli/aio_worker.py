@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import inspect
 import signal
 import threading
@@ -12,13 +13,20 @@ from contextlib import contextmanager, suppress
 from typing import Any, Final, TypeGuard
 
 from proletarian_ref import aio
-from proletarian_ref.backends.dsn import postgresql_connect_args
+from proletarian_ref.backends.dsn import asyncpg_connect_args, dialect_of_dsn, postgresql_connect_args
 from proletarian_ref.cli import worker
-from proletarian_ref.cli.database import CONNECT_TIMEOUT_S, Database, open_database, tables_from
-from proletarian_ref.cli.errors import ExitCode, UsageError
+from proletarian_ref.cli.database import (
+    CONNECT_TIMEOUT_S,
+    Database,
+    cannot_connect,
+    given_dsn,
+    open_database,
+    tables_from,
+)
+from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.cli.periodic import running_scheduler
-from proletarian_ref.errors import ShutdownTimeoutError
+from proletarian_ref.errors import ConfigurationError, ShutdownTimeoutError
 
 # How long to wait for a worker that stops itself (after a polling error) beyond its own shutdown timeout.
 _SELF_STOP_MARGIN_S: Final = 5.0
@@ -39,14 +47,16 @@ def run(args: argparse.Namespace) -> int:
     """The worker command: the asyncio worker for a coroutine handler, else the threaded one."""
     handler = worker.load_handler(args.handler)
     if not is_coroutine_handler(handler):
+        check_async_driver(args, coroutine=False)
         return worker.run(args, handler)
+    check_async_driver(args, coroutine=True)
     retry_fn = worker.retry_strategy_fn(args.retries, args.delays)
     queues = worker.queues_of(args.queue)
     tables = tables_from(args)
     if args.processes > 1:
         return worker.run_several(args)
     with open_database(args, tables) as db, worker.metrics_server(args, db) as metrics:
-        source = async_data_source(db, args.threads * len(queues))
+        source = async_data_source(db, args.threads * len(queues), args.async_driver)
         stop = threading.Event()  # the scheduler thread's
         with running_scheduler(args.schedules, db, stop):
             try:
@@ -57,7 +67,39 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-# -- the data source per dialect -----------------------------------------------------------------------
+# -- the data source per dialect and driver ------------------------------------------------------------
+
+
+def check_async_driver(args: argparse.Namespace, *, coroutine: bool) -> None:
+    """Refuse an --async-driver the command cannot honour, before anything connects (or starts children).
+
+    psycopg with a plain handler is what the threaded worker runs anyway; asyncpg has no threaded worker.
+    """
+    driver = args.async_driver
+    if driver is None:
+        return
+    if not coroutine:
+        if driver == "asyncpg":
+            raise UsageError(
+                f"--async-driver asyncpg runs a coroutine handler (async def) on the asyncio worker, and "
+                f"--handler {args.handler} is a plain function, which runs on the threaded worker "
+                "(psycopg): make it a coroutine function, or leave --async-driver out"
+            )
+        return
+    dsn, source = given_dsn(args)
+    with suppress(ConfigurationError):  # a DSN of no known database: open_database says so
+        if dsn is not None and dialect_of_dsn(dsn) == "mysql":
+            raise UsageError(
+                f"--async-driver {driver} is a PostgreSQL driver, and the DSN (from {source}) is MySQL's: "
+                "the asyncio worker on MySQL runs aiomysql; leave --async-driver out"
+            )
+    if driver == "asyncpg":
+        try:
+            import asyncpg  # noqa: F401 - only whether it is installed
+        except ImportError as exc:
+            raise CliError(
+                f"--async-driver asyncpg needs asyncpg: pip install 'proletarian-ref[asyncpg]' ({exc})"
+            ) from exc
 
 
 def _postgresql(db: Database, size: int) -> Any:
@@ -71,6 +113,45 @@ def _postgresql(db: Database, size: int) -> Any:
         max_size=size,
         open=False,
     )
+
+
+class _AsyncpgPool:
+    """An asyncpg.Pool of `size` connections to a postgresql:// DSN, made when entered (on the running
+    loop, as asyncpg's pools must be); `listen_factory` opens the wake-up listener's own connection, so
+    that it does not hold one of the pool's."""
+
+    def __init__(self, db: Database, size: int) -> None:
+        # Checked now, so a DSN asyncpg cannot take is a usage error before anything runs.
+        url, kwargs = asyncpg_connect_args(db.dsn)
+        kwargs.setdefault("timeout", CONNECT_TIMEOUT_S)
+        self._db = db
+        self._url = url
+        self._kwargs = kwargs
+        self._size = size
+        self._pool: Any = None
+
+    def listen_factory(self) -> Any:
+        import asyncpg
+
+        return functools.partial(asyncpg.connect, self._url, **self._kwargs)
+
+    async def __aenter__(self) -> Any:
+        import asyncpg
+
+        try:
+            self._pool = await asyncpg.create_pool(
+                self._url, min_size=self._size, max_size=self._size, **self._kwargs
+            )
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise cannot_connect(self._db, exc) from exc
+        return self._pool
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._pool.close()
+
+
+def _asyncpg(db: Database, size: int) -> Any:
+    return _AsyncpgPool(db, size)
 
 
 def _mysql(db: Database, size: int) -> Any:
@@ -100,19 +181,24 @@ class _AiomysqlPool:
         await self._pool.wait_closed()
 
 
-# One small function per dialect: an unopened asyncio data source of `size` connections for the workers.
-ASYNC_DATA_SOURCES: Final[dict[str, Callable[[Database, int], Any]]] = {
-    "postgresql": _postgresql,
-    "mysql": _mysql,
+# One small function per dialect and driver (--async-driver): an unopened asyncio data source of `size`
+# connections for the workers.
+ASYNC_DATA_SOURCES: Final[dict[tuple[str, str], Callable[[Database, int], Any]]] = {
+    ("postgresql", "psycopg"): _postgresql,
+    ("postgresql", "asyncpg"): _asyncpg,
+    ("mysql", "aiomysql"): _mysql,
 }
+# The driver of each dialect when --async-driver is not given.
+DEFAULT_ASYNC_DRIVERS: Final = {"postgresql": "psycopg", "mysql": "aiomysql"}
 
 
-def async_data_source(db: Database, size: int) -> Any:
-    """The asyncio workers' data source on `db` (an AsyncConnectionPool on PostgreSQL, an aiomysql.Pool
-    on MySQL), an async context manager entered by _serve, which gives the open pool."""
-    make = ASYNC_DATA_SOURCES.get(db.dialect)
+def async_data_source(db: Database, size: int, driver: str | None = None) -> Any:
+    """The asyncio workers' data source on `db` (an AsyncConnectionPool or an asyncpg.Pool on PostgreSQL,
+    an aiomysql.Pool on MySQL), an async context manager entered by _serve, which gives the open pool."""
+    chosen = driver if driver is not None else DEFAULT_ASYNC_DRIVERS.get(db.dialect, "")
+    make = ASYNC_DATA_SOURCES.get((db.dialect, chosen))
     if make is None:
-        raise UsageError(f"a coroutine handler has no asyncio worker on {db.dialect}")
+        raise UsageError(f"a coroutine handler has no asyncio worker on {db.dialect} with {chosen}")
     return make(db, size)
 
 
@@ -178,7 +264,8 @@ async def _serve(
 ) -> None:
     stop = asyncio.Event()
     async with source as pool:
-        backend = _compact_backend(db, pool) if args.compact else None
+        backend = _compact_backend(db, pool, args.async_driver) if args.compact else None
+        listen = source.listen_factory() if isinstance(source, _AsyncpgPool) and args.wake_on_notify else None
         runs: list[tuple[AsyncWorkerRun, aio.AsyncQueueWorker]] = []
         for queue in queues:
             run_state = AsyncWorkerRun(stop)
@@ -190,11 +277,13 @@ async def _serve(
                 on_polling_error=run_state.on_polling_error,
                 on_shutdown=run_state.on_shutdown,
                 **worker.queue_worker_options(args, queue, retry_fn, metrics, backend),
+                **({} if listen is None else {"listen_data_source": listen}),
             )
             runs.append((run_state, queue_worker))
         with stop_on_signals(stop):
             for _, queue_worker in runs:
                 await queue_worker.start()
+            notice(f"asyncio worker on {driver_of(pool)}")
             notice(worker.running_notice(args, queues, db, "asyncio task"))
             await stop.wait()
             scheduler_stop.set()
@@ -210,8 +299,19 @@ async def _serve(
             raise result
 
 
-def _compact_backend(db: Database, pool: Any) -> Any:
-    """The backend for --compact on `pool`: its dialect's asyncio backend with the compact plan."""
+def driver_of(pool: Any) -> str:
+    """The driver of the open pool the workers run on, as --async-driver names it (aiomysql on MySQL)."""
+    package = type(pool).__module__.split(".", 1)[0]
+    return {"psycopg_pool": "psycopg"}.get(package, package)
+
+
+def _compact_backend(db: Database, pool: Any, driver: str | None) -> Any:
+    """The backend for --compact on `pool`: its dialect's (and driver's) asyncio backend with the compact
+    plan."""
+    if driver == "asyncpg":
+        from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+
+        return AsyncpgBackend(pool, compact=True)
     if db.dialect == "mysql":
         from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
 

@@ -45,6 +45,8 @@ from proletarian_ref.watchdog import DEFAULT_JOB_TIMEOUT_GRACE_MS
 from proletarian_ref.worker import HANDLER_FN_MODES, HandlerFn, QueueWorker, create_queue_worker
 
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+# `--async-driver`: the asyncio worker's PostgreSQL driver (cli.aio_worker.ASYNC_DATA_SOURCES).
+ASYNC_DRIVERS: Final = ("psycopg", "asyncpg")
 # How long to wait for a worker that stops itself (after a polling error) beyond its own shutdown timeout.
 _SELF_STOP_MARGIN_S: Final = 5.0
 
@@ -90,6 +92,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="the handler, e.g. my_app.jobs:handle; called as f(job_type, payload), or f(job) with "
         "--handler-mode advanced. A coroutine function (async def) runs on the asyncio worker, --threads "
         "being its polling tasks (PostgreSQL). The current directory is on the import path.",
+    )
+    parser.add_argument(
+        "--async-driver",
+        choices=ASYNC_DRIVERS,
+        help="PostgreSQL's driver for a coroutine handler's asyncio worker; asyncpg needs the asyncpg extra "
+        "(default: psycopg; MySQL: always aiomysql)",
     )
     parser.add_argument(
         "--queue",
