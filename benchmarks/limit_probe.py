@@ -31,7 +31,9 @@ from benchmarks.costs import _client_ports
 from benchmarks.server_limit import limit_rate
 from benchmarks.throughput import QueueFiller
 from benchmarks.workers import DrainRun
-from proletarian_ref import worker as worker_module
+
+# The threaded poll loop looks its run function up in its own module (generated from _async/poll_loop.py).
+from proletarian_ref._sync import poll_loop as poll_loop_module
 
 
 def schedstat(pids: list[int], threads: bool) -> tuple[float, float]:
@@ -53,18 +55,18 @@ def _counting_claims(batch: int) -> Iterator[collections.Counter[str]]:
     idle wait of the polling interval): the poll loop's share of the window."""
     claims: collections.Counter[str] = collections.Counter()
     name = "run_next_job" if batch == 1 else "run_next_batch"
-    original = getattr(worker_module, name)
+    original = getattr(poll_loop_module, name)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         ran = original(*args, **kwargs)
         claims["claims" if ran is not None else "empty"] += 1
         return ran
 
-    setattr(worker_module, name, counted)
+    setattr(poll_loop_module, name, counted)
     try:
         yield claims
     finally:
-        setattr(worker_module, name, original)
+        setattr(poll_loop_module, name, original)
 
 
 def probe(
