@@ -25,6 +25,7 @@ from benchmarks.common import (
     analyze,
     bulk_load,
     closing_harness,
+    count_rows,
     open_harness,
     require_sql,
     truncate,
@@ -69,9 +70,16 @@ def _library_seconds(harness: SqlHarness, jobs: int, threads: int, *, off: bool)
         worker.stop()
     finally:
         backend.close()
+    setting = "off" if off else "on"
     if not finished:
-        setting = "off" if off else "on"
         raise RuntimeError(f"library, synchronous_commit {setting}: {done[0]:,} of {jobs:,} jobs in 600 s")
+    # Counted after the window: each job run once by the handler, archived once, none left queued.
+    queued, archived = count_rows(harness), count_rows(harness, archived=True)
+    if (done[0], queued, archived) != (jobs, 0, jobs):
+        raise RuntimeError(
+            f"library, synchronous_commit {setting}: {done[0]:,} handler calls, {queued:,} jobs left "
+            f"queued, {archived:,} archived; expected {jobs:,}, 0, {jobs:,}"
+        )
     return seconds
 
 
