@@ -10,6 +10,7 @@ from typing import ClassVar
 import pytest
 from fix_db import _load
 from mutants import SYNCHRONOUS_COMMIT_MUTANTS, Mutant
+from mutants_aio import ASYNCPG_SYNCHRONOUS_COMMIT_MUTANTS, POSTGRESQL_ASYNC_SYNCHRONOUS_COMMIT_MUTANTS
 from test_mutants import _survivors as survivors
 
 from conformance.aio_bridge import blocking_backend_class
@@ -81,6 +82,34 @@ def test_the_asynchronous_commit_clauses_catch_the_mutant(
 ) -> None:
     harness = pg_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
     survived = survivors(mutant, harness, record_property, BriefSynchronousCommit)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize("mutant", POSTGRESQL_ASYNC_SYNCHRONOUS_COMMIT_MUTANTS, ids=lambda m: m.name)
+def test_the_asynchronous_commit_clauses_catch_the_async_postgresql_mutant(
+    mutant: Mutant, pg_harness: SqlHarness, pg_dsn: str, record_property: Callable[[str, object], None]
+) -> None:
+    base = _load("conformance.aio_bridge:postgresql_async", pg_dsn)
+    harness = base.with_backend(blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}")
+    try:
+        survived = survivors(mutant, harness, record_property, BriefSynchronousCommit)
+    finally:
+        harness.close()
+        base.close()
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize("mutant", ASYNCPG_SYNCHRONOUS_COMMIT_MUTANTS, ids=lambda m: m.name)
+def test_the_asynchronous_commit_clauses_catch_the_asyncpg_mutant(
+    mutant: Mutant, pg_harness: SqlHarness, pg_dsn: str, record_property: Callable[[str, object], None]
+) -> None:
+    base = _load("conformance.aio_bridge:postgresql_asyncpg", pg_dsn)
+    harness = base.with_backend(blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}")
+    try:
+        survived = survivors(mutant, harness, record_property, BriefSynchronousCommit)
+    finally:
+        harness.close()
+        base.close()
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
 
 
