@@ -1513,3 +1513,42 @@ ERROR_HISTORY_MUTANTS: Final = tuple(
     )
     for prefix, cls in zip(("pg", "mysql", "memory"), classes, strict=True)
 )
+
+
+# -- asynchronous commit (conformance/synchronous_commit.py, W): PostgresBackend(synchronous_commit_off=True)
+
+
+class PgSynchronousCommitSessionWide(PostgresBackend):
+    """The worker's SET is session-wide, not LOCAL: the connection stays off after the job's transaction."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "synchronous_commit_off": True})
+        local = sql.queries(self.dialect)["synchronous_commit_off"]
+        assert "SET LOCAL " in local, "the mutant no longer matches the statement"
+        self._job_transaction_setting = local.replace("SET LOCAL ", "SET ")
+
+
+class PgSynchronousCommitNeverSet(PostgresBackend):
+    """The option is taken but the SET LOCAL never sent: the job's transaction commits synchronously."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "synchronous_commit_off": True})
+        self._job_transaction_setting = None
+
+
+SYNCHRONOUS_COMMIT_MUTANTS: Final = (
+    Mutant(
+        "pg_synchronous_commit_session_wide",
+        "the worker's SET synchronous_commit = off is session-wide, so it outlives the job's transaction",
+        PgSynchronousCommitSessionWide,
+        ("W3",),
+        fault=("session SET", "after the job"),
+    ),
+    Mutant(
+        "pg_synchronous_commit_never_set",
+        "synchronous_commit_off=True is taken but the SET LOCAL is never sent",
+        PgSynchronousCommitNeverSet,
+        ("W2",),
+        fault=("in the job's transaction",),
+    ),
+)

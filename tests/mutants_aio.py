@@ -369,3 +369,45 @@ POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS: tuple[Mutant, ...] = (
         ("U2",),
     ),
 )
+
+
+# -- asynchronous commit (conformance/synchronous_commit.py, W), on psycopg's asyncio API and asyncpg ------
+
+
+class AsyncSynchronousCommitSessionWide(AsyncPostgresBackend):
+    """The worker's SET is session-wide, not LOCAL: the connection stays off after the job's transaction."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "synchronous_commit_off": True})
+        local = self._job_transaction_setting
+        assert local is not None and "SET LOCAL " in local, "the mutant no longer matches the statement"
+        self._job_transaction_setting = local.replace("SET LOCAL ", "SET ")
+
+
+class AsyncSynchronousCommitNeverSet(AsyncPostgresBackend):
+    """The option is taken but the SET LOCAL never sent: the job's transaction commits synchronously."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "synchronous_commit_off": True})
+        self._job_transaction_setting = None
+
+
+POSTGRESQL_ASYNC_SYNCHRONOUS_COMMIT_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "aio_synchronous_commit_session_wide",
+        "the worker's SET synchronous_commit = off is session-wide, so it outlives the job's transaction",
+        AsyncSynchronousCommitSessionWide,
+        ("W3",),
+        fault=("session SET", "after the job"),
+    ),
+    Mutant(
+        "aio_synchronous_commit_never_set",
+        "synchronous_commit_off=True is taken but the SET LOCAL is never sent",
+        AsyncSynchronousCommitNeverSet,
+        ("W2",),
+        fault=("in the job's transaction",),
+    ),
+)
+ASYNCPG_SYNCHRONOUS_COMMIT_MUTANTS: tuple[Mutant, ...] = tuple(
+    _on_asyncpg(mutant) for mutant in POSTGRESQL_ASYNC_SYNCHRONOUS_COMMIT_MUTANTS
+)

@@ -713,6 +713,18 @@ def test_sync_commit_drains_every_round_with_the_setting_on_and_off(pg_dsn: str)
 
 
 @pytest.mark.postgresql
+def test_sync_commit_drains_with_the_librarys_worker_and_checks_every_job_archived(pg_dsn: str) -> None:
+    # Each library drain raises unless every job ran once and was archived once, none left queued.
+    from benchmarks import sync_commit
+
+    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn})
+    result = sync_commit.drain(spec, 200, 2, 2, f"_scl{table_suffix()}", loop="library")
+    assert result["loop"] == "library"
+    assert [len(result["rounds_jobs_per_s"][k]) for k in ("on", "off")] == [2, 2]
+    assert len(result["off_over_on_rounds"]) == 2
+
+
+@pytest.mark.postgresql
 @pytest.mark.parametrize("driver", sorted(peer_aio.DRIVERS))
 def test_the_peers_asyncio_worker_runs_on_each_driver(driver: str, pg_db: SqlHarness, pg_dsn: str) -> None:
     # Every job the latency sample enqueues is started by the asyncio worker on that driver's connections.

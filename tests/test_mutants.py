@@ -16,6 +16,7 @@ from mutants import (
     MYSQL_MUTANTS,
     POSTGRESQL_MUTANTS,
     SIDE_TABLE_MUTANTS,
+    SYNCHRONOUS_COMMIT_MUTANTS,
     Mutant,
     in_mode,
 )
@@ -143,7 +144,12 @@ def test_the_docs_list_every_mutant_with_the_clauses_that_catch_it() -> None:
     )
     documented = {name: tuple(c.strip() for c in killers.split(",")) for name, killers in rows.items()}
     everything = (
-        POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS + SIDE_TABLE_MUTANTS + ERROR_HISTORY_MUTANTS
+        POSTGRESQL_MUTANTS
+        + MYSQL_MUTANTS
+        + MEMORY_MUTANTS
+        + SIDE_TABLE_MUTANTS
+        + ERROR_HISTORY_MUTANTS
+        + SYNCHRONOUS_COMMIT_MUTANTS
     )
     expected = {m.name: m.killed_by for m in everything}
     assert documented == expected, "docs/conformance.md's mutant table is out of date with tests/mutants.py"

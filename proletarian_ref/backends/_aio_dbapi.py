@@ -37,6 +37,8 @@ class AsyncSqlBackend:
         # parameters and records, and checks `compact`.
         self.codec = codec
         self.compact_plan = codec.compact_plan
+        # The codec's first statement of every transaction of transaction(), never of a caller's (None: none).
+        self._job_transaction_setting = codec._job_transaction_setting
         self._data_source = data_source
         self._pooled = pooled
         # The connections this backend opened from a factory and that no transaction holds now.
@@ -138,6 +140,8 @@ class AsyncSqlBackend:
             except self._driver_error as exc:
                 self._raise(exc)
             try:
+                if self._job_transaction_setting is not None:
+                    await self._execute(conn, self._job_transaction_setting, None, _nothing)
                 yield conn
             except asyncio.CancelledError:
                 # Cancelled, perhaps inside a statement: nothing more is awaited on the connection. The

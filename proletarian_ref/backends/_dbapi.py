@@ -126,6 +126,9 @@ class SqlBackend:
         self._leases: dict[int, _Lease] = {}
         # The hot statements, subscripted rather than rendered on every call: one dict lookup, no call.
         self._statements = _Rendered(self._render)
+        # The statement that opens every transaction of transaction() (the worker's job transaction), never
+        # a caller's: PostgresBackend(synchronous_commit_off=True) sets it; None sends nothing.
+        self._job_transaction_setting: str | None = None
 
     # -- driver specifics, overridden per dialect ------------------------------------------------------
 
@@ -862,6 +865,14 @@ class _Transaction:
             raise
         # As after a statement (_execute): the set-up is over, and a release reading busy either way is right.
         lease.busy = False
+        setting = backend._job_transaction_setting
+        if setting is not None:
+            try:
+                backend._execute(conn, setting, None, _ignore)
+            except BaseException as exc:
+                # Rolled back and handed back as after any error in the block; then raised as it is.
+                self.__exit__(type(exc), exc, exc.__traceback__)
+                raise
         return conn
 
     def __exit__(

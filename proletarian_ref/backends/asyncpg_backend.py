@@ -31,9 +31,11 @@ class AsyncpgBackend(AsyncPostgresBackend):
     AsyncpgEnqueueBackend's. The listener of a pool takes one of its connections while it listens.
     """
 
-    def __init__(self, data_source: Any = None, *, compact: bool = False) -> None:
-        super().__init__(data_source, compact=compact)
-        self.codec = _AsyncpgCodec(None, compact=compact)
+    def __init__(
+        self, data_source: Any = None, *, compact: bool = False, synchronous_commit_off: bool = False
+    ) -> None:
+        super().__init__(data_source, compact=compact, synchronous_commit_off=synchronous_commit_off)
+        self.codec = _AsyncpgCodec(None, compact=compact, synchronous_commit_off=synchronous_commit_off)
         self._pooled = isinstance(data_source, asyncpg.Pool)
         self._enqueuer = AsyncpgEnqueueBackend()
 

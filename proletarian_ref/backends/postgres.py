@@ -244,6 +244,13 @@ class PostgresBackend(SqlBackend):
     With `compact=True` a finished job's archive and delete are one statement (archive_and_delete_job:
     a DELETE ... RETURNING inside the archive INSERT), so a job's transaction takes four statements
     instead of five, on every connection, the same rows written (docs/worker.md, "Statement plans").
+
+    With `synchronous_commit_off=True` every transaction the backend opens itself (the worker's job
+    transaction: claim, handler, archive, delete) begins with `SET LOCAL synchronous_commit = off`, so its
+    COMMIT does not wait for the WAL flush. A server crash can lose the last such commits: their jobs are
+    back in the queue and run again (at least once, as Proletarian), a job's effects and its archive row
+    lost together. Enqueue on a caller's connection is never touched (docs/worker.md, "Asynchronous
+    commit"). MySQL has no per-transaction equivalent: MySQLBackend does not take the option.
     """
 
     dialect: ClassVar[str] = "postgresql"
@@ -256,9 +263,14 @@ class PostgresBackend(SqlBackend):
         first_connection: Any = None,
         pipeline: bool = False,
         compact: bool = False,
+        synchronous_commit_off: bool = False,
     ) -> None:
         if not isinstance(pipeline, bool):
             raise ConfigurationError(f"pipeline must be True or False, got {pipeline!r}")
+        if not isinstance(synchronous_commit_off, bool):
+            raise ConfigurationError(
+                f"synchronous_commit_off must be True or False, got {synchronous_commit_off!r}"
+            )
         if pipeline and not psycopg.Pipeline.is_supported():
             raise ConfigurationError(
                 "pipeline=True needs libpq 14 or later, which this psycopg does not have"
@@ -266,6 +278,9 @@ class PostgresBackend(SqlBackend):
         super().__init__(data_source, first_connection=first_connection, compact=compact)
         self._pooled = type(data_source).__module__.split(".", 1)[0] == "psycopg_pool"
         self._pipeline = pipeline
+        self.synchronous_commit_off = synchronous_commit_off
+        if synchronous_commit_off:
+            self._job_transaction_setting = sql.queries(self.dialect)["synchronous_commit_off"]
 
     def _checkout_pooled(self) -> Any:
         return self._data_source.getconn()

@@ -30,7 +30,8 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     awaitable psycopg.AsyncConnection (e.g. `functools.partial(psycopg.AsyncConnection.connect, dsn)`);
     None serves enqueue on callers' connections only. The statements, their parameters and the rows read
     back are the threaded PostgresBackend's own (its pure methods, through `codec`), so a row does not tell
-    which API wrote it. With `compact=True` a finished job's archive and delete are one statement, as there.
+    which API wrote it. With `compact=True` a finished job's archive and delete are one statement, as there;
+    with `synchronous_commit_off=True` the worker's job transaction commits asynchronously, as there.
     """
 
     dialect: ClassVar[str] = "postgresql"
@@ -38,9 +39,13 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     _driver_error: ClassVar[type[Exception]] = psycopg.Error
     codec: PostgresBackend
 
-    def __init__(self, data_source: Any = None, *, compact: bool = False) -> None:
+    def __init__(
+        self, data_source: Any = None, *, compact: bool = False, synchronous_commit_off: bool = False
+    ) -> None:
         pooled = type(data_source).__module__.split(".", 1)[0] == "psycopg_pool"
-        super().__init__(PostgresBackend(None, compact=compact), data_source, pooled=pooled)
+        codec = PostgresBackend(None, compact=compact, synchronous_commit_off=synchronous_commit_off)
+        super().__init__(codec, data_source, pooled=pooled)
+        self.synchronous_commit_off = synchronous_commit_off
 
     # -- psycopg's connections, transactions and cursors -----------------------------------------------
 

@@ -48,6 +48,13 @@ INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, st
 SELECT job_id, queue, job_type, payload, attempts + 1, %(status)s, enqueued_at, process_at, %(finished_at)s
 FROM moved
 
+-- name: synchronous_commit_off
+-- The first statement of the worker's own job transaction with PostgresBackend(synchronous_commit_off=True)
+-- (docs/worker.md, "Asynchronous commit"): its COMMIT returns before the WAL reaches disk. LOCAL: the
+-- setting ends with the transaction, so the connection, a pool's included, is back to the server's
+-- setting after it. Never sent on a caller's connection: enqueue keeps the server's durability.
+SET LOCAL synchronous_commit = off
+
 -- name: retry_at
 -- (R) Reschedule a failed job and count the failed attempt.
 UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s

@@ -1,0 +1,134 @@
+"""The asynchronous commit clauses (W) on every PostgreSQL backend with synchronous_commit_off=True, and
+their mutants: a session SET instead of SET LOCAL, and the SET skipped."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import ClassVar
+
+import pytest
+from fix_db import _load
+from mutants import SYNCHRONOUS_COMMIT_MUTANTS, Mutant
+from mutants_aio import ASYNCPG_SYNCHRONOUS_COMMIT_MUTANTS, POSTGRESQL_ASYNC_SYNCHRONOUS_COMMIT_MUTANTS
+from test_mutants import _survivors as survivors
+
+from conformance.aio_bridge import blocking_backend_class
+from conformance.harness import SqlHarness
+from conformance.synchronous_commit import SynchronousCommitTests
+from proletarian_ref import sql
+from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+from proletarian_ref.backends.mysql import MySQLBackend
+from proletarian_ref.backends.postgres import PostgresBackend
+from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+from proletarian_ref.errors import ConfigurationError
+
+
+class TestPostgreSQLSynchronousCommitOff(SynchronousCommitTests):
+    @pytest.fixture
+    def harness(self, pg_db: SqlHarness) -> SqlHarness:
+        return pg_db.with_backend(
+            functools.partial(PostgresBackend, synchronous_commit_off=True), "postgresql-sync-commit-off"
+        )
+
+
+class TestPostgreSQLPipelineSynchronousCommitOff(SynchronousCommitTests):
+    """The same with the pipelined statement plan: the SET LOCAL is queued with the claim."""
+
+    @pytest.fixture
+    def harness(self, pg_db: SqlHarness) -> SqlHarness:
+        backend_class = functools.partial(PostgresBackend, pipeline=True, synchronous_commit_off=True)
+        return pg_db.with_backend(backend_class, "postgresql-pipeline-sync-commit-off")
+
+
+@pytest.fixture
+def pg_async_sync_commit_db(pg_harness: SqlHarness, pg_dsn: str) -> Iterator[SqlHarness]:
+    base = _load("conformance.aio_bridge:postgresql_async", pg_dsn)
+    backend_class = functools.partial(AsyncPostgresBackend, synchronous_commit_off=True)
+    harness = base.with_backend(blocking_backend_class(backend_class), "postgresql-async-sync-commit-off")
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
+def pg_asyncpg_sync_commit_db(pg_harness: SqlHarness, pg_dsn: str) -> Iterator[SqlHarness]:
+    base = _load("conformance.aio_bridge:postgresql_asyncpg", pg_dsn)
+    backend_class = functools.partial(AsyncpgBackend, synchronous_commit_off=True)
+    harness = base.with_backend(blocking_backend_class(backend_class), "postgresql-asyncpg-sync-commit-off")
+    yield harness
+    harness.close()
+
+
+class TestPostgreSQLAsyncSynchronousCommitOff(SynchronousCommitTests):
+    @pytest.fixture
+    def harness(self, pg_async_sync_commit_db: SqlHarness) -> SqlHarness:
+        return pg_async_sync_commit_db
+
+
+class TestAsyncpgSynchronousCommitOff(SynchronousCommitTests):
+    @pytest.fixture
+    def harness(self, pg_asyncpg_sync_commit_db: SqlHarness) -> SqlHarness:
+        return pg_asyncpg_sync_commit_db
+
+
+class BriefSynchronousCommit(SynchronousCommitTests):
+    __test__ = False
+    step_timeout: ClassVar[float] = 1.5
+
+
+@pytest.mark.parametrize("mutant", SYNCHRONOUS_COMMIT_MUTANTS, ids=lambda m: m.name)
+def test_the_asynchronous_commit_clauses_catch_the_mutant(
+    mutant: Mutant, pg_db: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    harness = pg_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
+    survived = survivors(mutant, harness, record_property, BriefSynchronousCommit)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize("mutant", POSTGRESQL_ASYNC_SYNCHRONOUS_COMMIT_MUTANTS, ids=lambda m: m.name)
+def test_the_asynchronous_commit_clauses_catch_the_async_postgresql_mutant(
+    mutant: Mutant, pg_harness: SqlHarness, pg_dsn: str, record_property: Callable[[str, object], None]
+) -> None:
+    base = _load("conformance.aio_bridge:postgresql_async", pg_dsn)
+    harness = base.with_backend(blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}")
+    try:
+        survived = survivors(mutant, harness, record_property, BriefSynchronousCommit)
+    finally:
+        harness.close()
+        base.close()
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.mark.parametrize("mutant", ASYNCPG_SYNCHRONOUS_COMMIT_MUTANTS, ids=lambda m: m.name)
+def test_the_asynchronous_commit_clauses_catch_the_asyncpg_mutant(
+    mutant: Mutant, pg_harness: SqlHarness, pg_dsn: str, record_property: Callable[[str, object], None]
+) -> None:
+    base = _load("conformance.aio_bridge:postgresql_asyncpg", pg_dsn)
+    harness = base.with_backend(blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}")
+    try:
+        survived = survivors(mutant, harness, record_property, BriefSynchronousCommit)
+    finally:
+        harness.close()
+        base.close()
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+def test_the_option_off_sends_nothing_and_on_sends_the_dialects_set_local() -> None:
+    assert PostgresBackend(None)._job_transaction_setting is None
+    on = PostgresBackend(None, synchronous_commit_off=True)
+    assert on._job_transaction_setting == sql.queries("postgresql")["synchronous_commit_off"]
+    assert on._job_transaction_setting.strip() == "SET LOCAL synchronous_commit = off"
+    assert AsyncPostgresBackend(None, synchronous_commit_off=True)._job_transaction_setting == (
+        on._job_transaction_setting
+    )
+
+
+def test_a_non_boolean_option_is_refused_naming_it() -> None:
+    with pytest.raises(ConfigurationError, match="synchronous_commit_off must be True or False, got 'yes'"):
+        PostgresBackend(None, synchronous_commit_off="yes")  # type: ignore[arg-type]
+
+
+def test_mysql_does_not_offer_the_option() -> None:
+    """MySQL has no per-transaction asynchronous commit (innodb_flush_log_at_trx_commit is global)."""
+    with pytest.raises(TypeError, match="synchronous_commit_off"):
+        MySQLBackend(None, synchronous_commit_off=True)  # type: ignore[call-arg]
