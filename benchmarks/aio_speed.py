@@ -93,11 +93,31 @@ def _threaded(harness: Harness, jobs: int, connections: int) -> tuple[float, flo
 
 
 def _asyncio(
-    dsn: str, table_options: dict[str, Any], jobs: int, connections: int, *, compact: bool, uvloop: bool
+    dsn: str,
+    table_options: dict[str, Any],
+    jobs: int,
+    connections: int,
+    *,
+    compact: bool,
+    uvloop: bool,
+    driver: str = "psycopg",
 ) -> tuple[float, float]:
     import psycopg
 
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+    source: Any
+    backend: Any
+    if driver == "asyncpg":
+        import asyncpg
+
+        from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+
+        source = functools.partial(asyncpg.connect, dsn)
+        backend = AsyncpgBackend(source, compact=compact)
+    else:
+        source = functools.partial(psycopg.AsyncConnection.connect, dsn)
+        backend = AsyncPostgresBackend(source, compact=compact)
 
     async def main() -> tuple[float, float]:
         done = [0]
@@ -108,11 +128,10 @@ def _asyncio(
             if done[0] >= jobs:
                 finished.set()
 
-        source = functools.partial(psycopg.AsyncConnection.connect, dsn)
         worker = aio.create_queue_worker(
             source,
             handler,
-            backend=AsyncPostgresBackend(source, compact=compact),
+            backend=backend,
             queue=BENCH_QUEUE,
             worker_threads=connections,
             polling_interval_ms=100,
@@ -136,8 +155,12 @@ def _asyncio(
 def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable[[int], tuple[float, float]]]:
     options = harness.table_options
 
-    def run_async(compact: bool, uvloop: bool) -> Callable[[int], tuple[float, float]]:
-        return lambda jobs: _asyncio(dsn, options, jobs, connections, compact=compact, uvloop=uvloop)
+    def run_async(
+        compact: bool, uvloop: bool, driver: str = "psycopg"
+    ) -> Callable[[int], tuple[float, float]]:
+        return lambda jobs: _asyncio(
+            dsn, options, jobs, connections, compact=compact, uvloop=uvloop, driver=driver
+        )
 
     found: dict[str, Callable[[int], tuple[float, float]]] = {
         "threaded": lambda jobs: _threaded(harness, jobs, connections),
@@ -145,11 +168,22 @@ def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable
         "asyncio compact": run_async(True, False),
     }
     try:
+        import asyncpg  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        # asyncpg's own protocol on the loop: no psycopg wait a statement (its waits/job read 0 here).
+        found["asyncio asyncpg"] = run_async(False, False, "asyncpg")
+        found["asyncio asyncpg compact"] = run_async(True, False, "asyncpg")
+    try:
         import uvloop  # noqa: F401
     except ImportError:
         return found
     found["asyncio uvloop"] = run_async(False, True)
     found["asyncio compact uvloop"] = run_async(True, True)
+    if "asyncio asyncpg" in found:
+        found["asyncio asyncpg uvloop"] = run_async(False, True, "asyncpg")
+        found["asyncio asyncpg compact uvloop"] = run_async(True, True, "asyncpg")
     return found
 
 

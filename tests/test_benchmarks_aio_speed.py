@@ -1,4 +1,4 @@
-"""benchmarks.aio_speed's two measuring helpers: the wait counter and the profile's source buckets."""
+"""benchmarks.aio_speed: its wait counter, its profile's source buckets and its asyncpg drain."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import asyncio
 import os
 
 import psycopg
+import pytest
+from fix_db import table_suffix
 
-from benchmarks.aio_speed import _source, _waits
+from benchmarks.aio_speed import _asyncio, _source, _waits
+from benchmarks.common import BackendSpec, bulk_load, open_harness, truncate
 
 
 def _dsn() -> str:
@@ -44,3 +47,26 @@ def test_the_profile_buckets_name_the_library_the_driver_and_the_loop() -> None:
     assert _source("~", "<method 'poll' of 'select.epoll' objects>") == "asyncio event loop"
     assert _source("~", "<built-in method builtins.isinstance>") == "built-ins"
     assert _source("/x/elsewhere.py", "f") == "other Python"
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("compact", [False, True])
+def test_the_asyncpg_variant_drains_every_job_it_counts_once(compact: bool) -> None:
+    # The named run aio-speed2-2026-12-04 quotes these variants: each must archive every job it counts.
+    harness = open_harness(
+        BackendSpec("conformance.builtin:postgresql", {"dsn": _dsn()}), "aiospeed", f"_apg{table_suffix()}"
+    )
+    try:
+        truncate(harness)
+        bulk_load(harness, 0, 60, "due")
+        wall, cpu = _asyncio(
+            _dsn(), harness.table_options, 50, 2, compact=compact, uvloop=False, driver="asyncpg"
+        )
+        assert wall > 0 and cpu > 0
+        archived = harness.archived_jobs()
+        assert len(archived) >= 50 and len({job.job_id for job in archived}) == len(archived)
+        assert {(job.status, job.attempts) for job in archived} == {(":success", 1)}
+        assert len(archived) + len(harness.jobs()) == 60
+    finally:
+        truncate(harness)
+        harness.close()
