@@ -67,12 +67,16 @@ class ServerCpu:
         finally:
             conn.close()
         try:
-            self._backends = [psutil.Process(pid) for pid in pids]
+            for pid in pids:
+                # A backend listed a moment ago may have ended since (another connection of this process
+                # closing): that one is skipped, not every backend (a clean-clone CI run lost the figure so).
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    self._backends.append(psutil.Process(pid))
             self.seconds()
         except psutil.Error as exc:
             self._backends = []
             self.reason = f"the server's processes cannot be read here ({type(exc).__name__})"
-        if not pids:
+        if not self._backends and self.reason is None:
             self.reason = "no backend of the drain's connections was found (a server on another host?)"
 
     def seconds(self) -> float:

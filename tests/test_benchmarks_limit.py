@@ -58,7 +58,7 @@ def test_round_trips_count_psycopgs_begin_apart_from_the_statement_it_opens(pg_d
 def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> None:
     from benchmarks import limit_probe
 
-    result = limit_probe.probe(pg_dsn, "postgresql", (1, 1, 10), 0.2, 20_000, f"_lp{table_suffix()}")
+    result = limit_probe.probe(pg_dsn, "postgresql", (1, 1, 10), 1.0, 20_000, f"_lp{table_suffix()}")
     assert result["jobs"] > 0
     assert set(result["per_job_us"]) == {"client_cpu", "client_runqueue", "server_cpu", "server_runqueue"}
     assert result["polls"]["claims"] > 0
