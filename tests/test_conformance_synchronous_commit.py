@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import ClassVar
+from typing import ClassVar, Final
 
 import pytest
 from fix_db import _load
@@ -85,25 +85,22 @@ def test_the_asynchronous_commit_clauses_catch_the_mutant(
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
 
 
-@pytest.mark.parametrize("mutant", POSTGRESQL_ASYNC_SYNCHRONOUS_COMMIT_MUTANTS, ids=lambda m: m.name)
-def test_the_asynchronous_commit_clauses_catch_the_async_postgresql_mutant(
-    mutant: Mutant, pg_harness: SqlHarness, pg_dsn: str, record_property: Callable[[str, object], None]
-) -> None:
-    base = _load("conformance.aio_bridge:postgresql_async", pg_dsn)
-    harness = base.with_backend(blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}")
-    try:
-        survived = survivors(mutant, harness, record_property, BriefSynchronousCommit)
-    finally:
-        harness.close()
-        base.close()
-    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+# Each async driver's mutants, with the bridge harness factory that drives its backend.
+_ASYNC_MUTANTS: Final = [
+    *(("conformance.aio_bridge:postgresql_async", m) for m in POSTGRESQL_ASYNC_SYNCHRONOUS_COMMIT_MUTANTS),
+    *(("conformance.aio_bridge:postgresql_asyncpg", m) for m in ASYNCPG_SYNCHRONOUS_COMMIT_MUTANTS),
+]
 
 
-@pytest.mark.parametrize("mutant", ASYNCPG_SYNCHRONOUS_COMMIT_MUTANTS, ids=lambda m: m.name)
-def test_the_asynchronous_commit_clauses_catch_the_asyncpg_mutant(
-    mutant: Mutant, pg_harness: SqlHarness, pg_dsn: str, record_property: Callable[[str, object], None]
+@pytest.mark.parametrize(("factory", "mutant"), _ASYNC_MUTANTS, ids=lambda v: getattr(v, "name", None))
+def test_the_asynchronous_commit_clauses_catch_the_async_driver_mutant(
+    factory: str,
+    mutant: Mutant,
+    pg_harness: SqlHarness,
+    pg_dsn: str,
+    record_property: Callable[[str, object], None],
 ) -> None:
-    base = _load("conformance.aio_bridge:postgresql_asyncpg", pg_dsn)
+    base = _load(factory, pg_dsn)
     harness = base.with_backend(blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}")
     try:
         survived = survivors(mutant, harness, record_property, BriefSynchronousCommit)
