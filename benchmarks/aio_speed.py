@@ -27,12 +27,27 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import BENCH_QUEUE, BackendSpec, analyze, bulk_load, open_harness, truncate
+from benchmarks.common import (
+    BENCH_QUEUE,
+    BENCH_QUEUE_TEXT,
+    BackendSpec,
+    analyze,
+    archived_table_of,
+    bulk_load,
+    job_table_of,
+    open_harness,
+    require_sql,
+    truncate,
+)
+from benchmarks.raw import STATUS_SUCCESS, RawDrainer
 from conformance.harness import Harness
 from proletarian_ref import aio, create_queue_worker
+from proletarian_ref.backends.asyncpg_enqueue import numbered
+from proletarian_ref.sql import positional, render
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -152,6 +167,84 @@ def _asyncio(
     return asyncio.run(main())
 
 
+def _raw_threaded(harness: Harness, jobs: int, connections: int) -> tuple[float, float]:
+    """The threaded ceiling: Proletarian's plan on bare psycopg (benchmarks.raw), no library in the loop."""
+    sql_harness, _ = require_sql(harness)
+    done = [0]
+    lock = threading.Lock()
+
+    def on_job() -> None:
+        with lock:
+            done[0] += 1
+
+    drainer = RawDrainer(sql_harness, "postgresql", connections, 100, on_job)
+    start, start_cpu = time.perf_counter(), _cpu()
+    drainer.start()
+    while done[0] < jobs:
+        time.sleep(0.002)
+    wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
+    drainer.stop()
+    return wall, cpu
+
+
+def _raw_asyncpg(
+    harness: Harness, dsn: str, jobs: int, connections: int, *, uvloop: bool
+) -> tuple[float, float]:
+    """The asyncio ceiling: the compact plan's statements on bare asyncpg tasks, no library in the loop.
+
+    The statements are the backends' own (sql/postgresql/queries.sql, with asyncpg's $n placeholders), read
+    before the clock starts; each task claims, archives-and-deletes and commits in asyncpg's transaction.
+    """
+    import asyncpg
+
+    sql_harness, _ = require_sql(harness)
+    job, archived = job_table_of(sql_harness), archived_table_of(sql_harness)
+    claim, claim_names = _asyncpg_statement(render("postgresql", "get_next_job", job))
+    archive, archive_names = _asyncpg_statement(render("postgresql", "archive_and_delete_job", job, archived))
+    if claim_names != ("queue", "now") or archive_names != ("job_id", "status", "finished_at"):
+        raise RuntimeError(f"queries.sql's parameters moved: {claim_names}, {archive_names}")
+
+    async def main() -> tuple[float, float]:
+        done = [0]
+        finished = asyncio.Event()
+        connections_ = [await asyncpg.connect(dsn) for _ in range(connections)]
+
+        async def drain(conn: Any) -> None:
+            while not finished.is_set():
+                transaction = conn.transaction()
+                await transaction.start()
+                now = datetime.now(UTC)
+                row = await conn.fetchrow(claim, BENCH_QUEUE_TEXT, now)
+                if row is None:
+                    await transaction.rollback()
+                    await asyncio.sleep(0.1)
+                    continue
+                done[0] += 1
+                await conn.execute(archive, row[0], STATUS_SUCCESS, datetime.now(UTC))
+                await transaction.commit()
+                if done[0] >= jobs:
+                    finished.set()
+
+        start, start_cpu = time.perf_counter(), _cpu()
+        await asyncio.gather(*(drain(conn) for conn in connections_))
+        wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
+        for conn in connections_:
+            await conn.close()
+        return wall, cpu
+
+    if uvloop:
+        import uvloop as uvloop_module
+
+        return uvloop_module.run(main())
+    return asyncio.run(main())
+
+
+def _asyncpg_statement(statement: str) -> tuple[str, tuple[str, ...]]:
+    """A queries.sql statement with asyncpg's $n placeholders, and its parameters' names in their order."""
+    text, names = positional(statement)
+    return numbered(text).replace("%%", "%"), names
+
+
 def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable[[int], tuple[float, float]]]:
     options = harness.table_options
 
@@ -164,6 +257,7 @@ def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable
 
     found: dict[str, Callable[[int], tuple[float, float]]] = {
         "threaded": lambda jobs: _threaded(harness, jobs, connections),
+        "raw threaded": lambda jobs: _raw_threaded(harness, jobs, connections),
         "asyncio": run_async(False, False),
         "asyncio compact": run_async(True, False),
     }
@@ -175,6 +269,9 @@ def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable
         # asyncpg's own protocol on the loop: no psycopg wait a statement (its waits/job read 0 here).
         found["asyncio asyncpg"] = run_async(False, False, "asyncpg")
         found["asyncio asyncpg compact"] = run_async(True, False, "asyncpg")
+        found["raw asyncpg compact"] = lambda jobs: _raw_asyncpg(
+            harness, dsn, jobs, connections, uvloop=False
+        )
     try:
         import uvloop  # noqa: F401
     except ImportError:
@@ -184,12 +281,23 @@ def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable
     if "asyncio asyncpg" in found:
         found["asyncio asyncpg uvloop"] = run_async(False, True, "asyncpg")
         found["asyncio asyncpg compact uvloop"] = run_async(True, True, "asyncpg")
+        found["raw asyncpg compact uvloop"] = lambda jobs: _raw_asyncpg(
+            harness, dsn, jobs, connections, uvloop=True
+        )
     return found
 
 
-def measure(dsn: str, jobs: int, rounds: int, connections: int, suffix: str) -> dict[str, Any]:
+def measure(
+    dsn: str, jobs: int, rounds: int, connections: int, suffix: str, only: list[str] | None = None
+) -> dict[str, Any]:
     harness = open_harness(BackendSpec("conformance.builtin:postgresql", {"dsn": dsn}), "aiospeed", suffix)
     runs = variants(dsn, harness, connections)
+    if only:
+        unknown = [name for name in only if name not in runs]
+        if unknown:
+            harness.close()
+            raise SystemExit(f"--variants: no variant {unknown!r} here; there are {sorted(runs)!r}")
+        runs = {name: runs[name] for name in only}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
     try:
         for round_ in range(rounds):
@@ -288,13 +396,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--table-suffix", default="")
     parser.add_argument("--out", type=Path)
     parser.add_argument(
+        "--variants",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        help="only these variants, comma-separated, in this order (default: every one installed here)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="instead: one asyncio drain under cProfile, shares by source"
     )
     args = parser.parse_args(argv)
     if args.profile:
         result = profile_asyncio(args.dsn, args.jobs, args.connections, args.table_suffix)
     else:
-        result = measure(args.dsn, args.jobs, args.rounds, args.connections, args.table_suffix)
+        result = measure(args.dsn, args.jobs, args.rounds, args.connections, args.table_suffix, args.variants)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out is not None:

@@ -1,4 +1,4 @@
-"""benchmarks.aio_speed: its wait counter, its profile's source buckets and its asyncpg drain."""
+"""benchmarks.aio_speed: wait counter, profile buckets, asyncpg drain and bare-driver ceilings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from fix_db import table_suffix
 
-from benchmarks.aio_speed import _asyncio, _source, _waits
+from benchmarks.aio_speed import _asyncio, _source, _waits, measure, variants
 from benchmarks.common import BackendSpec, bulk_load, open_harness, truncate
 
 
@@ -70,3 +70,30 @@ def test_the_asyncpg_variant_drains_every_job_it_counts_once(compact: bool) -> N
     finally:
         truncate(harness)
         harness.close()
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("ceiling", ["raw threaded", "raw asyncpg compact"])
+def test_the_ceiling_variants_archive_every_job_as_the_library_would(ceiling: str) -> None:
+    # The bare-driver loops the asyncio worker is measured against: the backends' own statements, so each
+    # archived row is the one the library's compact (asyncpg) or Proletarian's (threaded) plan writes.
+    harness = open_harness(
+        BackendSpec("conformance.builtin:postgresql", {"dsn": _dsn()}), "aiospeed", f"_ceil{table_suffix()}"
+    )
+    try:
+        truncate(harness)
+        bulk_load(harness, 0, 60, "due")
+        wall, cpu = variants(_dsn(), harness, 2)[ceiling](50)
+        assert wall > 0 and cpu > 0
+        archived = harness.archived_jobs()
+        assert len(archived) >= 50 and len({job.job_id for job in archived}) == len(archived)
+        assert {(job.status, job.attempts) for job in archived} == {(":success", 1)}
+        assert len(archived) + len(harness.jobs()) == 60
+    finally:
+        truncate(harness)
+        harness.close()
+
+
+def test_variants_refuses_a_name_it_does_not_have() -> None:
+    with pytest.raises(SystemExit, match="no variant"):
+        measure(_dsn(), 10, 1, 1, "_nosuch", ["threaded", "no such variant"])

@@ -125,46 +125,14 @@ class AsyncSqlBackend:
         else:
             self._idle.append(conn)
 
-    @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[Any]:
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
         """A connection in a transaction that commits when the block ends and rolls back on error.
 
         A task cancelled inside the block (the worker's stop() at its deadline) closes the connection
         rather than waiting on it: the server rolls the transaction back, the job stays as it was. Any
         other error, BaseException or not, rolls back before it goes on.
         """
-        conn = await self._checkout()
-        try:
-            try:
-                state = await self._begin(conn)
-            except self._driver_error as exc:
-                self._raise(exc)
-            try:
-                if self._job_transaction_setting is not None:
-                    await self._execute(conn, self._job_transaction_setting, None, _nothing)
-                yield conn
-            except asyncio.CancelledError:
-                # Cancelled, perhaps inside a statement: nothing more is awaited on the connection. The
-                # server rolls back when it sees the connection go (the row lock lasts until then).
-                await self._close_quietly(conn)
-                raise
-            except BaseException:
-                # Any other error, a non-Exception one too: rolled back at once, so the job is claimable
-                # again as soon as this returns; a connection that cannot roll back is closed.
-                try:
-                    await conn.rollback()
-                except Exception:
-                    await self._close_quietly(conn)
-                raise
-            try:
-                await conn.commit()
-            except self._driver_error as exc:
-                self._raise(exc)
-            if not self._is_broken(conn):
-                with contextlib.suppress(Exception):
-                    await self._end(conn, state)
-        finally:
-            await self._checkin(conn)
+        return _Transaction(self)
 
     async def close(self) -> None:
         """Close the connections this backend opened (a pool, and the factory, stay the caller's)."""
@@ -413,3 +381,63 @@ async def _first_value(cursor: Any) -> Any:
 
 async def _first_column(cursor: Any) -> list[Any]:
     return [row[0] for row in await cursor.fetchall()]
+
+
+class _Transaction:
+    """AsyncSqlBackend.transaction()'s block, a class rather than a generator-based context manager: it is
+    entered and left for every job, and the generator's machinery costs more than the block's own work
+    (as _dbapi's threaded _Transaction)."""
+
+    __slots__ = ("_backend", "_conn", "_state")
+
+    def __init__(self, backend: AsyncSqlBackend) -> None:
+        self._backend = backend
+
+    async def __aenter__(self) -> Any:
+        backend = self._backend
+        conn = self._conn = await backend._checkout()
+        try:
+            try:
+                self._state = await backend._begin(conn)
+            except backend._driver_error as exc:
+                backend._raise(exc)
+        except BaseException:
+            await backend._checkin(conn)
+            raise
+        setting = backend._job_transaction_setting
+        if setting is not None:
+            try:
+                await backend._execute(conn, setting, None, _nothing)
+            except BaseException as exc:
+                # Rolled back (or closed) and handed back as after any error in the block.
+                await self.__aexit__(type(exc), exc, exc.__traceback__)
+                raise
+        return conn
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        backend, conn = self._backend, self._conn
+        try:
+            if exc is not None:
+                if isinstance(exc, asyncio.CancelledError):
+                    # Cancelled, perhaps inside a statement: nothing more is awaited on the connection.
+                    # The server rolls back when it sees the connection go (the row lock lasts until then).
+                    await backend._close_quietly(conn)
+                else:
+                    # Any other error, a non-Exception one too: rolled back at once, so the job is
+                    # claimable again as soon as this returns; a connection that cannot roll back is closed.
+                    try:
+                        await conn.rollback()
+                    except Exception:
+                        await backend._close_quietly(conn)
+                return  # the block's error goes on as it is
+            try:
+                await conn.commit()
+            except backend._driver_error as commit_error:
+                backend._raise(commit_error)
+            if not backend._is_broken(conn):
+                with contextlib.suppress(Exception):
+                    await backend._end(conn, self._state)
+        finally:
+            await backend._checkin(conn)

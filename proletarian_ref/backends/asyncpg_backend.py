@@ -45,6 +45,10 @@ class AsyncpgBackend(AsyncPostgresBackend):
             raise exc
         raise error from exc
 
+    def _is_broken(self, conn: Any) -> bool:
+        # A session's broken is its closed: asked once, not twice, on every job's transaction.
+        return bool(conn.raw.is_closed())
+
     async def _session(self, source: Any, *, autocommit: bool = False) -> AsyncpgSession:
         """A new session on a connection from `source` (a pool, or a factory of connections)."""
         if isinstance(source, asyncpg.Pool):

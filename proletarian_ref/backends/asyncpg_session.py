@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from proletarian_ref import sql
 from proletarian_ref.backends.asyncpg_enqueue import numbered, translate
@@ -62,17 +63,22 @@ class AsyncpgSession:
         """The asyncpg connection, in this session's transaction (begun here unless autocommit, or one
         the connection is already in)."""
         if not self.autocommit and self._transaction is None and not self.raw.is_in_transaction():
-            with translated():
+            # try/except, not translated(): this runs for every job, and a generator-based block costs more.
+            try:
                 transaction = self.raw.transaction()
                 await transaction.start()
+            except Exception as exc:
+                _reraise(exc)
             self._transaction = transaction
         return self.raw
 
     async def commit(self) -> None:
         transaction, self._transaction = self._transaction, None
         if transaction is not None:
-            with translated():
+            try:  # as in ready()
                 await transaction.commit()
+            except Exception as exc:
+                _reraise(exc)
 
     async def rollback(self) -> None:
         transaction, self._transaction = self._transaction, None
@@ -185,9 +191,21 @@ def dollar(statement: str, params: Any) -> tuple[str, Sequence[Any]]:
     if params is None:
         return statement, ()
     if isinstance(params, dict):
-        statement, names = sql.positional(statement)
-        params = [params[name] for name in names]
-    return numbered(statement).replace("%%", "%"), params
+        query, names = _numbered_named(statement)
+        return query, [params[name] for name in names]
+    return _numbered_positional(statement), params
+
+
+# A worker sends the same few statements for every job: each is converted once, not once a statement.
+@functools.lru_cache(maxsize=512)
+def _numbered_named(statement: str) -> tuple[str, tuple[str, ...]]:
+    text, names = sql.positional(statement)
+    return numbered(text).replace("%%", "%"), names
+
+
+@functools.lru_cache(maxsize=512)
+def _numbered_positional(statement: str) -> str:
+    return numbered(statement).replace("%%", "%")
 
 
 def status_count(status: str) -> int:
@@ -202,7 +220,12 @@ def translated() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        error = translate(exc)
-        if error is None:
-            raise
-        raise error from exc
+        _reraise(exc)
+
+
+def _reraise(exc: Exception) -> NoReturn:
+    """Raise `exc` as the library's error (the driver's chained), or as it is if it has none."""
+    error = translate(exc)
+    if error is None:
+        raise exc
+    raise error from exc
