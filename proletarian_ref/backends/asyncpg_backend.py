@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any, NoReturn
 
 import asyncpg
 
 from proletarian_ref.backend import JobRecord
 from proletarian_ref.backends._aio_dbapi import _nothing, _nothing_list, _rowcount
+from proletarian_ref.backends._dbapi import _wrong_count
 from proletarian_ref.backends.asyncpg_enqueue import AsyncpgEnqueueBackend, _AsyncpgCodec, translate
 from proletarian_ref.backends.asyncpg_session import AsyncpgSession, dollar, status_count, translated
 from proletarian_ref.backends.postgres import notification_channel, notification_payload
@@ -88,9 +90,7 @@ class AsyncpgBackend(AsyncPostgresBackend):
     async def _execute(
         self, conn: Any, statement: str, params: Any, read: Callable[[Any], Awaitable[Any]]
     ) -> Any:
-        # A caller's own asyncpg connection runs as it is, in its transaction if it is in one.
-        session = conn if isinstance(conn, AsyncpgSession) else AsyncpgSession(conn, autocommit=True)
-        raw = await session.ready()
+        raw = await _session(conn).ready()
         query, args = dollar(statement, params)
         try:
             if read in _STATUS_READERS:
@@ -100,6 +100,32 @@ class AsyncpgBackend(AsyncPostgresBackend):
         except Exception as exc:
             self._raise(exc)
         return await read(result)
+
+    # The claim and the one-row writes run for every job: straight to asyncpg, not through _execute's
+    # reader and result objects, each a level of coroutine that every round trip's resumption passes through.
+
+    async def get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        codec = self.codec
+        params = {"queue": queue, "now": codec._db_time(now, what="now")}
+        query, args = dollar(codec._statements["get_next_job", job_table, None], params)
+        raw = await _session(conn).ready()
+        try:
+            row = await raw.fetchrow(query, *args)
+        except Exception as exc:
+            self._raise(exc)
+        return None if row is None else codec._job_record(row)
+
+    async def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
+        query, args = dollar(statement, params)
+        raw = await _session(conn).ready()
+        try:
+            count = status_count(await raw.execute(query, *args))
+        except Exception as exc:
+            self._raise(exc)
+        if count != 1:
+            raise _wrong_count(count, what, params["job_id"])
 
     async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
         return await self._enqueuer.enqueue(await _raw(conn), job_table, job)
@@ -132,6 +158,11 @@ class _Result:
 
     async def fetchall(self) -> list[Any]:
         return self._rows
+
+
+def _session(conn: Any) -> AsyncpgSession:
+    # A caller's own asyncpg connection runs as it is, in its transaction if it is in one.
+    return conn if isinstance(conn, AsyncpgSession) else AsyncpgSession(conn, autocommit=True)
 
 
 async def _raw(conn: Any) -> Any:
