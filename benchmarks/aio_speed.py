@@ -26,7 +26,7 @@ import resource
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -98,13 +98,7 @@ def _threaded(harness: Harness, jobs: int, connections: int) -> tuple[float, flo
         polling_interval_ms=100,
         **harness.table_options,
     )
-    start, start_cpu = time.perf_counter(), _cpu()
-    worker.start()
-    while done[0] < jobs:
-        time.sleep(0.002)
-    wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
-    worker.stop()
-    return wall, cpu
+    return _timed_threads(worker.start, worker.stop, done, jobs)
 
 
 def _asyncio(
@@ -160,11 +154,7 @@ def _asyncio(
         await worker.backend.close()
         return wall, cpu
 
-    if uvloop:
-        import uvloop as uvloop_module
-
-        return uvloop_module.run(main())
-    return asyncio.run(main())
+    return _run(main(), uvloop=uvloop)
 
 
 def _raw_threaded(harness: Harness, jobs: int, connections: int) -> tuple[float, float]:
@@ -178,12 +168,19 @@ def _raw_threaded(harness: Harness, jobs: int, connections: int) -> tuple[float,
             done[0] += 1
 
     drainer = RawDrainer(sql_harness, "postgresql", connections, 100, on_job)
-    start, start_cpu = time.perf_counter(), _cpu()
-    drainer.start()
+    return _timed_threads(drainer.start, drainer.stop, done, jobs)
+
+
+def _timed_threads(
+    start: Callable[[], Any], stop: Callable[[], Any], done: list[int], jobs: int
+) -> tuple[float, float]:
+    """Wall and CPU seconds from start() until `done[0]` reaches `jobs` (a thread drain); then stop()."""
+    began, began_cpu = time.perf_counter(), _cpu()
+    start()
     while done[0] < jobs:
         time.sleep(0.002)
-    wall, cpu = time.perf_counter() - start, _cpu() - start_cpu
-    drainer.stop()
+    wall, cpu = time.perf_counter() - began, _cpu() - began_cpu
+    stop()
     return wall, cpu
 
 
@@ -232,11 +229,16 @@ def _raw_asyncpg(
             await conn.close()
         return wall, cpu
 
+    return _run(main(), uvloop=uvloop)
+
+
+def _run(main: Coroutine[Any, Any, tuple[float, float]], *, uvloop: bool) -> tuple[float, float]:
+    """`main` on uvloop's event loop, or on asyncio's own."""
     if uvloop:
         import uvloop as uvloop_module
 
-        return uvloop_module.run(main())
-    return asyncio.run(main())
+        return uvloop_module.run(main)
+    return asyncio.run(main)
 
 
 def _asyncpg_statement(statement: str) -> tuple[str, tuple[str, ...]]:
