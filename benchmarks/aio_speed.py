@@ -389,6 +389,39 @@ def profile_asyncio(dsn: str, jobs: int, connections: int, suffix: str) -> dict[
     }
 
 
+def paired(result: dict[str, Any], name: str, base: str = "threaded") -> list[float]:
+    """Each round's drain rate of `name` over `base`'s in the same round."""
+    variants_ = result["variants"]
+    return [
+        a / b
+        for a, b in zip(
+            variants_[name]["rounds_jobs_per_s"], variants_[base]["rounds_jobs_per_s"], strict=True
+        )
+    ]
+
+
+def table(result: dict[str, Any]) -> str:
+    """A measure() result as the markdown table docs/benchmarks.md pastes: each variant's median drain rate
+    and rounds, its paired ratio to the threaded worker (median, spread), its client CPU a job and psycopg's
+    waits a job (none on asyncpg, whose waits are not psycopg's)."""
+    variants_ = result["variants"]
+    base_cpu = variants_["threaded"]["cpu_us_per_job"]
+    lines = [
+        "| variant | drain jobs/s | rounds | paired over threaded | min-max | client CPU µs/job "
+        "| over threaded | waits/job |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, v in variants_.items():
+        ratios = paired(result, name)
+        waits = "-" if "asyncpg" in name else f"{v['waits_per_job']:.2f}"
+        lines.append(
+            f"| {name} | {v['jobs_per_s']:,.0f} | {' '.join(str(r) for r in v['rounds_jobs_per_s'])} | "
+            f"{statistics.median(ratios):.2f} | {min(ratios):.2f}-{max(ratios):.2f} | "
+            f"{v['cpu_us_per_job']:.0f} | {v['cpu_us_per_job'] / base_cpu:.2f} | {waits} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.aio_speed", description=__doc__)
     parser.add_argument("--dsn", default=DEFAULT_DSN)
@@ -405,13 +438,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", action="store_true", help="instead: one asyncio drain under cProfile, shares by source"
     )
+    parser.add_argument(
+        "--table",
+        type=Path,
+        metavar="FILE.json",
+        help="instead: print a saved run's table (docs/benchmarks.md)",
+    )
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print(table(json.loads(args.table.read_text(encoding="utf-8"))))
+        return 0
     if args.profile:
         result = profile_asyncio(args.dsn, args.jobs, args.connections, args.table_suffix)
     else:
         result = measure(args.dsn, args.jobs, args.rounds, args.connections, args.table_suffix, args.variants)
     text = json.dumps(result, indent=2)
     print(text)
+    if "variants" in result:
+        print(table(result))
     if args.out is not None:
         args.out.write_text(text + "\n", encoding="utf-8")
     return 0

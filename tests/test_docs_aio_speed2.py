@@ -13,6 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks.aio_speed import paired, table
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 RUN: Final = ROOT / "benchmarks" / "results" / "aio-speed2-2026-12-04"
 SPEED: Final = json.loads((RUN / "aio-speed.json").read_text(encoding="utf-8"))
@@ -36,9 +38,7 @@ def _variants() -> dict[str, Any]:
 
 
 def _paired(name: str) -> list[float]:
-    """Each round's drain rate over the threaded drain's of the same round."""
-    threaded = _variants()["threaded"]["rounds_jobs_per_s"]
-    return [a / b for a, b in zip(_variants()[name]["rounds_jobs_per_s"], threaded, strict=True)]
+    return paired(SPEED, name)
 
 
 def test_the_run_holds_asyncpg_beside_psycopg_and_the_threaded_worker() -> None:
@@ -51,18 +51,10 @@ def test_the_run_holds_asyncpg_beside_psycopg_and_the_threaded_worker() -> None:
     assert f"load average {SPEED['load_average'][0]:.2f} at its end" in text
 
 
-def test_each_variant_row_is_the_runs() -> None:
-    threaded = _variants()["threaded"]
+def test_the_table_is_the_runs_as_the_module_prints_it() -> None:
     section = _section()
-    for name, v in _variants().items():
-        paired = _paired(name)
-        waits = "-" if "asyncpg" in name else f"{v['waits_per_job']:.2f}"
-        row = (
-            f"| {name} | {v['jobs_per_s']:,.0f} | {' '.join(str(r) for r in v['rounds_jobs_per_s'])} | "
-            f"{statistics.median(paired):.2f} | {min(paired):.2f}-{max(paired):.2f} | "
-            f"{v['cpu_us_per_job']:.0f} | {v['cpu_us_per_job'] / threaded['cpu_us_per_job']:.2f} | {waits} |"
-        )
-        assert row in section, name
+    for line in table(SPEED).splitlines():
+        assert line in section, line
 
 
 def test_the_claims_and_the_verdict_are_the_runs() -> None:
