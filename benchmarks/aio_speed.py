@@ -43,6 +43,7 @@ from benchmarks.common import (
     require_sql,
     truncate,
 )
+from benchmarks.costs import _client_ports
 from benchmarks.raw import STATUS_SUCCESS, RawDrainer
 from conformance.harness import Harness
 from proletarian_ref import aio, create_queue_worker
@@ -289,8 +290,78 @@ def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable
     return found
 
 
+@contextlib.contextmanager
+def _pinned(dsn: str) -> Iterator[dict[str, Any]]:
+    """The client on the first CPU, and the server backends of its connections on the others: a database
+    with cores of its own, as on a host of its own, so that the drain's bound is the client process.
+
+    From here on this thread and every thread it starts run on the client CPU; a thread of this process's
+    pins each new backend serving one of its connections (by client port, as costs.ServerCpu finds them)
+    every 50 ms until the block ends. Only the drain's own backends move; they end with their connections.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit(f"--pin needs two CPUs or more; this process may run on {cpus}")
+    client, server = {cpus[0]}, set(cpus[1:])
+    found: dict[str, Any] = {"client_cpus": sorted(client), "server_cpus": sorted(server), "backends": 0}
+    failures: list[str] = []
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, client)
+    stop = threading.Event()
+
+    def pin_backends() -> None:
+        import psycopg
+
+        pinned: set[int] = set()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            server_port = conn.info.port
+            while not stop.wait(0.05):
+                ports = sorted(_client_ports([os.getpid()], server_port))
+                rows = conn.execute(
+                    "SELECT pid FROM pg_stat_activity "
+                    "WHERE client_port = ANY(%s) AND pid <> pg_backend_pid()",
+                    (ports,),
+                ).fetchall()
+                for (pid,) in rows:
+                    if pid in pinned:
+                        continue
+                    try:
+                        os.sched_setaffinity(pid, server)
+                    except ProcessLookupError:
+                        continue  # its connection closed meanwhile
+                    except OSError as exc:
+                        failures.append(f"backend {pid}: {exc}")
+                    pinned.add(pid)
+        found["backends"] = len(pinned)
+
+    thread = threading.Thread(target=pin_backends, name="pin-backends", daemon=True)
+    thread.start()
+    try:
+        yield found
+    finally:
+        stop.set()
+        thread.join()
+        os.sched_setaffinity(0, before)
+        found["failures"] = failures
+
+
 def measure(
-    dsn: str, jobs: int, rounds: int, connections: int, suffix: str, only: list[str] | None = None
+    dsn: str,
+    jobs: int,
+    rounds: int,
+    connections: int,
+    suffix: str,
+    only: list[str] | None = None,
+    *,
+    pin: bool = False,
+) -> dict[str, Any]:
+    with _pinned(dsn) if pin else contextlib.nullcontext(None) as pinned:
+        result = _measure(dsn, jobs, rounds, connections, suffix, only)
+    return result | {"pinned": pinned}
+
+
+def _measure(
+    dsn: str, jobs: int, rounds: int, connections: int, suffix: str, only: list[str] | None
 ) -> dict[str, Any]:
     harness = open_harness(BackendSpec("conformance.builtin:postgresql", {"dsn": dsn}), "aiospeed", suffix)
     runs = variants(dsn, harness, connections)
@@ -439,6 +510,12 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", action="store_true", help="instead: one asyncio drain under cProfile, shares by source"
     )
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the client on the first CPU and its server backends on the others (a database on cores of "
+        "its own); PostgreSQL on this machine, as root or with CAP_SYS_NICE",
+    )
+    parser.add_argument(
         "--table",
         type=Path,
         metavar="FILE.json",
@@ -451,7 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         result = profile_asyncio(args.dsn, args.jobs, args.connections, args.table_suffix)
     else:
-        result = measure(args.dsn, args.jobs, args.rounds, args.connections, args.table_suffix, args.variants)
+        result = measure(
+            args.dsn, args.jobs, args.rounds, args.connections, args.table_suffix, args.variants, pin=args.pin
+        )
     text = json.dumps(result, indent=2)
     print(text)
     if "variants" in result:

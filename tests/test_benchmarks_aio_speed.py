@@ -76,3 +76,15 @@ def test_each_quoted_variant_archives_every_job_it_counts_once(variant: str) -> 
 def test_variants_refuses_a_name_it_does_not_have() -> None:
     with pytest.raises(SystemExit, match="no variant"):
         measure(_dsn(), 10, 1, 1, "_nosuch", ["threaded", "no such variant"])
+
+
+@pytest.mark.postgresql
+def test_pin_puts_the_client_on_one_cpu_and_its_backends_on_the_others() -> None:
+    # --pin's figures are only what they claim if every backend of the drain moved, and the client did.
+    before = os.sched_getaffinity(0)
+    result = measure(_dsn(), 400, 1, 2, f"_pin{table_suffix()}", ["threaded"], pin=True)
+    pinned = result["pinned"]
+    assert pinned["client_cpus"] == [min(before)]
+    assert pinned["server_cpus"] == sorted(before - {min(before)})
+    assert pinned["backends"] >= 2 and pinned["failures"] == []
+    assert os.sched_getaffinity(0) == before
