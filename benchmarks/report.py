@@ -281,8 +281,9 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     if costs:
         out.append(
             "Per-job costs, median of the rounds' windows: *client CPU* of the drain's processes, *server "
-            "CPU* of the PostgreSQL backends serving its connections (read from /proc; not measured on "
-            "MariaDB/MySQL), *round trips* counted at the driver (one-process drains only)."
+            "CPU* of the PostgreSQL backends or MariaDB/MySQL server threads serving its connections (read "
+            "from /proc; the server's background work not counted), *round trips* counted at the driver "
+            "(one-process drains only)."
         )
         out.append("")
         out += _table(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 from fix_db import table_suffix
@@ -63,3 +64,69 @@ def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> N
     assert set(result["per_job_us"]) == {"client_cpu", "client_runqueue", "server_cpu", "server_runqueue"}
     assert result["polls"]["claims"] > 0
     assert abs(sum(result["backend_states"].values()) - 1) < 0.01
+
+
+def _mysql_drain_server_cpu(mysql_dsn: str) -> tuple[float, str | None]:
+    """Server CPU seconds a one-process MariaDB drain of 2 threads took for 1,500 jobs, and the reason."""
+    import time
+
+    from benchmarks.common import BackendSpec, analyze, bulk_load, open_harness
+    from benchmarks.costs import ServerCpu
+    from benchmarks.workers import DrainRun
+
+    spec = BackendSpec("conformance.builtin:mysql", {"dsn": mysql_dsn})
+    harness = open_harness(spec, "cpu", f"_sc{table_suffix()}")
+    try:
+        bulk_load(harness, 0, 2_000, "due")
+        analyze(harness)
+        run = DrainRun(harness, spec, "library", 1, 2, 100.0)
+        run.start()
+        try:
+            while run.count == 0:
+                time.sleep(0.01)
+            server = ServerCpu(harness, run.pids)
+            before = server.seconds()
+            while run.count < 1_500:
+                time.sleep(0.01)
+            return server.seconds() - before, server.reason
+        finally:
+            run.stop()
+    finally:
+        harness.close()
+
+
+@pytest.mark.mysql
+def test_a_mariadb_drains_server_cpu_is_read_from_its_connections_threads(mysql_dsn: str) -> None:
+    seconds, reason = _mysql_drain_server_cpu(mysql_dsn)
+    assert reason is None
+    assert seconds > 0
+
+
+@pytest.mark.mysql
+def test_mariadb_server_cpu_says_why_when_no_column_names_a_connections_thread(
+    mysql_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import costs
+    from benchmarks.common import BackendSpec
+    from benchmarks.costs import server_cpu_reason
+
+    harness = BackendSpec("conformance.builtin:mysql", {"dsn": mysql_dsn}).load("t", "a")
+    # As on MySQL 8 with performance_schema off: neither TID nor THREAD_OS_ID to read.
+    monkeypatch.setattr(
+        costs, "_MYSQL_THREAD_QUERIES", ("SELECT NO_SUCH_TID FROM information_schema.PROCESSLIST",)
+    )
+    reason = server_cpu_reason(harness)
+    assert reason is not None and "THREAD_OS_ID" in reason
+    assert costs.ServerCpu(harness, [os.getpid()]).reason == reason
+
+
+@pytest.mark.mysql
+def test_mariadb_server_cpu_says_why_when_the_server_is_not_a_local_process(
+    mysql_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import costs
+
+    monkeypatch.setattr(costs, "_SERVER_NAMES", ())
+    seconds, reason = _mysql_drain_server_cpu(mysql_dsn)
+    assert reason is not None and "not this machine's" in reason
+    assert seconds == 0
