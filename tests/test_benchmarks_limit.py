@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 from fix_db import table_suffix
@@ -130,3 +131,51 @@ def test_mariadb_server_cpu_says_why_when_the_server_is_not_a_local_process(
     seconds, reason = _mysql_drain_server_cpu(mysql_dsn)
     assert reason is not None and "not this machine's" in reason
     assert seconds == 0
+
+
+@pytest.mark.parametrize(
+    ("factory", "dsn_fixture"),
+    [
+        pytest.param("postgresql", "pg_dsn", marks=pytest.mark.postgresql),
+        pytest.param("mysql", "mysql_dsn", marks=pytest.mark.mysql),
+    ],
+)
+def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
+    factory: str, dsn_fixture: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from benchmarks.__main__ import limit_points_settings
+    from benchmarks.common import BackendSpec
+    from benchmarks.progress import Progress
+    from benchmarks.runner import run_all
+
+    dsn = request.getfixturevalue(dsn_fixture)
+    settings = limit_points_settings(
+        TINY.with_(
+            benchmarks=("throughput",),
+            profile=False,
+            throughput_async=True,
+            table_suffix=f"_aio{table_suffix()}",
+        ),
+        f"1x2,1x2x{TINY.batch_size}",
+    )
+    results = run_all(
+        [BackendSpec(f"conformance.builtin:{factory}", {"dsn": dsn})], settings, tmp_path, Progress()
+    )
+    (throughput,) = results["benchmarks"]["throughput"]
+    assert "error" not in throughput, throughput.get("traceback")
+    assert "async_skipped" not in throughput and "server_cpu_skipped" not in throughput
+    for row in throughput["rows"]:
+        # Each round drains with the asyncio worker too, in batch mode on the batch row.
+        assert len(row["async_rounds"]) == TINY.throughput_rounds
+        assert row["async_jobs_per_s"] > 0 and row["async_ratio_limit"] > 0
+        assert row["async_client_cpu_us_per_job"] >= 0 and "async_server_cpu_us_per_job" in row
+        # aiomysql's exchanges are counted; asyncpg's are not, so no figure rather than a zero.
+        assert ("async_round_trips_per_job" in row) == (factory == "mysql")
+    printed = (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert "| async of limit |" in printed and "| async batch |" in printed
+
+
+def test_quick_mode_leaves_the_asyncio_drain_out_and_full_mode_runs_it() -> None:
+    from benchmarks.settings import FULL, QUICK
+
+    assert (QUICK.throughput_async, FULL.throughput_async) == (False, True)
