@@ -71,7 +71,10 @@ class ServerCpu:
                 found = _postgresql_backends(conn, client_pids)
             else:
                 ports = _client_ports(client_pids, int(conn.port))
-                found = _mysql_threads(conn, lambda host, connection_id, own: _port(host) in ports)
+                # This process's own connections count, but not the one asking.
+                found = _mysql_threads(
+                    conn, lambda host, connection_id, own: _port(host) in ports and connection_id != own
+                )
         finally:
             conn.close()
         if isinstance(found, str):
@@ -111,7 +114,8 @@ def _postgresql_backends(conn: Any, client_pids: list[int]) -> list[str] | str:
     ports = sorted(_client_ports(client_pids, conn.info.port))
     cursor = conn.cursor()
     cursor.execute(
-        "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s) AND datname = current_database()",
+        "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s) AND datname = current_database() "
+        "AND pid <> pg_backend_pid()",
         (ports,),
     )
     pids = [int(row[0]) for row in cursor.fetchall()]
