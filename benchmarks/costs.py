@@ -9,8 +9,10 @@ writer and checkpointer, InnoDB's purge, log writer and page cleaner threads): a
 only, else a reason says why it is not measured. Round trips are counted in the drain's process
 (one-process drains only) at the drivers' single points of exchange: psycopg's Connection.wait (one per
 statement, commit, or pipeline sync), PyMySQL's and aiomysql's Connection._execute_command (one per
-command); asyncpg's are not counted. psycopg sends a transaction's BEGIN inside the same wait as the
-statement that opens it, a round trip of its own outside pipeline mode: counted apart.
+command), and each send of asyncpg's protocol on asyncio's socket transport (one per exchange: asyncpg
+writes an exchange's messages in one call; uvloop's transport is not counted). psycopg sends a
+transaction's BEGIN inside the same wait as the statement that opens it, a round trip of its own outside
+pipeline mode: counted apart.
 """
 
 from __future__ import annotations
@@ -233,6 +235,14 @@ class RoundTrips:
             original = getattr(owner, method_name)
             setattr(owner, method_name, self._counting(original))
             patched.append((owner, method_name, original))
+        # asyncpg has no Python point of exchange (its protocol is compiled): each send of its protocol
+        # on asyncio's socket transport is one, as it writes an exchange's messages in one call.
+        from asyncio import selector_events
+
+        transport = getattr(selector_events, "_SelectorSocketTransport")  # noqa: B009 - private, untyped
+        original_write = transport.write
+        setattr(transport, "write", self._counting_asyncpg(original_write))  # noqa: B010
+        patched.append((transport, "write", original_write))
         with contextlib.suppress(ImportError):
             from psycopg._connection_base import BaseConnection
 
@@ -255,6 +265,17 @@ class RoundTrips:
             return original(*args, **kwargs)
 
         return counted
+
+    def _counting_asyncpg(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        counter = self._counter
+
+        @functools.wraps(original)
+        def write(transport: Any, data: Any) -> Any:
+            if type(transport._protocol).__module__.startswith("asyncpg."):
+                next(counter)
+            return original(transport, data)
+
+        return write
 
     def _counting_begin(self, original: Callable[..., Any]) -> Callable[..., Any]:
         from psycopg.pq import TransactionStatus

@@ -181,8 +181,7 @@ def drain_rate(
             server.append(ServerCpu(drained, run.pids))
         if server and server[0].reason is None:
             found["server_cpu_us"] = server[0].seconds() * 1e6
-        if processes == 1 and not (mode == "async" and sql_dialect(drained) == "postgresql"):
-            # asyncpg's exchanges are not counted (costs.RoundTrips): no figure rather than zero.
+        if processes == 1:
             found["round_trips"] = float(trips.count)
         return found
 
