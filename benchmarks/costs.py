@@ -1,12 +1,18 @@
 """Per-job costs of a drain: the client's CPU, the server's CPU for its connections, and round trips.
 
-Client CPU is the drain's processes' user + system time (psutil). Server CPU is read from /proc for the
-PostgreSQL backends serving the drain's own connections (found by their client ports); MariaDB/MySQL serve
-every connection from threads of one process, told apart only through performance_schema, so there it is
-not measured. Round trips are counted in the drain's process (one-process drains only) at the drivers'
-single points of exchange: psycopg's Connection.wait (one per statement, commit, or pipeline sync) and
-PyMySQL's Connection._execute_command (one per command). psycopg sends a transaction's BEGIN inside the
-same wait as the statement that opens it, a round trip of its own outside pipeline mode: counted apart.
+Client CPU is the drain's processes' user + system time (psutil). Server CPU is the user + system time,
+read from /proc, of what serves the drain's own connections (found by their client ports): the PostgreSQL
+backends (a process each, in pg_stat_activity), or the MariaDB/MySQL server's threads (a thread each of
+one process, named by information_schema.PROCESSLIST's TID on MariaDB, performance_schema.threads's
+THREAD_OS_ID on MySQL 8). Only those are counted, never the server's background work (PostgreSQL's WAL
+writer and checkpointer, InnoDB's purge, log writer and page cleaner threads): a server on this machine
+only, else a reason says why it is not measured. Round trips are counted in the drain's process
+(one-process drains only) at the drivers' single points of exchange: psycopg's Connection.wait (one per
+statement, commit, or pipeline sync), PyMySQL's and aiomysql's Connection._execute_command (one per
+command), and each send of asyncpg's protocol on asyncio's socket transport (one per exchange: asyncpg
+writes an exchange's messages in one call; uvloop's transport is not counted). psycopg sends a
+transaction's BEGIN inside the same wait as the statement that opens it, a round trip of its own outside
+pipeline mode: counted apart.
 """
 
 from __future__ import annotations
@@ -14,8 +20,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import os
+import socket
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import psutil
 
@@ -34,58 +43,153 @@ def client_cpu_s(pids: list[int]) -> float:
 
 
 def server_cpu_reason(harness: Harness) -> str | None:
+    """Why the server's CPU for a drain's connections cannot be read here, or None when it can."""
     dialect = sql_dialect(harness)
     if dialect == "postgresql":
         return None
     if dialect == "mysql":
-        return (
-            "MariaDB/MySQL serve every connection from threads of one process; without performance_schema "
-            "a drain's threads cannot be told from other clients', so server CPU is not measured"
-        )
+        # Found on the server itself: its own connection's thread, as a drain's are found.
+        sql_harness, _ = require_sql(harness)
+        conn = sql_harness.connect()
+        try:
+            found = _mysql_threads(conn, lambda host, connection_id, own: connection_id == own)
+        finally:
+            conn.close()
+        return found if isinstance(found, str) else None
     return f"{harness.name} is not a built-in SQL dialect"
 
 
 class ServerCpu:
-    """The CPU seconds of the PostgreSQL backends serving `client_pids`' connections to the server."""
+    """The CPU seconds the server spends serving `client_pids`' connections: the PostgreSQL backends
+    (one process each) or the MariaDB/MySQL server's threads (one each), read from /proc."""
 
     def __init__(self, harness: Harness, client_pids: list[int]) -> None:
-        sql_harness, _ = require_sql(harness)
-        self._backends: list[psutil.Process] = []
+        sql_harness, dialect = require_sql(harness)
+        self._last: dict[str, float] = {}
         self.reason: str | None = None
         conn = sql_harness.connect()
         try:
-            server_port = conn.info.port
-            ports = sorted(_client_ports(client_pids, server_port))
-            cursor = conn.cursor()
-            cursor.execute(
-                "SELECT pid FROM pg_stat_activity "
-                "WHERE client_port = ANY(%s) AND datname = current_database()",
-                (ports,),
-            )
-            pids = [int(row[0]) for row in cursor.fetchall()]
-            conn.rollback()
+            if dialect == "postgresql":
+                found = _postgresql_backends(conn, client_pids)
+            else:
+                ports = _client_ports(client_pids, int(conn.port))
+                # This process's own connections count, but not the one asking.
+                found = _mysql_threads(
+                    conn, lambda host, connection_id, own: _port(host) in ports and connection_id != own
+                )
         finally:
             conn.close()
-        try:
-            for pid in pids:
-                # A backend listed a moment ago may have ended since (another connection of this process
-                # closing): that one is skipped, not every backend (a clean-clone CI run lost the figure so).
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    self._backends.append(psutil.Process(pid))
-            self.seconds()
-        except psutil.Error as exc:
-            self._backends = []
-            self.reason = f"the server's processes cannot be read here ({type(exc).__name__})"
-        if not self._backends and self.reason is None:
-            self.reason = "no backend of the drain's connections was found (a server on another host?)"
+        if isinstance(found, str):
+            self.reason = found
+            return
+        for path in found:
+            # A backend or thread listed a moment ago may have ended since (another connection of this
+            # process closing): that one is skipped, not every one (a clean-clone CI run lost the figure so).
+            with contextlib.suppress(OSError):
+                self._last[path] = _stat_cpu_s(path)
+        if not self._last:
+            self.reason = (
+                "no server process or thread of the drain's connections was found in /proc "
+                "(a server on another host, or in a container?)"
+            )
 
     def seconds(self) -> float:
-        total = 0.0
-        for process in self._backends:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                times = process.cpu_times()
-                total += times.user + times.system
-        return total
+        for path in self._last:
+            # A connection ended since counts what it had used by the last read.
+            with contextlib.suppress(OSError):
+                self._last[path] = _stat_cpu_s(path)
+        return sum(self._last.values())
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_cpu_s(path: str) -> float:
+    """User + system CPU seconds of the process or thread whose /proc stat file is `path`."""
+    text = Path(path).read_text()
+    # The command name (field 2) may hold spaces and parentheses: fields are counted after its last ")".
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _postgresql_backends(conn: Any, client_pids: list[int]) -> list[str] | str:
+    ports = sorted(_client_ports(client_pids, conn.info.port))
+    cursor = conn.cursor()
+    cursor.execute(
+        "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s) AND datname = current_database() "
+        "AND pid <> pg_backend_pid()",
+        (ports,),
+    )
+    pids = [int(row[0]) for row in cursor.fetchall()]
+    conn.rollback()
+    if not pids:
+        return "no backend of the drain's connections was found (a server on another host?)"
+    return [f"/proc/{pid}/stat" for pid in pids]
+
+
+# The OS thread of each connection: MariaDB lists it in its PROCESSLIST (TID); MySQL 8 only in
+# performance_schema.threads (THREAD_OS_ID), when performance_schema is on.
+_MYSQL_THREAD_QUERIES: Final = (
+    "SELECT HOST, ID, TID, CONNECTION_ID() FROM information_schema.PROCESSLIST",
+    "SELECT p.HOST, p.ID, t.THREAD_OS_ID, CONNECTION_ID() FROM information_schema.PROCESSLIST p "
+    "JOIN performance_schema.threads t ON t.PROCESSLIST_ID = p.ID",
+)
+_SERVER_NAMES: Final = ("mariadbd", "mysqld")
+
+
+def _mysql_threads(conn: Any, wanted: Callable[[str, int, int], bool]) -> list[str] | str:
+    """The /proc stat files of the server threads serving the connections `wanted(host, id, own id)`
+    picks, or why they cannot be read: no column names a connection's OS thread, or the server is not
+    a process of this machine."""
+    import pymysql
+
+    rows: list[tuple[Any, ...]] | None = None
+    cursor = conn.cursor()
+    for query in _MYSQL_THREAD_QUERIES:
+        try:
+            cursor.execute(query)
+        except pymysql.err.MySQLError:
+            # An unknown column or table, or no access to it: the next query, or the reason below.
+            continue
+        rows = [tuple(row) for row in cursor.fetchall()]
+        break
+    cursor.execute("SELECT @@hostname")
+    (server_host,) = cursor.fetchone()
+    conn.rollback()
+    if rows is None:
+        return (
+            "the server names no connection's OS thread: neither information_schema.PROCESSLIST.TID "
+            "(MariaDB) nor performance_schema.threads.THREAD_OS_ID (MySQL 8, performance_schema on)"
+        )
+    tids = [int(tid) for host, cid, tid, own in rows if tid is not None and wanted(str(host), cid, own)]
+    if not tids:
+        return "no server thread of the drain's connections was found (performance_schema off on MySQL 8?)"
+    local = str(getattr(conn, "host", "")) in ("127.0.0.1", "::1", "localhost") or (
+        str(server_host) == socket.gethostname()
+    )
+    server = _server_pid(tids) if local else None
+    if server is None:
+        return (
+            "the server's threads are not this machine's (a server on another host, or in a container), "
+            "so their CPU cannot be read from /proc"
+        )
+    return [f"/proc/{server}/task/{tid}/stat" for tid in tids]
+
+
+def _server_pid(tids: list[int]) -> int | None:
+    """The local MariaDB/MySQL server process holding every one of `tids` among its threads."""
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] in _SERVER_NAMES and all(
+            os.path.exists(f"/proc/{process.pid}/task/{tid}") for tid in tids
+        ):
+            return process.pid
+    return None
+
+
+def _port(host: str) -> int | None:
+    """The client port of a PROCESSLIST HOST ("127.0.0.1:35462"); None for a socket's "localhost"."""
+    _, sep, port = host.rpartition(":")
+    return int(port) if sep and port.isdigit() else None
 
 
 def _client_ports(pids: list[int], server_port: int) -> set[int]:
@@ -118,6 +222,8 @@ class RoundTrips:
         targets: list[tuple[str, str]] = [
             ("psycopg", "Connection.wait"),
             ("pymysql.connections", "Connection._execute_command"),
+            # A coroutine function: counted when called, as each call is awaited once.
+            ("aiomysql.connection", "Connection._execute_command"),
         ]
         for module_name, attribute in targets:
             try:
@@ -129,6 +235,14 @@ class RoundTrips:
             original = getattr(owner, method_name)
             setattr(owner, method_name, self._counting(original))
             patched.append((owner, method_name, original))
+        # asyncpg has no Python point of exchange (its protocol is compiled): each send of its protocol
+        # on asyncio's socket transport is one, as it writes an exchange's messages in one call.
+        from asyncio import selector_events
+
+        transport = getattr(selector_events, "_SelectorSocketTransport")  # noqa: B009 - private, untyped
+        original_write = transport.write
+        setattr(transport, "write", self._counting_asyncpg(original_write))  # noqa: B010
+        patched.append((transport, "write", original_write))
         with contextlib.suppress(ImportError):
             from psycopg._connection_base import BaseConnection
 
@@ -151,6 +265,17 @@ class RoundTrips:
             return original(*args, **kwargs)
 
         return counted
+
+    def _counting_asyncpg(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        counter = self._counter
+
+        @functools.wraps(original)
+        def write(transport: Any, data: Any) -> Any:
+            if type(transport._protocol).__module__.startswith("asyncpg."):
+                next(counter)
+            return original(transport, data)
+
+        return write
 
     def _counting_begin(self, original: Callable[..., Any]) -> Callable[..., Any]:
         from psycopg.pq import TransactionStatus

@@ -228,16 +228,17 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
                         r.get("library_jobs_per_s"),
                         r.get("library_ratio_limit", "-"),
                         r.get("compact_ratio_limit", "-"),
+                        r.get("async_ratio_limit", "-"),
                         r.get("raw_ratio_limit", "-"),
                         r.get("pgbench_ratio_limit", "-"),
                         r.get("ratio", "-"),
                         r.get("ratio_pgbench", "-"),
                     ]
                 )
-            for mode in ("library", "compact", "raw"):
+            for mode in ("library", "compact", "async", "raw"):
                 if f"{mode}_client_cpu_us_per_job" not in r:
                     continue
-                label = "batch" if mode == "library" and r.get("batch_size", 1) > 1 else mode
+                label = _drain_label(mode, r)
                 costs.append(
                     [
                         e["backend"],
@@ -256,7 +257,9 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
         "PostgreSQL, one statement (claim with FOR UPDATE SKIP LOCKED, delete, archive) under pgbench; "
         "MariaDB/MySQL, a stored procedure under mariadb-slap/mysqlslap; at the row's connections and "
         "*jobs/commit* (1, or batch mode's batch size). *of limit* is the median of the rounds' drain / "
-        "limit: *library* (default mode, or batch mode on batch rows), *compact* (the compact plan), *raw* "
+        "limit: *library* (default mode, or batch mode on batch rows), *compact* (the compact plan), *async* "
+        "(the asyncio worker, asyncpg or aiomysql on the compact plan, processes x polling tasks, in batch "
+        "mode on batch rows), *raw* "
         "(Proletarian's statements on the bare driver), *pgbench* (Proletarian's statements under pgbench). "
         "*of raw* and *of pgbench* repeat the table above."
     )
@@ -270,6 +273,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "library jobs/s",
             "library of limit",
             "compact of limit",
+            "async of limit",
             "raw of limit",
             "pgbench of limit",
             "library of raw",
@@ -281,8 +285,9 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     if costs:
         out.append(
             "Per-job costs, median of the rounds' windows: *client CPU* of the drain's processes, *server "
-            "CPU* of the PostgreSQL backends serving its connections (read from /proc; not measured on "
-            "MariaDB/MySQL), *round trips* counted at the driver (one-process drains only)."
+            "CPU* of the PostgreSQL backends or MariaDB/MySQL server threads serving its connections (read "
+            "from /proc; the server's background work not counted), *round trips* counted at the driver "
+            "(one-process drains only)."
         )
         out.append("")
         out += _table(
@@ -502,6 +507,14 @@ def _locust_section(results: dict[str, Any]) -> list[str]:
     return out + _notes(entries)
 
 
+def _drain_label(mode: str, row: dict[str, Any]) -> str:
+    """A drain's name in the tables: the library's is "batch" on a batch row, the asyncio worker's
+    "async batch"."""
+    if row.get("batch_size", 1) > 1 and mode in ("library", "async"):
+        return "batch" if mode == "library" else "async batch"
+    return mode
+
+
 def _config(row: dict[str, Any], sep: str) -> str:
     """A throughput row's processes x threads, and its batch size when it ran in batch mode."""
     label = f"{row['processes']}{sep}{row['threads']}"
@@ -523,10 +536,8 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "compact / library", r["compact_ratio"]]
                 )
-            for mode, label in (
-                ("library", "batch" if r.get("batch_size", 1) > 1 else "library"),
-                ("compact", "compact"),
-            ):
+            for mode in ("library", "compact", "async"):
+                label = _drain_label(mode, r)
                 if f"{mode}_ratio_limit" in r:
                     rows.append(
                         [

@@ -94,6 +94,10 @@ class Settings:
     # Throughput's (processes, threads, jobs a commit) rows at which the server's limit for the whole job
     # is measured too (server_limit.py): one point in quick mode, a scaling curve in full.
     limit_points: tuple[tuple[int, int, int], ...] = ((1, 4, 1),)
+    # Whether each limit point drains with the asyncio worker too (benchmarks/async_drain.py: asyncpg or
+    # aiomysql on the compact plan, processes x polling tasks); off in quick mode, so CI's run keeps its
+    # length.
+    throughput_async: bool = True
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0
@@ -199,6 +203,7 @@ QUICK: Final = Settings(
     serializer_seconds=0.02,
     profile=False,
     peers_async_drivers=(),
+    throughput_async=False,
 )
 
 # For the smoke test: the quick machinery on sizes that say nothing about speed but finish in seconds.

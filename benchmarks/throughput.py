@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.async_drain import async_skip_reason
 from benchmarks.common import (
     BackendSpec,
     analyze,
@@ -155,7 +156,8 @@ def drain_rate(
 ) -> dict[str, Any]:
     """Drain the (topped-up) queue with `processes` x `threads` and return the measured window.
 
-    `batch_size` > 1 runs the library's worker in batch mode; the raw loop is one job a transaction always.
+    `batch_size` > 1 runs the library's worker (threaded or asyncio) in batch mode; the raw loop is one job
+    a transaction always.
     `harness` (with `spec` its factory) is another harness of the filler's tables to drain them with.
     """
     filler.top_up()
@@ -166,7 +168,7 @@ def drain_rate(
         processes,
         threads,
         settings.polling_interval_ms,
-        batch_size=batch_size if mode == "library" else 1,
+        batch_size=batch_size if mode != "raw" else 1,
     )
     drained = harness or filler.harness
     trips = RoundTrips()
@@ -230,6 +232,25 @@ def summarize(row: dict[str, Any], modes: list[str]) -> None:
         row["ratio_pgbench"] = statistics.median(pgbench_ratios(row))
 
 
+def drain_plans(
+    spec: BackendSpec, harness: Harness, compact: BackendSpec | None, stack: contextlib.ExitStack
+) -> dict[str, tuple[Mode, BackendSpec, Harness]]:
+    """Each drain a row may run: its mode, the factory a child process rebuilds, the harness it drains."""
+    plans: dict[str, tuple[Mode, BackendSpec, Harness]] = {
+        "library": ("library", spec, harness),
+        "raw": ("raw", spec, harness),
+        # The asyncio worker makes its own backend (async_drain.async_backend) from the harness's DSN.
+        "async": ("async", spec, harness),
+    }
+    if compact is not None:
+        # The library again on its compact statement plan (compact=True), at one job a transaction: the
+        # same tables under the built-in factory's _compact twin, so child processes can rebuild it.
+        compact_harness = compact.load(harness.job_table, harness.archived_job_table)
+        stack.callback(compact_harness.close)
+        plans["compact"] = ("library", compact, compact_harness)
+    return plans
+
+
 def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
     harness = open_harness(spec, "tput", settings.table_suffix)
     with closing_harness(harness), contextlib.ExitStack() as stack:
@@ -242,28 +263,22 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         raw_reason = raw_skip_reason(harness)
         proc_reason = processes_skip_reason(harness)
         modes: list[str] = ["library"] if raw_reason else ["library", "raw"]
-        # The library again on its compact statement plan (compact=True), at one job a transaction: the
-        # same tables under the built-in factory's _compact twin, so child processes can rebuild it.
         compact = compact_spec(spec)
-        plans: dict[str, tuple[Mode, BackendSpec, Harness]] = {
-            "library": ("library", spec, harness),
-            "raw": ("raw", spec, harness),
-        }
-        if compact is not None:
-            compact_harness = compact.load(harness.job_table, harness.archived_job_table)
-            stack.callback(compact_harness.close)
-            plans["compact"] = ("library", compact, compact_harness)
+        plans = drain_plans(spec, harness, compact, stack)
         # The server's ceiling (PostgreSQL): pgbench at the same connections, one job a transaction only.
         pgbench_reason = pgbench_skip_reason(harness)
         # The server's limit for the whole job (claim, archive, delete inside the server), at the
         # configurations of settings.limit_points, the row's jobs a commit.
         limit_reason = limit_skip_reason(harness)
         limit_points = set() if limit_reason else set(settings.limit_points)
+        # The asyncio worker (asyncpg or aiomysql, compact plan) drains each limit point too, when enabled.
+        async_reason = async_skip_reason(harness) if settings.throughput_async else None
+        async_points = limit_points if settings.throughput_async and not async_reason else set()
         last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)
         drains = len(configs) * len(modes) + (0 if pgbench_reason else single)
         drains += (single if compact is not None else 0) + sum(
-            1 for config in configs if config in limit_points
+            (config in limit_points) + (config in async_points) for config in configs
         )
         task = progress.task(f"{harness.name}: throughput", drains * settings.throughput_rounds)
         filler = QueueFiller(harness, settings.throughput_preload)
@@ -276,7 +291,10 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             }
             if batch_size > 1:
                 row["batch_size"] = batch_size
-            row_modes = ["compact", *modes] if compact and batch_size == 1 else modes
+            row_modes = ["compact", *modes] if compact and batch_size == 1 else list(modes)
+            if (processes, threads, batch_size) in async_points:
+                # Last: the library stays between compact and raw, each pair of drains back to back.
+                row_modes.append("async")
             if processes > 1 and proc_reason:
                 row["skipped"] = proc_reason
                 progress.advance(task, len(row_modes) * settings.throughput_rounds)
@@ -324,6 +342,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             "pgbench_skipped": pgbench_reason,
             "limit_skipped": limit_reason,
             "server_cpu_skipped": server_cpu_reason(harness),
+            "async_skipped": async_reason,
         }
         result.update((key, reason) for key, reason in skipped.items() if reason)
         if settings.profile and not raw_reason:

@@ -1,4 +1,4 @@
-"""Draining a queue with the library's worker or the raw loop, in this process or in child processes."""
+"""Draining a queue with the library's worker (threaded or asyncio) or the raw loop, here or in children."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from benchmarks.async_drain import AsyncDrainer
 from benchmarks.common import BENCH_QUEUE, BackendSpec, Counter, require_sql, sql_dialect, wait_until
 from benchmarks.raw import RawDrainer
 from benchmarks.settings import CHILD_MAX_RUN_S, CHILD_START_TIMEOUT_S
 from conformance.harness import Harness
 from proletarian_ref import create_queue_worker
 
-Mode = Literal["library", "raw"]
+Mode = Literal["library", "raw", "async"]
 
 
 class LibraryDrainer:
@@ -57,7 +58,7 @@ class LibraryDrainer:
             self._backend.close()
 
 
-Drainer = LibraryDrainer | RawDrainer
+Drainer = LibraryDrainer | RawDrainer | AsyncDrainer
 
 
 def make_drainer(
@@ -68,9 +69,12 @@ def make_drainer(
     on_job: Callable[[], Any],
     batch_size: int = 1,
 ) -> Drainer:
-    """The library's worker (in batch mode when `batch_size` > 1) or the raw loop (one job a transaction)."""
+    """The library's worker (in batch mode when `batch_size` > 1), its asyncio worker (`threads` polling
+    tasks), or the raw loop (one job a transaction)."""
     if mode == "library":
         return LibraryDrainer(harness, threads, polling_interval_ms, on_job, batch_size)
+    if mode == "async":
+        return AsyncDrainer(harness, threads, polling_interval_ms, on_job, batch_size)
     sql_harness, dialect = require_sql(harness)
     return RawDrainer(sql_harness, dialect, threads, polling_interval_ms, on_job)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+from pathlib import Path
 
 import pytest
 from fix_db import table_suffix
@@ -55,6 +57,35 @@ def test_round_trips_count_psycopgs_begin_apart_from_the_statement_it_opens(pg_d
 
 
 @pytest.mark.postgresql
+def test_round_trips_count_each_exchange_of_asyncpg_on_the_asyncio_loop(pg_dsn: str) -> None:
+    import asyncio
+
+    import asyncpg
+
+    from benchmarks.costs import RoundTrips
+
+    trips = RoundTrips()
+
+    async def exchanges() -> tuple[int, int]:
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            connecting = trips.count
+            await conn.execute("SELECT 1")
+            alone = trips.count - connecting
+            transaction = conn.transaction()
+            await transaction.start()  # BEGIN
+            await conn.execute("SELECT 2")
+            await transaction.commit()  # COMMIT
+            return alone, trips.count - alone - connecting
+        finally:
+            await conn.close()
+
+    with trips.installed():
+        counted = asyncio.run(exchanges())
+    assert counted == (1, 3)
+
+
+@pytest.mark.postgresql
 def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> None:
     from benchmarks import limit_probe
 
@@ -63,3 +94,117 @@ def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> N
     assert set(result["per_job_us"]) == {"client_cpu", "client_runqueue", "server_cpu", "server_runqueue"}
     assert result["polls"]["claims"] > 0
     assert abs(sum(result["backend_states"].values()) - 1) < 0.01
+
+
+def _mysql_drain_server_cpu(mysql_dsn: str) -> tuple[float, str | None]:
+    """Server CPU seconds a one-process MariaDB drain of 2 threads took for 1,500 jobs, and the reason."""
+    import time
+
+    from benchmarks.common import BackendSpec, analyze, bulk_load, open_harness
+    from benchmarks.costs import ServerCpu
+    from benchmarks.workers import DrainRun
+
+    spec = BackendSpec("conformance.builtin:mysql", {"dsn": mysql_dsn})
+    harness = open_harness(spec, "cpu", f"_sc{table_suffix()}")
+    try:
+        bulk_load(harness, 0, 2_000, "due")
+        analyze(harness)
+        run = DrainRun(harness, spec, "library", 1, 2, 100.0)
+        run.start()
+        try:
+            while run.count == 0:
+                time.sleep(0.01)
+            server = ServerCpu(harness, run.pids)
+            before = server.seconds()
+            while run.count < 1_500:
+                time.sleep(0.01)
+            return server.seconds() - before, server.reason
+        finally:
+            run.stop()
+    finally:
+        harness.close()
+
+
+@pytest.mark.mysql
+def test_a_mariadb_drains_server_cpu_is_read_from_its_connections_threads(mysql_dsn: str) -> None:
+    seconds, reason = _mysql_drain_server_cpu(mysql_dsn)
+    assert reason is None
+    assert seconds > 0
+
+
+@pytest.mark.mysql
+def test_mariadb_server_cpu_says_why_when_no_column_names_a_connections_thread(
+    mysql_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import costs
+    from benchmarks.common import BackendSpec
+    from benchmarks.costs import server_cpu_reason
+
+    harness = BackendSpec("conformance.builtin:mysql", {"dsn": mysql_dsn}).load("t", "a")
+    # As on MySQL 8 with performance_schema off: neither TID nor THREAD_OS_ID to read.
+    monkeypatch.setattr(
+        costs, "_MYSQL_THREAD_QUERIES", ("SELECT NO_SUCH_TID FROM information_schema.PROCESSLIST",)
+    )
+    reason = server_cpu_reason(harness)
+    assert reason is not None and "THREAD_OS_ID" in reason
+    assert costs.ServerCpu(harness, [os.getpid()]).reason == reason
+
+
+@pytest.mark.mysql
+def test_mariadb_server_cpu_says_why_when_the_server_is_not_a_local_process(
+    mysql_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from benchmarks import costs
+
+    monkeypatch.setattr(costs, "_SERVER_NAMES", ())
+    seconds, reason = _mysql_drain_server_cpu(mysql_dsn)
+    assert reason is not None and "not this machine's" in reason
+    assert seconds == 0
+
+
+@pytest.mark.parametrize(
+    ("factory", "dsn_fixture"),
+    [
+        pytest.param("postgresql", "pg_dsn", marks=pytest.mark.postgresql),
+        pytest.param("mysql", "mysql_dsn", marks=pytest.mark.mysql),
+    ],
+)
+def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
+    factory: str, dsn_fixture: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    from benchmarks.__main__ import limit_points_settings
+    from benchmarks.common import BackendSpec
+    from benchmarks.progress import Progress
+    from benchmarks.runner import run_all
+
+    dsn = request.getfixturevalue(dsn_fixture)
+    settings = limit_points_settings(
+        TINY.with_(
+            benchmarks=("throughput",),
+            profile=False,
+            throughput_async=True,
+            table_suffix=f"_aio{table_suffix()}",
+        ),
+        f"1x2,1x2x{TINY.batch_size}",
+    )
+    results = run_all(
+        [BackendSpec(f"conformance.builtin:{factory}", {"dsn": dsn})], settings, tmp_path, Progress()
+    )
+    (throughput,) = results["benchmarks"]["throughput"]
+    assert "error" not in throughput, throughput.get("traceback")
+    assert "async_skipped" not in throughput and "server_cpu_skipped" not in throughput
+    for row in throughput["rows"]:
+        # Each round drains with the asyncio worker too, in batch mode on the batch row.
+        assert len(row["async_rounds"]) == TINY.throughput_rounds
+        assert row["async_jobs_per_s"] > 0 and row["async_ratio_limit"] > 0
+        assert row["async_client_cpu_us_per_job"] >= 0 and "async_server_cpu_us_per_job" in row
+        # aiomysql's and asyncpg's exchanges are counted too, as the threaded drivers' are.
+        assert row["async_round_trips_per_job"] > 0
+    printed = (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert "| async of limit |" in printed and "| async batch |" in printed
+
+
+def test_quick_mode_leaves_the_asyncio_drain_out_and_full_mode_runs_it() -> None:
+    from benchmarks.settings import FULL, QUICK
+
+    assert (QUICK.throughput_async, FULL.throughput_async) == (False, True)

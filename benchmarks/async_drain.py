@@ -1,0 +1,150 @@
+"""The asyncio worker as a throughput drain: one event loop, a polling task and connection per "thread".
+
+Throughput measures it beside the threaded worker at its limit points (issue 31, section 2): on
+PostgreSQL AsyncpgBackend, on MariaDB/MySQL AsyncMySQLBackend (aiomysql), both on the compact plan. It
+keeps DrainRun's drainer interface (start and stop from plain code, jobs counted by `on_job`), so a
+drain of processes x threads runs here as processes x polling tasks, each process one loop in a thread
+of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import importlib.util
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.common import BENCH_QUEUE, sql_dialect
+from benchmarks.peer_aio import asyncpg_source
+from conformance.builtin import DEFAULT_MYSQL_DSN, DEFAULT_PG_DSN, MYSQL_ENV, PG_ENV
+from conformance.harness import Harness
+from proletarian_ref import aio
+
+# Each dialect's asyncio driver here, and where the built-in factories find their DSN when given none.
+_DRIVERS = {"postgresql": "asyncpg", "mysql": "aiomysql"}
+_DSN_DEFAULTS = {"postgresql": (PG_ENV, DEFAULT_PG_DSN), "mysql": (MYSQL_ENV, DEFAULT_MYSQL_DSN)}
+# How long start() waits for the loop to start the worker before it gives up.
+_START_TIMEOUT_S = 30.0
+
+
+def async_skip_reason(harness: Harness) -> str | None:
+    """Why the asyncio drain cannot run on `harness`, or None."""
+    dialect = sql_dialect(harness)
+    factory = harness.factory
+    if dialect is None or factory is None or not factory.spec.startswith("conformance.builtin:"):
+        return (
+            f"{harness.name} is not one of the built-in factories, whose DSN the asyncio worker's driver "
+            "connects to"
+        )
+    driver = _DRIVERS[dialect]
+    if importlib.util.find_spec(driver) is None:
+        return f"{driver} is not installed (pip install {driver}), so the asyncio worker is not measured"
+    return None
+
+
+def harness_dsn(harness: Harness) -> str:
+    """The DSN a built-in factory's harness connects to: its `dsn` option, else the factory's default."""
+    dialect = sql_dialect(harness)
+    if dialect is None:
+        raise TypeError(f"{harness.name} is not a built-in SQL dialect")
+    given = harness.factory.kwargs.get("dsn") if harness.factory is not None else None
+    env, default = _DSN_DEFAULTS[dialect]
+    return str(given or os.environ.get(env) or default)
+
+
+def async_backend(harness: Harness) -> Any:
+    """The asyncio backend on the compact plan for the harness's database, over its own connections."""
+    dsn = harness_dsn(harness)
+    if sql_dialect(harness) == "postgresql":
+        from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+
+        return AsyncpgBackend(asyncpg_source(dsn), compact=True)
+    import aiomysql
+
+    from proletarian_ref.backends.mysql_async import AsyncMySQLBackend, aiomysql_connect_kwargs
+
+    # aiomysql opens every connection with CLIENT.MULTI_STATEMENTS, which the compact plan needs.
+    return AsyncMySQLBackend(
+        functools.partial(aiomysql.connect, **aiomysql_connect_kwargs(dsn)), compact=True
+    )
+
+
+class AsyncDrainer:
+    """An AsyncQueueWorker of `tasks` polling tasks with a no-op handler that only counts, on its own loop."""
+
+    def __init__(
+        self,
+        harness: Harness,
+        tasks: int,
+        polling_interval_ms: float,
+        on_job: Callable[[], Any],
+        batch_size: int = 1,
+    ) -> None:
+        self._harness = harness
+        self._tasks = tasks
+        self._polling_interval_ms = polling_interval_ms
+        self._on_job = on_job
+        self._batch_size = batch_size
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+
+    async def _main(self) -> None:
+        on_job = self._on_job
+
+        async def handler(job_type: str, payload: Any) -> None:
+            on_job()
+
+        backend = async_backend(self._harness)
+        worker = aio.create_queue_worker(
+            None,
+            handler,
+            backend=backend,
+            queue=BENCH_QUEUE,
+            worker_threads=self._tasks,
+            polling_interval_ms=self._polling_interval_ms,
+            batch_size=self._batch_size,
+            **self._harness.table_options,
+        )
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        try:
+            await worker.start()
+            self._started.set()
+            await self._stop.wait()
+            await worker.stop()
+        finally:
+            await backend.close()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:
+            # Handed to the thread that calls start() or stop().
+            self._error = exc
+        finally:
+            self._started.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bench-async-drain", daemon=True)
+        self._thread.start()
+        if not self._started.wait(_START_TIMEOUT_S):
+            raise RuntimeError(f"the asyncio worker did not start within {_START_TIMEOUT_S:.0f} s")
+        if self._error is not None:
+            raise RuntimeError("the asyncio worker failed to start") from self._error
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self._thread is None:
+            return
+        if self._loop is not None and self._stop is not None:
+            # The loop's own Event, set from this thread through the loop (ended already if it failed).
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout_s + _START_TIMEOUT_S)
+        if self._error is not None:
+            raise RuntimeError("the asyncio worker failed") from self._error
