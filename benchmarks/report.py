@@ -821,6 +821,8 @@ def throughput_chart(results: dict[str, Any], path: Path) -> None:
     labels: list[str] = []
     for e in _entries(results, "throughput"):
         rows = [r for r in e.get("rows", []) if "skipped" not in r]
+        if not rows:
+            continue  # a backend whose drains all errored or were skipped: its problem is in the tables
         names = [_config(r, "x") for r in rows]
         for name in names:
             if name not in labels:

@@ -734,3 +734,25 @@ def test_the_peers_asyncio_worker_runs_on_each_driver(driver: str, pg_db: SqlHar
     )
     assert len(seconds) == 3
     assert pg_db.jobs() == [] and len(pg_db.archived_jobs()) == 3
+
+
+def test_the_throughput_chart_is_drawn_when_one_backend_errored(tmp_path: Path) -> None:
+    # A backend that raised has an entry with its factory and error and no rows (runner.py): the chart
+    # draws the others and leaves it to the tables to say what went wrong.
+    from benchmarks.report import throughput_chart
+
+    results = {
+        "benchmarks": {
+            "throughput": [
+                {"factory": "conformance.builtin:mysql", "error": "OperationalError: refused"},
+                {
+                    "backend": "postgresql",
+                    "rows": [
+                        {"processes": 1, "threads": 4, "library_jobs_per_s": 100.0, "raw_jobs_per_s": 110.0}
+                    ],
+                },
+            ]
+        }
+    }
+    throughput_chart(results, tmp_path / "throughput.png")
+    assert (tmp_path / "throughput.png").stat().st_size > 0
