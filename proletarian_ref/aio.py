@@ -325,13 +325,6 @@ class AsyncQueueWorker(AsyncJobTimeout, AsyncLifecycle):
                 ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
             )
 
-    def _hold_listener(self, listener: AsyncListener | None) -> bool:
-        # One event loop thread: stop() reads it, to interrupt it, with no await in between.
-        if listener is not None and self._stop_event.is_set():
-            return False
-        self._listener = listener
-        return True
-
     async def _close_listener(self, listener: AsyncListener) -> None:
         # Shielded: the listener task is cancelled by stop(), and its connection must still be closed.
         await asyncio.shield(listener.close())

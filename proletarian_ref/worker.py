@@ -335,13 +335,6 @@ class QueueWorker(JobTimeout, Lifecycle):
             self._timeout_released.add(n)
         return done
 
-    def _hold_listener(self, listener: Listener | None) -> bool:
-        with self._lock:
-            if listener is not None and self._stop_event.is_set():
-                return False
-            self._listener = listener
-            return True
-
     def _close_listener(self, listener: Listener) -> None:
         with contextlib.suppress(Exception):
             listener.close()
