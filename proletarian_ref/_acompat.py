@@ -32,10 +32,12 @@ __all__ = [
     "aevent_wait",
     "asettle",
     "aspawn",
+    "aspawned_name",
     "condition_wait_for",
     "event_wait",
     "settle",
     "spawn",
+    "spawned_name",
 ]
 
 _T = TypeVar("_T")
@@ -84,6 +86,12 @@ SYNC_NAMES: Final = {
     "AsyncLifecycle": "Lifecycle",
     "ASpawned": "Spawned",
     "aspawn": "spawn",
+    "aspawned_name": "spawned_name",
+    # stop()'s drain then release (proletarian_ref/_async/drain.py).
+    "AsyncDrain": "Drain",
+    # The job timeout (proletarian_ref/_async/job_timeout.py): the loop's timers or a watchdog thread.
+    "AsyncJobTimeout": "JobTimeout",
+    "AsyncWatchdog": "Watchdog",
     "_tasks": "_threads",
     "_listener_task": "_listener_thread",
     "ACondition": "Condition",
@@ -148,3 +156,13 @@ def aspawn(
     import asyncio
 
     return asyncio.create_task(target(*args), name=name)
+
+
+def spawned_name(spawned: Spawned) -> str:
+    """The name a poller was spawned with: its thread's."""
+    return spawned.name
+
+
+def aspawned_name(spawned: ASpawned) -> str:
+    """spawned_name on the event loop: its task's."""
+    return spawned.get_name()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
@@ -13,13 +14,15 @@ from proletarian_ref import log as ev
 from proletarian_ref._acompat import AsyncHandlerFn
 from proletarian_ref._async.enqueue import enqueue, enqueue_many
 from proletarian_ref._async.job_run import run_next_batch, run_next_job
+from proletarian_ref._async.job_timeout import AsyncJobTimeout
 from proletarian_ref._async.job_tx import JobTransaction, current_job
 from proletarian_ref._async.lifecycle import AsyncLifecycle
 from proletarian_ref.backend import AsyncBackend, AsyncListener, Backend, is_async_backend
 from proletarian_ref.backends import is_sqlalchemy
-from proletarian_ref.errors import ConfigurationError, JobTimeoutError
+from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.interrupts import bind_task_check, unbind_task_check
 from proletarian_ref.log import LogFn, stdlib_logger
+from proletarian_ref.watchdog import AsyncWatchdog
 from proletarian_ref.worker import WORKER_OPTION_DEFAULTS, check_worker_options, worker_arguments
 from proletarian_ref.worker_settings import job_settings
 
@@ -170,7 +173,7 @@ async def process_next_job(
             await active.close()
 
 
-class AsyncQueueWorker(AsyncLifecycle):
+class AsyncQueueWorker(AsyncJobTimeout, AsyncLifecycle):
     """Polling tasks over one queue on the running event loop; build it with create_queue_worker.
 
     The threaded QueueWorker's promises, with tasks for threads: one job a transaction with its handler
@@ -190,6 +193,19 @@ class AsyncQueueWorker(AsyncLifecycle):
         self._tasks: list[asyncio.Task[None]] = []
         self._listener_task: asyncio.Task[None] | None = None
         self._listener: AsyncListener | None = None
+        # The job timeout, when there is one: per task, its check's binding and the bound its handler
+        # runs inside (cancelled after the grace).
+        self._watchdog: AsyncWatchdog | None = None
+        self._checks: dict[int, contextvars.Token[Callable[[], bool] | None]] = {}
+        self._bounds: dict[int, asyncio.Timeout] = {}
+        if self._job_timeout_ms is not None:
+            self._watchdog = AsyncWatchdog(
+                self.queue_worker_id,
+                self._job_timeout_ms / 1000,
+                self._grace_ms / 1000,
+                self._at_deadline,
+                self._after_grace,
+            )
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -212,31 +228,30 @@ class AsyncQueueWorker(AsyncLifecycle):
         self._stop_event.set()
         return self._listener
 
-    async def _drain_then_release(self) -> list[str]:
+    async def _drain(self, timeout: float) -> list[tuple[int, asyncio.Task[None]]]:
         if self._listener_task is not None:
             self._listener_task.cancel()
         current = asyncio.current_task()
         tasks = [task for task in self._tasks if task is not current]
         stuck: set[asyncio.Task[None]] = set()
         if tasks:
-            _, stuck = await asyncio.wait(tasks, timeout=self._await_timeout)
-        notes = []
-        for task in stuck:
-            n = self._tasks.index(task) + 1
-            job = self._current_jobs.get(n)
-            task.cancel()
-            if job:
-                self._safe_log(
-                    ev.JOB_RELEASED, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job}
-                )
-                notes.append(f"{task.get_name()} (job {job[ev.JOB_ID]} released back to the queue)")
-            else:
-                notes.append(f"{task.get_name()} (no job yet: its claim was abandoned)")
+            _, stuck = await asyncio.wait(tasks, timeout=timeout)
+        return [(n, task) for n, task in enumerate(self._tasks, 1) if task in stuck]
+
+    def _releasing(self, n: int) -> dict[str, Any]:
+        return dict(self._current_jobs.get(n, {}))
+
+    def _release_poller(self, poller: asyncio.Task[None]) -> bool:
+        # CancelledError at the handler's await: its transaction's connection is closed, so the database
+        # rolls it back.
+        poller.cancel()
+        return True
+
+    async def _drained(self, stuck: list[tuple[int, asyncio.Task[None]]]) -> None:
         if stuck:
-            await asyncio.wait(stuck)
+            await asyncio.wait([task for _, task in stuck])
         if self._listener_task is not None:
             await asyncio.wait([self._listener_task])
-        return notes
 
     # -- polling ---------------------------------------------------------------------------------------
 
@@ -259,9 +274,9 @@ class AsyncQueueWorker(AsyncLifecycle):
     async def _poller_handler(self, n: int) -> AsyncHandlerFn:
         if n == 1:
             await self._check_server_limits()
-        if self._job_timeout_ms is None:
+        if self._watchdog is None:
             return self.handler_fn
-        return self._timed_handler(n, self.handler_fn, self._job_timeout_ms)
+        return self._timed_handler(n, self.handler_fn, self._watchdog)
 
     def _run_over(self, n: int) -> None:
         self._current_jobs.pop(n, None)
@@ -276,40 +291,30 @@ class AsyncQueueWorker(AsyncLifecycle):
 
     # -- the job timeout -------------------------------------------------------------------------------
 
-    def _timed_handler(self, n: int, handler_fn: AsyncHandlerFn, timeout_ms: float) -> AsyncHandlerFn:
-        """handler_fn under task n's job bound: told at the deadline (interrupted() turns true), cancelled
-        after the grace; either way, once past its deadline its end is the job's JobTimeoutError.
+    def _arm(self, n: int, token: object) -> None:
+        stopping, timed_out = self._stop_event.is_set, self._timed_out
+        self._checks[n] = bind_task_check(lambda: timed_out.get(n) is token or stopping())
 
-        Cancellation reaches the handler at its next await, with the transaction still the worker's, so
-        unlike a thread's the job's failure is written: attempts counted, retry_strategy_fn decides.
-        """
-        stopping = self._stop_event.is_set
-        context = {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n}
+    def _bound(self, n: int) -> asyncio.Timeout:
+        bound = self._bounds[n] = asyncio.timeout(None)
+        return bound
 
-        async def timed(*args: Any, **kwargs: Any) -> object:
-            late = asyncio.Event()
+    def _disarm(self, n: int) -> None:
+        self._bounds.pop(n, None)
+        unbind_task_check(self._checks.pop(n))
 
-            def at_deadline() -> None:
-                late.set()
-                job = self._current_jobs.get(n, {})
-                self._safe_log(ev.JOB_TIMED_OUT, {**context, **job, **self._timeout_data()})
+    def _tell_late(self, n: int) -> None:
+        # Its task's check (interrupted()) reads the deadline _at_deadline has marked.
+        return None
 
-            loop = asyncio.get_running_loop()
-            deadline = loop.call_later(timeout_ms / 1000, at_deadline)
-            bound = asyncio.timeout((timeout_ms + self._grace_ms) / 1000)
-            token = bind_task_check(lambda: late.is_set() or stopping())
-            try:
-                async with bound:
-                    return await handler_fn(*args, **kwargs)
-            except Exception as exc:
-                if late.is_set() or bound.expired():
-                    raise JobTimeoutError(f"the job ran past job_timeout_ms={timeout_ms:g}") from exc
-                raise
-            finally:
-                deadline.cancel()
-                unbind_task_check(token)
-
-        return timed
+    def _end_handler(self, n: int) -> bool:
+        # Cancelled at its next await, with the transaction still the worker's: unlike a thread's, the
+        # job's failure (JobTimeoutError) is written, attempts counted, retry_strategy_fn decides, so
+        # nothing goes back to the queue to be logged as released.
+        bound = self._bounds.get(n)
+        if bound is not None:
+            bound.reschedule(asyncio.get_running_loop().time())
+        return False
 
     async def _stop_logging_errors(self) -> None:
         """stop() where no caller could catch its error (after a polling task's error)."""
@@ -319,13 +324,6 @@ class AsyncQueueWorker(AsyncLifecycle):
             self._safe_log(
                 ev.QUEUE_WORKER_SHUTDOWN_ERROR, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.THROWABLE: exc}
             )
-
-    def _hold_listener(self, listener: AsyncListener | None) -> bool:
-        # One event loop thread: stop() reads it, to interrupt it, with no await in between.
-        if listener is not None and self._stop_event.is_set():
-            return False
-        self._listener = listener
-        return True
 
     async def _close_listener(self, listener: AsyncListener) -> None:
         # Shielded: the listener task is cancelled by stop(), and its connection must still be closed.

@@ -5,10 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
 
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.log import logger
+
+if TYPE_CHECKING:
+    import asyncio
 
 # How long a handler has, once told its time is up, to return before its transaction is ended from
 # outside: long enough for a handler that checks interrupted() between steps to finish the step.
@@ -61,7 +65,26 @@ def limit_warnings(
     return warnings
 
 
-class Watchdog:
+@dataclass(eq=False)
+class _Timers:
+    """What a job timeout watchdog is given: whose, how long (seconds), and whom to call at the deadline
+    and after the grace (Watchdog on a thread of its own, AsyncWatchdog on the event loop)."""
+
+    name: str
+    timeout_s: float
+    grace_s: float
+    at_deadline: Callable[[int, object], None]
+    after_grace: Callable[[int, object], None]
+
+    def _call(self, n: int, token: object, late: bool) -> None:
+        try:
+            (self.after_grace if late else self.at_deadline)(n, token)
+        except Exception:
+            logger.exception("the job timeout watchdog failed on thread %s", n)
+
+
+@dataclass(eq=False)
+class Watchdog(_Timers):
     """One daemon thread that calls `at_deadline(n, token)` when thread n's armed job reaches its bound,
     then `after_grace(n, token)` once the grace is over too, unless the job is disarmed first.
 
@@ -69,31 +92,20 @@ class Watchdog:
     decided there, not here.
     """
 
-    def __init__(
-        self,
-        name: str,
-        timeout_s: float,
-        grace_s: float,
-        at_deadline: Callable[[int, object], None],
-        after_grace: Callable[[int, object], None],
-    ) -> None:
-        self._name = name
-        self._timeout = timeout_s
-        self._grace = grace_s
-        self._at_deadline = at_deadline
-        self._after_grace = after_grace
-        self._cond = threading.Condition(threading.Lock())
-        # Per thread number: (when it fires, whether the grace is over then, the job's token).
-        self._due: dict[int, tuple[float, bool, object]] = {}
-        self._thread: threading.Thread | None = None
-        self._closed = False
+    _cond: threading.Condition = field(
+        init=False, default_factory=lambda: threading.Condition(threading.Lock())
+    )
+    # Per thread number: (when it fires, whether the grace is over then, the job's token).
+    _due: dict[int, tuple[float, bool, object]] = field(init=False, default_factory=dict)
+    _thread: threading.Thread | None = field(init=False, default=None)
+    _closed: bool = field(init=False, default=False)
 
     def arm(self, n: int, token: object) -> None:
         with self._cond:
-            self._due[n] = (time.monotonic() + self._timeout, False, token)
+            self._due[n] = (time.monotonic() + self.timeout_s, False, token)
             if self._thread is None and not self._closed:
                 # A daemon: it holds no job, and stop() closes it.
-                self._thread = threading.Thread(target=self._run, name=f"{self._name}-watchdog", daemon=True)
+                self._thread = threading.Thread(target=self._run, name=f"{self.name}-watchdog", daemon=True)
                 self._thread.start()
             self._cond.notify()
 
@@ -124,9 +136,37 @@ class Watchdog:
                     if late:
                         del due[n]
                     else:
-                        due[n] = (at + self._grace, True, token)
+                        due[n] = (at + self.grace_s, True, token)
             for n, (_, late, token) in fired:
-                try:
-                    (self._after_grace if late else self._at_deadline)(n, token)
-                except Exception:
-                    logger.exception("the job timeout watchdog failed on thread %s", n)
+                self._call(n, token, late)
+
+
+@dataclass(eq=False)
+class AsyncWatchdog(_Timers):
+    """Watchdog on the running event loop: the same calls, `at_deadline(n, token)` then, once the grace
+    is over too, `after_grace(n, token)`, from the loop's timers rather than a thread of its own."""
+
+    # Per task number: the timer armed for its job, and the job's token.
+    _due: dict[int, tuple[asyncio.TimerHandle, object]] = field(init=False, default_factory=dict)
+
+    def arm(self, n: int, token: object) -> None:
+        import asyncio  # here, not above: the threaded worker never needs asyncio
+
+        timer = asyncio.get_running_loop().call_later(self.timeout_s, self._fire, n, token, False)
+        self._due[n] = (timer, token)
+
+    def disarm(self, n: int, token: object) -> None:
+        entry = self._due.get(n)
+        if entry is not None and entry[1] is token:
+            entry[0].cancel()
+            del self._due[n]
+
+    def _fire(self, n: int, token: object, late: bool) -> None:
+        import asyncio
+
+        if late:
+            self.disarm(n, token)
+        else:
+            timer = asyncio.get_running_loop().call_later(self.grace_s, self._fire, n, token, True)
+            self._due[n] = (timer, token)
+        self._call(n, token, late)

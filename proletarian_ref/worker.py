@@ -11,11 +11,12 @@ from typing import Any, Final
 
 from proletarian_ref import log as ev
 from proletarian_ref._sync.job_run import handle_job, run_next_batch, run_next_job, write_failure
+from proletarian_ref._sync.job_timeout import JobTimeout
 from proletarian_ref._sync.lifecycle import Lifecycle
 from proletarian_ref.backend import Backend, Listener
 from proletarian_ref.backends import backend_for_data_source, refuse_async
 from proletarian_ref.clock import Clock
-from proletarian_ref.errors import ConfigurationError, JobTimeoutError
+from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.interrupts import bind_stop_event
 from proletarian_ref.job_ids import JobIdStrategy
 from proletarian_ref.keywords import DEFAULT_QUEUE, to_keyword_text
@@ -115,7 +116,7 @@ def _noop() -> None:
     return None
 
 
-class QueueWorker(Lifecycle):
+class QueueWorker(JobTimeout, Lifecycle):
     """Polling threads over one queue; build it with create_queue_worker."""
 
     backend: Backend
@@ -170,12 +171,9 @@ class QueueWorker(Lifecycle):
         self._listener_thread: threading.Thread | None = None
         self._listener: Listener | None = None  # set and read under _lock, so stop() can interrupt it
         # The job timeout, when there is one: each thread's own interrupt (set by stop() and by its job's
-        # deadline), and, under _lock, the token of the handler each thread runs, of those past their
-        # deadline, and the threads whose transaction the watchdog ended.
+        # deadline), and, under _lock, the threads whose transaction the watchdog ended.
         self._watchdog: Watchdog | None = None
         self._interrupts: dict[int, threading.Event] = {}
-        self._timing: dict[int, object] = {}
-        self._timed_out: dict[int, object] = {}
         self._timeout_released: set[int] = set()
         if job_timeout_ms is not None:
             self._watchdog = Watchdog(
@@ -218,50 +216,33 @@ class QueueWorker(Lifecycle):
                 interrupt.set()
             return self._listener
 
-    def _drain_then_release(self) -> list[str]:
-        deadline = time.monotonic() + self._await_timeout
+    def _drain(self, timeout: float) -> list[tuple[int, threading.Thread]]:
+        deadline = time.monotonic() + timeout
         current = threading.current_thread()
         listener = [self._listener_thread] if self._listener_thread is not None else []
         for thread in [*self._threads, *listener]:
             if thread is not current:
                 thread.join(max(0.0, deadline - time.monotonic()))
-        stuck = [
+        return [
             (n, thread)
             for n, thread in enumerate(self._threads, 1)
             if thread.is_alive() and thread is not current
         ]
-        still_running = self._release(stuck) if stuck else []
+
+    def _releasing(self, n: int) -> dict[str, Any]:
+        self._released.add(n)
+        return dict(self._current_jobs.get(n, {}))
+
+    def _release_poller(self, poller: threading.Thread) -> bool | None:
+        release = getattr(self.backend, "release_connection", None)
+        if release is None:
+            return None
+        # By thread ident: only this thread's transaction, never another worker's on a shared backend.
+        return poller.ident is not None and bool(release(poller.ident))
+
+    def _drained(self, stuck: list[tuple[int, threading.Thread]]) -> None:
         if self._watchdog is not None:
             self._watchdog.close()
-        return still_running
-
-    def _release(self, stuck: list[tuple[int, threading.Thread]]) -> list[str]:
-        """Release what the threads still running at the deadline hold; says, per thread, what it was."""
-        release = getattr(self.backend, "release_connection", None)
-        notes: list[str] = []
-        for n, thread in stuck:
-            with self._lock:
-                self._released.add(n)
-                job = dict(self._current_jobs.get(n, {}))
-            # By thread ident: only this thread's transaction, never another worker's on a shared backend.
-            done = release is not None and thread.ident is not None and bool(release(thread.ident))
-            if not job:
-                note = (
-                    "no job yet: its claim was abandoned"
-                    if done
-                    else "no job yet: waiting for a database connection, nothing to release"
-                )
-            elif done:
-                note = f"job {job[ev.JOB_ID]} released back to the queue"
-                self._safe_log(
-                    ev.JOB_RELEASED, {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job}
-                )
-            elif release is None:
-                note = f"job {job[ev.JOB_ID]} still running: this backend cannot release it"
-            else:
-                note = f"job {job[ev.JOB_ID]} finishing: its transaction had already ended"
-            notes.append(f"{thread.name} ({note})")
-        return notes
 
     # -- polling ---------------------------------------------------------------------------------------
 
@@ -323,48 +304,24 @@ class QueueWorker(Lifecycle):
             return self.handler_fn
         return self._timed_handler(n, self.handler_fn, self._watchdog)
 
-    def _timed_handler(self, n: int, handler_fn: HandlerFn, watchdog: Watchdog) -> HandlerFn:
-        """handler_fn under thread n's job bound: told at the deadline, failed with JobTimeoutError if it
-        then raises, its transaction ended from outside if it has not returned after the grace."""
-        lock, timing, timed_out = self._lock, self._timing, self._timed_out
-        interrupt, stopping = self._interrupts[n], self._stop_event.is_set
-        timeout_ms = self._job_timeout_ms
+    def _arm(self, n: int, token: object) -> None:
+        self._timeout_released.discard(n)
+        if not self._stop_event.is_set():
+            self._interrupts[n].clear()  # the last job's deadline is not this one's
 
-        def timed(*args: Any, **kwargs: Any) -> object:
-            token = object()
-            with lock:
-                timing[n] = token
-                self._timeout_released.discard(n)
-                if not stopping():
-                    interrupt.clear()  # the last job's deadline is not this one's
-            watchdog.arm(n, token)
-            try:
-                return handler_fn(*args, **kwargs)
-            except Exception as exc:
-                if timed_out.get(n) is token:
-                    raise JobTimeoutError(f"the job ran past job_timeout_ms={timeout_ms:g}") from exc
-                raise
-            finally:
-                watchdog.disarm(n, token)
-                with lock:
-                    timing.pop(n, None)
-                    timed_out.pop(n, None)
+    def _bound(self, n: int) -> contextlib.nullcontext[None]:
+        # A thread cannot be ended from outside: _end_handler ends its transaction instead.
+        return contextlib.nullcontext()
 
-        return timed
+    def _disarm(self, n: int) -> None:
+        # Nothing to undo: the thread's interrupt is cleared as its next handler starts (_arm), not here,
+        # where stop() may have just set it.
+        return None
 
-    def _at_deadline(self, n: int, token: object) -> None:
-        with self._lock:
-            if self._timing.get(n) is not token:
-                return  # it returned meanwhile
-            self._timed_out[n] = token
-            self._interrupts[n].set()
-            job = dict(self._current_jobs.get(n, {}))
-        self._safe_log(
-            ev.JOB_TIMED_OUT,
-            {ev.QUEUE_WORKER_ID: self.queue_worker_id, ev.WORKER_THREAD_ID: n, **job, **self._timeout_data()},
-        )
+    def _tell_late(self, n: int) -> None:
+        self._interrupts[n].set()
 
-    def _after_grace(self, n: int, token: object) -> None:
+    def _end_handler(self, n: int) -> bool:
         # A backend that cannot end a session from another (end_transaction) closes the connection, as at
         # stop()'s deadline.
         release = getattr(self.backend, "end_transaction", None) or getattr(
@@ -372,34 +329,11 @@ class QueueWorker(Lifecycle):
         )
         thread = self._threads[n - 1]
         if release is None or thread.ident is None:
-            return
-        # Under the lock the handler's return takes before its job's writes: the transaction ended is
-        # this handler's, never the next job's.
-        with self._lock:
-            if self._timing.get(n) is not token:
-                return
-            job = dict(self._current_jobs.get(n, {}))
-            done = bool(release(thread.ident))
-            if done:
-                self._timeout_released.add(n)
+            return False
+        done = bool(release(thread.ident))
         if done:
-            self._safe_log(
-                ev.JOB_RELEASED,
-                {
-                    ev.QUEUE_WORKER_ID: self.queue_worker_id,
-                    ev.WORKER_THREAD_ID: n,
-                    **job,
-                    "reason": "job-timeout",
-                    **self._timeout_data(),
-                },
-            )
-
-    def _hold_listener(self, listener: Listener | None) -> bool:
-        with self._lock:
-            if listener is not None and self._stop_event.is_set():
-                return False
-            self._listener = listener
-            return True
+            self._timeout_released.add(n)
+        return done
 
     def _close_listener(self, listener: Listener) -> None:
         with contextlib.suppress(Exception):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from proletarian_ref import log as ev
@@ -43,8 +44,12 @@ def backoff(interval: float, failures: int, cap: float) -> float:
 
 class WorkerCore:
     """The options a queue worker keeps, its logging, and what a failed poll means; _async/wake.py,
-    poll_loop.py and lifecycle.py (and their generated _sync twins) add how it runs, QueueWorker (threads)
-    and aio.AsyncQueueWorker (tasks) what differs between the two."""
+    poll_loop.py, drain.py, job_timeout.py and lifecycle.py (and their generated _sync twins) add how it
+    runs, QueueWorker (threads) and aio.AsyncQueueWorker (tasks) what differs between the two."""
+
+    # Guards the stop request against a handler's start, and a job's bound against its handler's return
+    # (the threaded worker's lock; on the one event loop thread, nothing to guard).
+    _lock: AbstractContextManager[Any]
 
     def __init__(
         self,
@@ -88,6 +93,9 @@ class WorkerCore:
         # The per-job time bound (docs/worker.md, "Job timeout"); None: a job runs as long as it takes.
         self._job_timeout_ms = job_timeout_ms
         self._grace_ms = job_timeout_grace_ms
+        # Under _lock, per poller: the token of the handler it runs, if bound, and of one past its deadline.
+        self._timing: dict[int, object] = {}
+        self._timed_out: dict[int, object] = {}
 
     @property
     def running(self) -> bool:

@@ -15,11 +15,12 @@ if TYPE_CHECKING:
 
 class AsyncWake(WorkerCore):
     """How aio.AsyncQueueWorker's pollers wait and are woken; its threaded twin, generated from it,
-    QueueWorker's. Each worker class makes the stop event and the wake condition, and says how its
-    listener is held (for stop() to interrupt) and closed."""
+    QueueWorker's. Each worker class makes the stop event, the wake condition and the lock, and says how
+    its listener is closed."""
 
     _stop_event: AEvent
     _wake: ACondition
+    _listener: AsyncListener | None
 
     async def _wait_stop(self, delay: float) -> bool:
         """Wait `delay` seconds or until stop(); whether stop() has begun."""
@@ -84,11 +85,17 @@ class AsyncWake(WorkerCore):
                 self._hold_listener(None)
                 await self._close_listener(listener)
 
-    # -- what each worker class says ---------------------------------------------------------------------
-
     def _hold_listener(self, listener: AsyncListener | None) -> bool:
         """Keep `listener` where stop() interrupts it (None: drop it); False if stop() has begun."""
-        raise NotImplementedError
+        # Under the lock stop() sets its event with, and reads the listener under (on the one event loop
+        # thread, no await in between instead).
+        with self._lock:
+            if listener is not None and self._stop_event.is_set():
+                return False
+            self._listener = listener
+            return True
+
+    # -- what each worker class says ---------------------------------------------------------------------
 
     async def _close_listener(self, listener: AsyncListener) -> None:
         raise NotImplementedError

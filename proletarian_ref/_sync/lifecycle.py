@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from proletarian_ref import log as ev
 from proletarian_ref._acompat import settle, spawn
+from proletarian_ref._sync.drain import Drain
 from proletarian_ref._sync.poll_loop import PollLoop
 from proletarian_ref.backend import Listener
 from proletarian_ref.errors import ShutdownTimeoutError
@@ -17,14 +17,11 @@ if TYPE_CHECKING:
     from proletarian_ref._acompat import Spawned
 
 
-class Lifecycle(PollLoop):
+class Lifecycle(Drain, PollLoop):
     """start() and stop() of aio.AsyncQueueWorker; its threaded twin, generated from it, QueueWorker's.
-    Each worker class says how stop() is requested, how its pollers drain and what it releases at the
-    deadline, and how its shutdown hook is set."""
+    Each worker class says how stop() is requested and how its shutdown hook is set (and, through
+    AsyncDrain, how its pollers drain and what it releases at the deadline)."""
 
-    # Guards the stop request against a handler's start (the threaded worker's lock; on the one event
-    # loop thread, nothing to guard).
-    _lock: AbstractContextManager[Any]
     _threads: list[Spawned]
     _listener_thread: Spawned | None
     # Whether a second stop() calls on_shutdown again: the threaded worker does, as Proletarian's does.
@@ -106,9 +103,4 @@ class Lifecycle(PollLoop):
 
     def _request_stop(self) -> Listener | None:
         """Tell the pollers and running handlers that stop() has begun; the listener to interrupt, if any."""
-        raise NotImplementedError
-
-    def _drain_then_release(self) -> list[str]:
-        """Wait for the pollers until the deadline, then release the ones still running; says, per poller
-        released, what it was."""
         raise NotImplementedError
