@@ -1,17 +1,23 @@
 """Client CPU and server waits per job, threaded worker against asyncio worker, in one process, PostgreSQL.
 
     python -m benchmarks.aio_speed [--dsn DSN] [--jobs 2000] [--rounds 3] [--connections 8] [--out FILE]
+        [--variants NAME,...] [--pin]
     python -m benchmarks.aio_speed --profile [--jobs 2000] [--out FILE]
+    python -m benchmarks.aio_speed --table FILE.json
 
 Each round drains `--jobs` no-op jobs with every variant in turn (the order reversed every other round):
-the threaded worker (`worker_threads` threads, one connection each), the asyncio worker on psycopg's
-AsyncConnection (as many polling tasks), the same with the compact statement plan, and both again on
-uvloop's event loop when uvloop is installed. Per variant: drain jobs/s, the process's CPU seconds per
-job (user and system, the server apart) and the waits on the server a job takes: psycopg's
-Connection.wait calls, one a statement or COMMIT (the BEGIN psycopg sends first rides in the claim's
-wait, one round trip more). On a machine others load, jobs/s moves by tens of percent from one drain to
-the next; the CPU per job moves much less, and the waits not at all. `--profile` runs one asyncio drain
-under cProfile, on CPU time, and prints each source's share of it (the library, psycopg, the event loop).
+the threaded worker (`worker_threads` threads, one connection each), on Proletarian's plan and on the
+compact plan; the asyncio worker on psycopg's AsyncConnection and on asyncpg (as many polling tasks), on
+either plan, and again on uvloop's event loop when uvloop is installed; and the ceilings, no library in the
+loop: Proletarian's statements on bare psycopg threads (`raw threaded`), the compact plan's on bare asyncpg
+tasks (`raw asyncpg compact`). Per variant: drain jobs/s, the process's CPU seconds per job (user and
+system, the server apart) and the waits on the server a job takes: psycopg's Connection.wait calls, one a
+statement or COMMIT (the BEGIN psycopg sends first rides in the claim's wait, one round trip more). On a
+machine others load, jobs/s moves by tens of percent from one drain to the next; the CPU per job moves much
+less, and the waits not at all, so the table's ratios are paired: each round's drain over the threaded
+worker's of the same round. `--pin` puts the client on one CPU and its own server backends on the others.
+`--profile` runs one asyncio drain under cProfile, on CPU time, and prints each source's share of it (the
+library, psycopg, the event loop). `--table` prints a saved run's table.
 """
 
 from __future__ import annotations
@@ -83,7 +89,9 @@ def _waits() -> Iterator[list[int]]:
         psycopg.AsyncConnection.wait = async_wait  # type: ignore[method-assign]
 
 
-def _threaded(harness: Harness, jobs: int, connections: int) -> tuple[float, float]:
+def _threaded(harness: Harness, jobs: int, connections: int, *, compact: bool = False) -> tuple[float, float]:
+    from proletarian_ref.backends.postgres import PostgresBackend
+
     done = [0]
     lock = threading.Lock()
 
@@ -91,15 +99,22 @@ def _threaded(harness: Harness, jobs: int, connections: int) -> tuple[float, flo
         with lock:
             done[0] += 1
 
+    # The compact plan is the backend's option: lent to the worker, and closed here after the drain.
+    backend = PostgresBackend(harness.data_source, compact=True) if compact else None
     worker = create_queue_worker(
         harness.data_source,
         handler,
+        backend=backend,
         queue=BENCH_QUEUE,
         worker_threads=connections,
         polling_interval_ms=100,
         **harness.table_options,
     )
-    return _timed_threads(worker.start, worker.stop, done, jobs)
+    try:
+        return _timed_threads(worker.start, worker.stop, done, jobs)
+    finally:
+        if backend is not None:
+            backend.close()
 
 
 def _asyncio(
@@ -260,6 +275,7 @@ def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable
 
     found: dict[str, Callable[[int], tuple[float, float]]] = {
         "threaded": lambda jobs: _threaded(harness, jobs, connections),
+        "threaded compact": lambda jobs: _threaded(harness, jobs, connections, compact=True),
         "raw threaded": lambda jobs: _raw_threaded(harness, jobs, connections),
         "asyncio": run_async(False, False),
         "asyncio compact": run_async(True, False),

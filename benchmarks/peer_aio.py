@@ -15,6 +15,7 @@ from typing import Any, Final
 from benchmarks.common import BENCH_QUEUE
 from benchmarks.peer_child import Signals, sample_latency
 from proletarian_ref import aio
+from proletarian_ref.backend import is_async_backend
 
 
 def psycopg_source(dsn: str) -> Any:
@@ -38,6 +39,21 @@ def asyncpg_source(dsn: str) -> Any:
     return functools.partial(asyncpg.connect, dsn)
 
 
+def asyncpg_compact_source(dsn: str) -> Any:
+    """AsyncpgBackend on the compact plan (archive and delete in one statement), lent to the worker as an
+    application passes it when it chooses that plan."""
+    from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+
+    return AsyncpgBackend(asyncpg_source(dsn), compact=True)
+
+
+async def _close_lent(source: Any) -> None:
+    # A worker leaves a lent backend's connections open: closed after each drain, so that every round
+    # opens its own as a worker does with a factory, and none outlives the child.
+    if is_async_backend(source):
+        await source.close()
+
+
 async def asyncpg_connect(dsn: str) -> Any:
     import asyncpg
 
@@ -48,6 +64,7 @@ async def asyncpg_connect(dsn: str) -> Any:
 DRIVERS: Final[dict[str, tuple[Callable[[str], Any], Callable[[str], Any]]]] = {
     "psycopg": (psycopg_source, psycopg_connect),
     "asyncpg": (asyncpg_source, asyncpg_connect),
+    "asyncpg compact": (asyncpg_compact_source, asyncpg_connect),
 }
 
 
@@ -85,6 +102,7 @@ def consume(
             await worker.start()
             await signals.async_wait_stop(round_)
             await worker.stop()
+            await _close_lent(source)
 
     asyncio.run(main())
 
@@ -107,8 +125,9 @@ def latency(
         async def handler(job_type: Any, payload: Any) -> None:
             starts[int(payload)] = time.monotonic()
 
+        data_source = source(dsn)
         worker = aio.create_queue_worker(
-            source(dsn),
+            data_source,
             handler,
             queue=BENCH_QUEUE,
             worker_threads=1,
@@ -135,6 +154,7 @@ def latency(
             return await sample_latency(enqueue, starts, jobs, gap_ms)
         finally:
             await worker.stop()
+            await _close_lent(data_source)
             await conn.close()
 
     return asyncio.run(main())

@@ -435,10 +435,12 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         ]
         # The asyncio worker beside the threaded one, default and batch mode, on each driver asked for.
         for driver in settings.peers_async_drivers:
-            systems += [
-                AsyncOurs(spec, harness, settings.polling_interval_ms, driver),
-                AsyncOurs(spec, harness, settings.polling_interval_ms, driver, settings.batch_size),
-            ]
+            systems.append(AsyncOurs(spec, harness, settings.polling_interval_ms, driver))
+            # The compact plan is a default-mode plan: batch mode archives a batch its own way.
+            if not driver.endswith(" compact"):
+                systems.append(
+                    AsyncOurs(spec, harness, settings.polling_interval_ms, driver, settings.batch_size)
+                )
         pools: list[ConsumerPool] = []
         try:
             systems += [Peer(m, spec, settings.table_suffix) for m in PEERS if m.PACKAGE not in missing]

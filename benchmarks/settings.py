@@ -87,8 +87,9 @@ class Settings:
     batch_size: int = 10
     batch_configs: tuple[tuple[int, int], ...] = ((1, 4), (2, 2))
     # The peers scenario's asyncio worker, default and batch mode, on each of these drivers
-    # (benchmarks.peer_aio.DRIVERS); none in quick mode, so CI's run keeps its length.
-    peers_async_drivers: tuple[str, ...] = ("psycopg", "asyncpg")
+    # (benchmarks.peer_aio.DRIVERS; a "compact" one in default mode only); none in quick mode, so CI's run
+    # keeps its length.
+    peers_async_drivers: tuple[str, ...] = ("psycopg", "asyncpg", "asyncpg compact")
     # Serializer (benchmarks/serializer.py, once per run, no database): least CPU seconds of one timing.
     serializer_seconds: float = 0.2
     # Throughput's (processes, threads, jobs a commit) rows at which the server's limit for the whole job

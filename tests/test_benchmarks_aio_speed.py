@@ -51,7 +51,8 @@ def test_the_profile_buckets_name_the_library_the_driver_and_the_loop() -> None:
 
 @pytest.mark.postgresql
 @pytest.mark.parametrize(
-    "variant", ["asyncio asyncpg", "asyncio asyncpg compact", "raw threaded", "raw asyncpg compact"]
+    "variant",
+    ["threaded compact", "asyncio asyncpg", "asyncio asyncpg compact", "raw threaded", "raw asyncpg compact"],
 )
 def test_each_quoted_variant_archives_every_job_it_counts_once(variant: str) -> None:
     # The named runs quote these drains: the asyncio worker on asyncpg, and the bare-driver loops (the
