@@ -1,0 +1,134 @@
+"""The figures docs/benchmarks.md quotes from the reference run against the server's limit are that run's.
+
+"The reference run against the limit" pastes the limit and per-job cost tables of
+benchmarks/results/limit3-2026-12-04/results.md and quotes spans, verdicts and a CPU budget in prose; these
+tests recompute each from the run's results.json, so a new run with stale prose fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+RUN: Final = ROOT / "benchmarks" / "results" / "limit3-2026-12-04"
+RESULTS: Final = json.loads((RUN / "results.json").read_text(encoding="utf-8"))
+BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
+TARGET: Final = 0.6
+CORES: Final = 2
+
+
+def _section() -> str:
+    text = BENCHMARKS_MD.read_text(encoding="utf-8")
+    start = text.index("### The reference run against the limit: `limit3-2026-12-04`")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def _prose() -> str:
+    return re.sub(r"\s+", " ", _section())
+
+
+def _bullet(start: str) -> str:
+    text = _prose()
+    at = text.index(start)
+    return text[at : text.find(" - **", at + 1)]
+
+
+def _rows(backend: str, *, batch: bool) -> list[dict[str, Any]]:
+    (entry,) = [e for e in RESULTS["benchmarks"]["throughput"] if e["backend"] == backend]
+    return [r for r in entry["rows"] if (r.get("batch_size", 1) > 1) == batch]
+
+
+def _values(backend: str, key: str, *, batch: bool) -> list[float]:
+    values = [r[key] for r in _rows(backend, batch=batch) if r.get(key) is not None]
+    assert values, f"the run has no {key} on {backend}"
+    return values
+
+
+def _span(backend: str, key: str, *, batch: bool = False) -> str:
+    values = _values(backend, key, batch=batch)
+    return f"{min(values):.2f} to {max(values):.2f}"
+
+
+def test_the_tables_pasted_are_the_runs() -> None:
+    printed = (RUN / "results.md").read_text(encoding="utf-8")
+    limit = printed[printed.index("#### Against the server's limit") :]
+    lines = [line for line in limit.splitlines() if line.startswith("| ")]
+    assert any("async of limit" in line for line in lines)
+    section = _section()
+    for line in lines:
+        assert line in section, line
+
+
+def test_the_run_is_named_with_its_revision_its_machine_and_its_load() -> None:
+    text = _prose()
+    meta = RESULTS["meta"]
+    assert f"git {meta['git']['commit'][:10]}" in text and not meta["git"]["dirty"]
+    assert f"{meta['machine']['logical_cores']}-core {meta['machine']['cpu_model']}" in text
+    assert f"load average {meta['machine']['load_average'][0]} at the start" in text
+    assert f"{meta['machine_at_end']['load_average'][0]} at the end" in text
+
+
+@pytest.mark.parametrize(
+    ("backend", "start", "quoted"),
+    [
+        (
+            "mysql",
+            "**MariaDB: met.**",
+            [("compact", False), ("library", False), ("async", False), ("library", True)],
+        ),
+        (
+            "postgresql",
+            "**PostgreSQL: not met.**",
+            [("library", False), ("compact", False), ("async", False), ("library", True), ("async", True)],
+        ),
+    ],
+)
+def test_each_databases_spans_and_verdict_are_the_runs(
+    backend: str, start: str, quoted: list[tuple[str, bool]]
+) -> None:
+    bullet = _bullet(start)
+    for drain, batch in quoted:
+        assert _span(backend, f"{drain}_ratio_limit", batch=batch) in bullet, (drain, batch)
+    # Met: every point reaches the target on the compact plan or the asyncio worker, and in batch mode.
+    default = [max(r["compact_ratio_limit"], r["async_ratio_limit"]) for r in _rows(backend, batch=False)]
+    batched = [max(r["library_ratio_limit"], r["async_ratio_limit"]) for r in _rows(backend, batch=True)]
+    met = min(default) >= TARGET and min(batched) >= TARGET
+    assert met == (start.endswith(": met.**")), (default, batched)
+    if not met:
+        assert max(default) < TARGET and max(batched) < TARGET, "a point reaching the target is not 'not met'"
+
+
+def test_mariadbs_server_cpu_span_is_the_runs() -> None:
+    values = [
+        v
+        for r in _rows("mysql", batch=False)
+        for drain in ("library", "compact", "async", "raw")
+        if (v := r.get(f"{drain}_server_cpu_us_per_job")) is not None
+    ]
+    assert f"its server threads spend {min(values):.0f} to {max(values):.0f} µs a job" in _prose()
+
+
+def test_the_postgresql_cpu_budget_is_the_runs() -> None:
+    (row,) = [r for r in _rows("postgresql", batch=False) if (r["processes"], r["threads"]) == (1, 8)]
+    limit = row["limit_jobs_per_s"]
+    client, server = row["async_client_cpu_us_per_job"], row["async_server_cpu_us_per_job"]
+    text = _prose()
+    assert f"it ran {limit:,.0f} jobs/s at 1 x 8" in text
+    assert f"spent at most {CORES / limit * 1e6:.0f} µs a job on it" in text
+    assert f"a drain may spend at most {CORES / (TARGET * limit) * 1e6:.0f} µs a job" in text
+    assert "(0.42 of the limit there)" in text and f"{row['async_ratio_limit']:.2f}" == "0.42"
+    assert f"spent {client + server:.0f} ({client:.0f} in the client, {server:.0f} in the server" in text
+    assert server > CORES / limit * 1e6  # "whose share alone is above the limit's whole cost a job"
+    assert client + server > CORES / (TARGET * limit) * 1e6
+
+
+def test_proletarians_plan_against_pgbench_and_the_raw_loop_are_the_runs() -> None:
+    bullet = _bullet("**Proletarian's plan against pgbench")
+    assert f"{_span('postgresql', 'ratio_pgbench')} on PostgreSQL, under the 0.95 bar" in bullet
+    assert max(_values("postgresql", "ratio_pgbench", batch=False)) < 0.95
+    assert f"*library of raw* {_span('postgresql', 'ratio')}" in bullet
