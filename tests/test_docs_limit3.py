@@ -132,3 +132,28 @@ def test_proletarians_plan_against_pgbench_and_the_raw_loop_are_the_runs() -> No
     assert f"{_span('postgresql', 'ratio_pgbench')} on PostgreSQL, under the 0.95 bar" in bullet
     assert max(_values("postgresql", "ratio_pgbench", batch=False)) < 0.95
     assert f"*library of raw* {_span('postgresql', 'ratio')}" in bullet
+
+
+def test_the_batch_mode_cpu_budget_is_the_runs() -> None:
+    text = _prose()
+    by_point = {(r["processes"], r["threads"]): r for r in _rows("postgresql", batch=True)}
+    one, four = by_point[(1, 4)], by_point[(4, 4)]
+
+    def spent(row: dict[str, Any], drain: str) -> float:
+        return float(row[f"{drain}_client_cpu_us_per_job"] + row[f"{drain}_server_cpu_us_per_job"])
+
+    def budget(row: dict[str, Any]) -> float:
+        return float(CORES / (TARGET * row["limit_jobs_per_s"]) * 1e6)
+
+    assert f"the same budget is {budget(one):.0f} µs a job at 1 x 4" in text
+    assert f"the library spent {spent(one, 'library'):.0f}, over it" in text
+    assert spent(one, "library") > budget(one)
+    # "the asyncio worker spent 57, within it, and still reached only 0.48 of the limit"
+    assert spent(one, "async") < budget(one) and one["async_ratio_limit"] < TARGET
+    assert f"the asyncio worker spent {spent(one, 'async'):.0f}, within it" in text
+    assert f"reached only {one['async_ratio_limit']:.2f} of the limit" in text
+    assert (
+        f"At 4 x 4 both are over the budget ({budget(four):.0f} µs a job: the library "
+        f"{spent(four, 'library'):.0f}, the asyncio worker {spent(four, 'async'):.0f})" in text
+    )
+    assert min(spent(four, "library"), spent(four, "async")) > budget(four)
