@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from benchmarks.common import BENCH_QUEUE
+from benchmarks.common import BENCH_JOB_TYPE, BENCH_QUEUE
 from benchmarks.peer_child import Signals, sample_latency
 from proletarian_ref import aio
 from proletarian_ref.backend import is_async_backend
@@ -105,6 +105,34 @@ def consume(
             await _close_lent(source)
 
     asyncio.run(main())
+
+
+def enqueue_rate(
+    dsn: str, driver: str, job_table: str, archived_job_table: str, jobs: int
+) -> tuple[int, float]:
+    """`jobs` jobs enqueued with proletarian_ref.aio.enqueue, one a transaction on one connection of the
+    driver's, as an asyncio application enqueues in its own transaction; the jobs and the seconds taken."""
+    connect = DRIVERS[driver][1]
+
+    async def main() -> tuple[int, float]:
+        conn = await connect(dsn)
+        try:
+            start = time.perf_counter()
+            for i in range(jobs):
+                async with conn.transaction():
+                    await aio.enqueue(
+                        conn,
+                        BENCH_JOB_TYPE,
+                        {"i": i},
+                        queue=BENCH_QUEUE,
+                        job_table=job_table,
+                        archived_job_table=archived_job_table,
+                    )
+            return jobs, time.perf_counter() - start
+        finally:
+            await conn.close()
+
+    return asyncio.run(main())
 
 
 def latency(

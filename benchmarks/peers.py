@@ -209,6 +209,17 @@ class AsyncOurs(Ours):
         else:
             self.name = f"{OURS} async ({driver})"
 
+    def fill(self, jobs: int, timed: int) -> float:
+        # The timed enqueues through proletarian_ref.aio on the system's own driver: enqueue from an asyncio
+        # application, one job a transaction, beside the threaded system's proletarian_ref.enqueue.
+        truncate(self.harness)
+        h = self.harness
+        count, elapsed = peer_aio.enqueue_rate(
+            self.dsn, self.driver, h.job_table, h.archived_job_table, timed
+        )
+        bulk_load(self.harness, timed, jobs, "due")
+        return count / elapsed if elapsed > 0 else 0.0
+
     def consumer(self, connections: int) -> Callable[[Signals], None]:
         h = self.harness
         return partial(

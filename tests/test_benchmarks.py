@@ -736,6 +736,21 @@ def test_the_peers_asyncio_worker_runs_on_each_driver(driver: str, pg_db: SqlHar
     assert pg_db.jobs() == [] and len(pg_db.archived_jobs()) == 3
 
 
+@pytest.mark.postgresql
+@pytest.mark.parametrize("driver", sorted(peer_aio.DRIVERS))
+def test_the_peers_asyncio_enqueue_rate_writes_the_rows_the_threaded_enqueue_writes(
+    driver: str, pg_db: SqlHarness, pg_dsn: str
+) -> None:
+    # The async systems' enqueue column is proletarian_ref.aio.enqueue's, one job a transaction: every job
+    # is there, committed, as proletarian_ref.enqueue writes it.
+    count, seconds = peer_aio.enqueue_rate(pg_dsn, driver, pg_db.job_table, pg_db.archived_job_table, 5)
+    assert count == 5 and seconds > 0
+    jobs = pg_db.jobs()
+    assert len(jobs) == 5
+    assert {(job.queue, job.job_type, job.attempts) for job in jobs} == {(":bench/q", ":bench/job", 0)}
+    assert sorted(job.payload for job in jobs) == sorted(f'["^ ","~:i",{i}]' for i in range(5))
+
+
 def test_the_throughput_chart_is_drawn_when_one_backend_errored(tmp_path: Path) -> None:
     # A backend that raised has an entry with its factory and error and no rows (runner.py): the chart
     # draws the others and leaves it to the tables to say what went wrong.
