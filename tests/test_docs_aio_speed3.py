@@ -51,6 +51,12 @@ def _rate(name: str) -> float:
     return float(system["jobs_per_s"])
 
 
+def _enqueue(name: str) -> float:
+    (entry,) = PEERS["benchmarks"]["peers"]
+    (system,) = [s for s in entry["systems"] if s["name"] == name]
+    return float(system["enqueue_jobs_per_s"])
+
+
 def _x(value: float) -> str:
     return f"{value:.2f}x"
 
@@ -74,6 +80,8 @@ def figures() -> dict[str, str]:
         "TCASC": _x(_median(SPEED, "asyncio asyncpg compact", "threaded compact")),
         "PEERBAPG": _x(_rate(f"{THREADED} async batch 10 (asyncpg)") / _rate("pgqueuer")),
         "PEERBPSY": _x(_rate(f"{THREADED} async batch 10 (psycopg)") / _rate("pgqueuer")),
+        "ENQAPG": _x(_enqueue(f"{THREADED} async (asyncpg)") / _enqueue(THREADED)),
+        "ENQPSY": _x(_enqueue(f"{THREADED} async (psycopg)") / _enqueue(THREADED)),
         "ASYCPU": _x(variants["asyncio"]["cpu_us_per_job"] / base_cpu),
         "ASY": _x(_median(SPEED, "asyncio")),
         "APGCPU": _x(variants["asyncio asyncpg"]["cpu_us_per_job"] / base_cpu),
