@@ -9,9 +9,10 @@ each from the run's files, so a new run with stale prose fails here.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Final
+
+from docs_support import prose, run_named, section, table_lines
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RUN: Final = ROOT / "benchmarks" / "results" / "aio-speed-2026-12-04"
@@ -22,13 +23,13 @@ BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
 
 
 def _section() -> str:
-    text = BENCHMARKS_MD.read_text(encoding="utf-8")
-    start = text.index("### Why the asyncio default mode is slower: `aio-speed-2026-12-04`")
-    return text[start : text.index("\n### ", start + 1)]
+    return section(
+        BENCHMARKS_MD, "### Why the asyncio default mode is slower: `aio-speed-2026-12-04`", "\n### "
+    )
 
 
 def _prose() -> str:
-    return re.sub(r"\s+", " ", _section())
+    return prose(_section())
 
 
 def _rate(name: str) -> float:
@@ -45,7 +46,7 @@ def _variant(name: str) -> dict[str, Any]:
 
 def test_the_peers_table_pasted_is_the_named_runs() -> None:
     printed = (RUN / "results.md").read_text(encoding="utf-8")
-    lines = [line for line in printed[printed.index("### Beside") :].splitlines() if line.startswith("| ")]
+    lines = table_lines(printed, "### Beside")
     assert any("proletarian-ref async (psycopg)" in line for line in lines)
     section = _section()
     for line in lines:
@@ -56,9 +57,8 @@ def test_the_run_is_named_with_its_revision_and_its_load() -> None:
     text = _prose()
     meta: dict[str, Any] = RESULTS["meta"]
     (entry,) = RESULTS["benchmarks"]["peers"]
-    assert f"git {meta['git']['commit'][:10]}" in text
-    assert f"load average {meta['machine']['load_average'][0]} at the start" in text
-    assert f"{meta['machine_at_end']['load_average'][0]} at the end" in text
+    for phrase in run_named(meta):
+        assert phrase in text, phrase
     assert (entry["processes"], entry["connections_per_process"]) == (1, 8)
     assert f"{entry['jobs']:,} jobs a drain, 1 process x 8 connections" in text
     assert f"load average {SPEED['load_average'][0]:.2f} at its end" in text

@@ -8,10 +8,11 @@ these tests recompute each row and each claim, so a new run with stale prose fai
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Any, Final
+
+from docs_support import prose, section
 
 from benchmarks.aio_speed import paired, table
 
@@ -23,13 +24,11 @@ TARGET: Final = 1.3
 
 
 def _section() -> str:
-    text = BENCHMARKS_MD.read_text(encoding="utf-8")
-    start = text.index("### asyncpg beside psycopg: `aio-speed2-2026-12-04`")
-    return text[start : text.index("\n### ", start + 1)]
+    return section(BENCHMARKS_MD, "### asyncpg beside psycopg: `aio-speed2-2026-12-04`", "\n### ")
 
 
 def _prose() -> str:
-    return re.sub(r"\s+", " ", _section())
+    return prose(_section())
 
 
 def _variants() -> dict[str, Any]:

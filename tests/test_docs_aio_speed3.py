@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from docs_support import prose, run_named, section, table_lines
 
 from benchmarks.aio_speed import paired, table
 
@@ -31,13 +32,11 @@ THREADED: Final = "proletarian-ref"
 
 
 def _section() -> str:
-    text = BENCHMARKS_MD.read_text(encoding="utf-8")
-    start = text.index("### The targets on a machine of its own")
-    return text[start : text.index("\n### ", start + 1)]
+    return section(BENCHMARKS_MD, "### The targets on a machine of its own", "\n### ")
 
 
 def _prose() -> str:
-    return re.sub(r"\s+", " ", _section())
+    return prose(_section())
 
 
 def _median(result: dict[str, Any], name: str, base: str = "threaded") -> float:
@@ -100,7 +99,7 @@ def test_the_tables_pasted_are_the_runs() -> None:
         for line in table(result).splitlines():
             assert line in section, line
     printed = (PEERS_RUN / "results.md").read_text(encoding="utf-8")
-    lines = [line for line in printed[printed.index("### Beside") :].splitlines() if line.startswith("| ")]
+    lines = table_lines(printed, "### Beside")
     assert any("async (asyncpg compact)" in line for line in lines)
     for line in lines:
         assert line in section, line
@@ -109,9 +108,8 @@ def test_the_tables_pasted_are_the_runs() -> None:
 def test_the_runs_are_named_with_their_revision_shape_and_load() -> None:
     text = _prose()
     meta = PEERS["meta"]
-    assert f"git {meta['git']['commit'][:10]}" in text
-    assert f"load average {meta['machine']['load_average'][0]} at the start" in text
-    assert f"{meta['machine_at_end']['load_average'][0]} at the end" in text
+    for phrase in run_named(meta):
+        assert phrase in text, phrase
     assert (SPEED["jobs"], SPEED["rounds"], SPEED["connections"]) == (3000, 8, 8)
     assert (PINNED["jobs"], PINNED["rounds"], PINNED["connections"]) == (3000, 8, 8)
     assert SPEED["pinned"] is None and PINNED["pinned"]["failures"] == []

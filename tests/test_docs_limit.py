@@ -8,12 +8,12 @@ tests recompute each span from that run's results.json, so a new run with stale 
 from __future__ import annotations
 
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from docs_support import prose, run_named, section, span, table_lines, throughput_rows
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RUN: Final = ROOT / "benchmarks" / "results" / "limit-2026-12-04"
@@ -22,30 +22,24 @@ BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
 
 
 def _section() -> str:
-    text = BENCHMARKS_MD.read_text(encoding="utf-8")
-    start = text.index("## Against the server's limit")
-    return text[start : text.index("\n## ", start + 1)]
+    return section(BENCHMARKS_MD, "## Against the server's limit", "\n## ")
 
 
 def _prose() -> str:
-    return re.sub(r"\s+", " ", _section())
+    return prose(_section())
 
 
 def _rows(backend: str, key: str, *, batch: bool) -> list[dict[str, Any]]:
-    (entry,) = [e for e in RESULTS["benchmarks"]["throughput"] if e["backend"] == backend]
-    return [r for r in entry["rows"] if key in r and (r.get("batch_size", 1) > 1) == batch]
+    return [r for r in throughput_rows(RESULTS, backend, batch=batch) if key in r]
 
 
 def _span(backend: str, key: str, *, batch: bool = False) -> str:
-    values = [r[key] for r in _rows(backend, key, batch=batch)]
-    assert values, f"the run has no {key} on {backend}"
-    return f"{min(values):.2f} to {max(values):.2f}"
+    return span(r[key] for r in _rows(backend, key, batch=batch))
 
 
 def test_the_tables_pasted_are_the_named_runs() -> None:
     printed = (RUN / "results.md").read_text(encoding="utf-8")
-    limit = printed[printed.index("#### Against the server's limit") :]
-    lines = [line for line in limit.splitlines() if line.startswith("| ")]
+    lines = table_lines(printed, "#### Against the server's limit")
     assert any("library of limit" in line for line in lines)
     section = _section()
     for line in lines:
@@ -55,9 +49,8 @@ def test_the_tables_pasted_are_the_named_runs() -> None:
 def test_the_run_is_named_with_its_revision_and_its_load() -> None:
     text = _prose()
     meta = RESULTS["meta"]
-    assert f"git {meta['git']['commit'][:10]}" in text
-    assert f"load average {meta['machine']['load_average'][0]} at the start" in text
-    assert f"{meta['machine_at_end']['load_average'][0]} at the end" in text
+    for phrase in run_named(meta):
+        assert phrase in text, phrase
     assert "shared with 7 other engineers' test runs" in text
 
 
@@ -132,8 +125,7 @@ def _probe_rows(factory: str | None = None, per_commit: int | None = None) -> li
 
 def test_the_second_runs_tables_pasted_are_its_own() -> None:
     printed = (RUN2 / "results.md").read_text(encoding="utf-8")
-    limit = printed[printed.index("#### Against the server's limit") :]
-    lines = [line for line in limit.splitlines() if line.startswith("| ")]
+    lines = table_lines(printed, "#### Against the server's limit")
     assert any("library of limit" in line for line in lines)
     section = _section()
     for line in lines:
@@ -152,9 +144,9 @@ def test_the_probe_tables_pasted_are_what_the_probe_prints(name: str) -> None:
 def test_the_second_run_is_named_with_its_revision_and_its_load() -> None:
     text = _prose()
     meta = RESULTS2["meta"]
-    assert f"git {meta['git']['commit'][:10]}" in text and not meta["git"]["dirty"]
-    assert f"load average {meta['machine']['load_average'][0]} at the start" in text
-    assert f"{meta['machine_at_end']['load_average'][0]} at its end" in text
+    assert not meta["git"]["dirty"]
+    for phrase in run_named(meta, end="at its end"):
+        assert phrase in text, phrase
 
 
 def test_no_claim_found_an_empty_queue_and_backends_almost_never_waited_on_a_lock() -> None:

@@ -8,11 +8,11 @@ tests recompute each from the run's results.json, so a new run with stale prose 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from docs_support import prose, run_named, section, span, table_lines, throughput_rows
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RUN: Final = ROOT / "benchmarks" / "results" / "limit3-2026-12-04"
@@ -23,13 +23,11 @@ CORES: Final = 2
 
 
 def _section() -> str:
-    text = BENCHMARKS_MD.read_text(encoding="utf-8")
-    start = text.index("### The reference run against the limit: `limit3-2026-12-04`")
-    return text[start : text.index("\n## ", start + 1)]
+    return section(BENCHMARKS_MD, "### The reference run against the limit: `limit3-2026-12-04`", "\n## ")
 
 
 def _prose() -> str:
-    return re.sub(r"\s+", " ", _section())
+    return prose(_section())
 
 
 def _bullet(start: str) -> str:
@@ -39,8 +37,7 @@ def _bullet(start: str) -> str:
 
 
 def _rows(backend: str, *, batch: bool) -> list[dict[str, Any]]:
-    (entry,) = [e for e in RESULTS["benchmarks"]["throughput"] if e["backend"] == backend]
-    return [r for r in entry["rows"] if (r.get("batch_size", 1) > 1) == batch]
+    return throughput_rows(RESULTS, backend, batch=batch)
 
 
 def _values(backend: str, key: str, *, batch: bool) -> list[float]:
@@ -50,14 +47,12 @@ def _values(backend: str, key: str, *, batch: bool) -> list[float]:
 
 
 def _span(backend: str, key: str, *, batch: bool = False) -> str:
-    values = _values(backend, key, batch=batch)
-    return f"{min(values):.2f} to {max(values):.2f}"
+    return span(_values(backend, key, batch=batch))
 
 
 def test_the_tables_pasted_are_the_runs() -> None:
     printed = (RUN / "results.md").read_text(encoding="utf-8")
-    limit = printed[printed.index("#### Against the server's limit") :]
-    lines = [line for line in limit.splitlines() if line.startswith("| ")]
+    lines = table_lines(printed, "#### Against the server's limit")
     assert any("async of limit" in line for line in lines)
     section = _section()
     for line in lines:
@@ -67,10 +62,10 @@ def test_the_tables_pasted_are_the_runs() -> None:
 def test_the_run_is_named_with_its_revision_its_machine_and_its_load() -> None:
     text = _prose()
     meta = RESULTS["meta"]
-    assert f"git {meta['git']['commit'][:10]}" in text and not meta["git"]["dirty"]
+    assert not meta["git"]["dirty"]
     assert f"{meta['machine']['logical_cores']}-core {meta['machine']['cpu_model']}" in text
-    assert f"load average {meta['machine']['load_average'][0]} at the start" in text
-    assert f"{meta['machine_at_end']['load_average'][0]} at the end" in text
+    for phrase in run_named(meta):
+        assert phrase in text, phrase
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,48 @@
+"""What the tests of the docs' named-run sections share: a section's text, its prose, a run's rows, a span."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+
+def section(path: Path, heading: str, end: str) -> str:
+    """The text of `path` from `heading` up to the next `end` (the opening of a heading, as "\\n## ")."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index(heading)
+    return text[start : text.index(end, start + 1)]
+
+
+def prose(text: str) -> str:
+    """`text` with every run of white space as one space: a quoted sentence matches across line breaks."""
+    return re.sub(r"\s+", " ", text)
+
+
+def throughput_rows(results: dict[str, Any], backend: str, *, batch: bool) -> list[dict[str, Any]]:
+    """A `python -m benchmarks run` result's throughput rows of `backend`, batch mode's or the others."""
+    (entry,) = [e for e in results["benchmarks"]["throughput"] if e["backend"] == backend]
+    rows: list[dict[str, Any]] = entry["rows"]
+    return [r for r in rows if (r.get("batch_size", 1) > 1) == batch]
+
+
+def span(values: Iterable[float]) -> str:
+    """The lowest and the highest of `values`, as the docs quote a range: "0.25 to 0.33"."""
+    found = list(values)
+    assert found, "no figure to quote"
+    return f"{min(found):.2f} to {max(found):.2f}"
+
+
+def table_lines(printed: str, marker: str) -> list[str]:
+    """The table lines of a run's printed report from `marker` on: what the docs paste."""
+    return [line for line in printed[printed.index(marker) :].splitlines() if line.startswith("| ")]
+
+
+def run_named(meta: dict[str, Any], *, end: str = "at the end") -> list[str]:
+    """The phrases that name a `python -m benchmarks run` result in prose: its commit and its load."""
+    return [
+        f"git {meta['git']['commit'][:10]}",
+        f"load average {meta['machine']['load_average'][0]} at the start",
+        f"{meta['machine_at_end']['load_average'][0]} {end}",
+    ]
