@@ -46,3 +46,14 @@ def run_named(meta: dict[str, Any], *, end: str = "at the end") -> list[str]:
         f"load average {meta['machine']['load_average'][0]} at the start",
         f"{meta['machine_at_end']['load_average'][0]} {end}",
     ]
+
+
+def assert_pasted(results_md: Path, marker: str, section_text: str, *, must: str) -> None:
+    """Every table line of the run's printed report from `marker` on stands in the docs' section, and the
+    report has a line with `must` (so an empty or moved table cannot pass)."""
+    lines = table_lines(results_md.read_text(encoding="utf-8"), marker)
+    assert any(must in line for line in lines), (
+        f"{results_md} has no table line with {must!r} after {marker!r}"
+    )
+    missing = [line for line in lines if line not in section_text]
+    assert not missing, f"not pasted from {results_md}: {missing}"

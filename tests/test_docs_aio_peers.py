@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-from docs_support import prose, run_named, section, table_lines
+from docs_support import assert_pasted, prose, run_named, section
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RUN: Final = ROOT / "benchmarks" / "results" / "aio-peers-2026-12-04"
@@ -40,12 +40,7 @@ def _rate(name: str) -> float:
 
 
 def test_the_table_pasted_is_the_named_runs() -> None:
-    printed = (RUN / "results.md").read_text(encoding="utf-8")
-    lines = table_lines(printed, "### Beside")
-    assert any(ASYNC_BATCH in line for line in lines)
-    section = _section()
-    for line in lines:
-        assert line in section
+    assert_pasted(RUN / "results.md", "### Beside", _section(), must=ASYNC_BATCH)
 
 
 def test_the_run_is_named_with_its_revision_its_shape_and_its_load() -> None:

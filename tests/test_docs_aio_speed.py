@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
-from docs_support import prose, run_named, section, table_lines
+from docs_support import assert_pasted, prose, run_named, section
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RUN: Final = ROOT / "benchmarks" / "results" / "aio-speed-2026-12-04"
@@ -45,12 +45,7 @@ def _variant(name: str) -> dict[str, Any]:
 
 
 def test_the_peers_table_pasted_is_the_named_runs() -> None:
-    printed = (RUN / "results.md").read_text(encoding="utf-8")
-    lines = table_lines(printed, "### Beside")
-    assert any("proletarian-ref async (psycopg)" in line for line in lines)
-    section = _section()
-    for line in lines:
-        assert line in section
+    assert_pasted(RUN / "results.md", "### Beside", _section(), must="proletarian-ref async (psycopg)")
 
 
 def test_the_run_is_named_with_its_revision_and_its_load() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from docs_support import prose, run_named, section, table_lines
+from docs_support import assert_pasted, prose, run_named, section
 
 from benchmarks.aio_speed import paired, table
 
@@ -98,11 +98,7 @@ def test_the_tables_pasted_are_the_runs() -> None:
     for result in (SPEED, PINNED):
         for line in table(result).splitlines():
             assert line in section, line
-    printed = (PEERS_RUN / "results.md").read_text(encoding="utf-8")
-    lines = table_lines(printed, "### Beside")
-    assert any("async (asyncpg compact)" in line for line in lines)
-    for line in lines:
-        assert line in section, line
+    assert_pasted(PEERS_RUN / "results.md", "### Beside", section, must="async (asyncpg compact)")
 
 
 def test_the_runs_are_named_with_their_revision_shape_and_load() -> None:

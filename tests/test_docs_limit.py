@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from docs_support import prose, run_named, section, span, table_lines, throughput_rows
+from docs_support import assert_pasted, prose, run_named, section, span, throughput_rows
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RUN: Final = ROOT / "benchmarks" / "results" / "limit-2026-12-04"
@@ -38,12 +38,7 @@ def _span(backend: str, key: str, *, batch: bool = False) -> str:
 
 
 def test_the_tables_pasted_are_the_named_runs() -> None:
-    printed = (RUN / "results.md").read_text(encoding="utf-8")
-    lines = table_lines(printed, "#### Against the server's limit")
-    assert any("library of limit" in line for line in lines)
-    section = _section()
-    for line in lines:
-        assert line in section
+    assert_pasted(RUN / "results.md", "#### Against the server's limit", _section(), must="library of limit")
 
 
 def test_the_run_is_named_with_its_revision_and_its_load() -> None:
@@ -124,12 +119,7 @@ def _probe_rows(factory: str | None = None, per_commit: int | None = None) -> li
 
 
 def test_the_second_runs_tables_pasted_are_its_own() -> None:
-    printed = (RUN2 / "results.md").read_text(encoding="utf-8")
-    lines = table_lines(printed, "#### Against the server's limit")
-    assert any("library of limit" in line for line in lines)
-    section = _section()
-    for line in lines:
-        assert line in section
+    assert_pasted(RUN2 / "results.md", "#### Against the server's limit", _section(), must="library of limit")
 
 
 @pytest.mark.parametrize("name", ["probe", "probe-claimers"])

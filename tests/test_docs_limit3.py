@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from docs_support import prose, run_named, section, span, table_lines, throughput_rows
+from docs_support import assert_pasted, prose, run_named, section, span, throughput_rows
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RUN: Final = ROOT / "benchmarks" / "results" / "limit3-2026-12-04"
@@ -51,12 +51,7 @@ def _span(backend: str, key: str, *, batch: bool = False) -> str:
 
 
 def test_the_tables_pasted_are_the_runs() -> None:
-    printed = (RUN / "results.md").read_text(encoding="utf-8")
-    lines = table_lines(printed, "#### Against the server's limit")
-    assert any("async of limit" in line for line in lines)
-    section = _section()
-    for line in lines:
-        assert line in section, line
+    assert_pasted(RUN / "results.md", "#### Against the server's limit", _section(), must="async of limit")
 
 
 def test_the_run_is_named_with_its_revision_its_machine_and_its_load() -> None:
