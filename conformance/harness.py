@@ -295,6 +295,17 @@ def _archived_record(row: tuple[Any, ...]) -> ArchivedJobRecord:
     )
 
 
+def one_value(conn: Any, statement: str) -> Any:
+    """The first column of the first row `statement` returns, on any DB-API connection, its cursor closed."""
+    cursor = conn.cursor()
+    try:
+        cursor.execute(statement)
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    return row[0]
+
+
 class SqlHarness(Harness):
     """A harness over any DB-API driver; `backend_class(connect)` is the backend under test."""
 
@@ -395,18 +406,9 @@ class SqlHarness(Harness):
     def supports(self, feature: str) -> bool:
         return self.dialect in ("postgresql", "mysql")
 
-    def _one_value(self, conn: Any, statement: str) -> Any:
-        cursor = conn.cursor()
-        try:
-            cursor.execute(statement)
-            row = cursor.fetchone()
-        finally:
-            cursor.close()
-        return row[0]
-
     def session_of(self, conn: Any) -> Any:
         query = "SELECT pg_backend_pid()" if self.dialect == "postgresql" else "SELECT CONNECTION_ID()"
-        return int(self._one_value(conn, query))
+        return int(one_value(conn, query))
 
     def kill_session(self, session: Any) -> None:
         if self.dialect == "postgresql":

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from conformance.base import SuiteBase
 from conformance.clocks import EPOCH, ManualClock, frozen
-from conformance.harness import Harness
+from conformance.harness import Harness, one_value
 from proletarian_ref import current_job
 from proletarian_ref.backend import STATUS_SUCCESS
 from proletarian_ref.job import Job, enqueue
@@ -25,13 +25,7 @@ SETTING: Final = "SELECT current_setting('synchronous_commit')"
 
 def _setting(conn: Any) -> str:
     """The session's synchronous_commit on a DB-API connection (the guard's, the worker's, a caller's)."""
-    cursor = conn.cursor()
-    try:
-        cursor.execute(SETTING)
-        row = cursor.fetchone()
-    finally:
-        cursor.close()
-    return str(row[0])
+    return str(one_value(conn, SETTING))
 
 
 def _worker_connection(guarded: Any) -> Any:
