@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 import pytest
 from fix_db import _load
@@ -41,20 +41,32 @@ class TestPostgreSQLPipelineSynchronousCommitOff(SynchronousCommitTests):
         return pg_db.with_backend(backend_class, "postgresql-pipeline-sync-commit-off")
 
 
+def _bridged(pg_dsn: str, factory: str, backend: Callable[..., Any], name: str) -> SqlHarness:
+    """The asyncio bridge `factory`'s harness, its backend `backend` with synchronous_commit_off=True."""
+    backend_class = functools.partial(backend, synchronous_commit_off=True)
+    return _load(factory, pg_dsn).with_backend(blocking_backend_class(backend_class), name)
+
+
 @pytest.fixture
 def pg_async_sync_commit_db(pg_harness: SqlHarness, pg_dsn: str) -> Iterator[SqlHarness]:
-    base = _load("conformance.aio_bridge:postgresql_async", pg_dsn)
-    backend_class = functools.partial(AsyncPostgresBackend, synchronous_commit_off=True)
-    harness = base.with_backend(blocking_backend_class(backend_class), "postgresql-async-sync-commit-off")
+    harness = _bridged(
+        pg_dsn,
+        "conformance.aio_bridge:postgresql_async",
+        AsyncPostgresBackend,
+        "postgresql-async-sync-commit-off",
+    )
     yield harness
     harness.close()
 
 
 @pytest.fixture
 def pg_asyncpg_sync_commit_db(pg_harness: SqlHarness, pg_dsn: str) -> Iterator[SqlHarness]:
-    base = _load("conformance.aio_bridge:postgresql_asyncpg", pg_dsn)
-    backend_class = functools.partial(AsyncpgBackend, synchronous_commit_off=True)
-    harness = base.with_backend(blocking_backend_class(backend_class), "postgresql-asyncpg-sync-commit-off")
+    harness = _bridged(
+        pg_dsn,
+        "conformance.aio_bridge:postgresql_asyncpg",
+        AsyncpgBackend,
+        "postgresql-asyncpg-sync-commit-off",
+    )
     yield harness
     harness.close()
 
