@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import (
+    Result,
     Target,
     interrupt_twice,
     isolate,
@@ -266,10 +267,9 @@ def test_two_processes_on_asyncpg_run_every_job_once_and_sigterm_stops_them(
 # -- --async-driver's errors: each before anything runs -------------------------------------------------
 
 
-def test_asyncpg_with_a_mysql_dsn_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    # Port 1: refused before any connection is tried.
-    dsn = "mysql://root@127.0.0.1:1/test"
-    result = run(
+def _asyncpg_worker(capsys: pytest.CaptureFixture[str], dsn: str) -> Result:
+    """`worker --async-driver asyncpg` with a coroutine handler on `dsn`."""
+    return run(
         capsys,
         "worker",
         "--handler",
@@ -279,6 +279,11 @@ def test_asyncpg_with_a_mysql_dsn_is_a_usage_error(capsys: pytest.CaptureFixture
         "--dsn",
         dsn,
     )
+
+
+def test_asyncpg_with_a_mysql_dsn_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # Port 1: refused before any connection is tried.
+    result = _asyncpg_worker(capsys, "mysql://root@127.0.0.1:1/test")
     assert result.code == ExitCode.USAGE_ERROR, result.err
     assert "--async-driver asyncpg is a PostgreSQL driver, and the DSN (from --dsn) is MySQL's" in result.err
 
@@ -307,17 +312,7 @@ def test_asyncpg_not_installed_names_the_extra(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "asyncpg", None)  # import asyncpg raises ImportError
-    dsn = "postgresql://postgres@127.0.0.1:1/test"
-    result = run(
-        capsys,
-        "worker",
-        "--handler",
-        "cli_handlers:records_runs_async",
-        "--async-driver",
-        "asyncpg",
-        "--dsn",
-        dsn,
-    )
+    result = _asyncpg_worker(capsys, "postgresql://postgres@127.0.0.1:1/test")
     assert result.code == ExitCode.RUNTIME_ERROR, result.err
     assert "pip install 'proletarian-ref[asyncpg]'" in result.err
 
