@@ -117,10 +117,10 @@ def fenced_python(document: Path, heading: str) -> str:
     return match.group(1)
 
 
-def write_recipe(project: Path, package: str) -> Path:
-    """The recipe, `package` as my_package and the docs' pg8000 backend laid out in `project`; the test
-    file's folder."""
-    code = fenced_python(DOCS / "conformance.md", "## Recipe")
+def write_recipe(project: Path, package: str, heading: str = "## Recipe") -> Path:
+    """The recipe under `heading` of docs/conformance.md, `package` as my_package and the docs' pg8000
+    backend laid out in `project`; the test file's folder."""
+    code = fenced_python(DOCS / "conformance.md", heading)
     first_line = code.splitlines()[0]
     if not first_line.startswith("# tests/"):
         raise ValueError("the recipe must name the file it goes in on its first line")
@@ -162,14 +162,19 @@ class RecipeRun:
 
 
 def run_recipe(
-    project: Path, package: str, *options: str, table_tag: str, timeout: float = 1200
+    project: Path,
+    package: str,
+    *options: str,
+    table_tag: str,
+    timeout: float = 1200,
+    heading: str = "## Recipe",
 ) -> RecipeRun:
     """pytest on the recipe with `package` as my_package, with this interpreter, in a subprocess.
 
     Without xdist the recipe names its tables after PYTEST_XDIST_WORKER, set here to `table_tag` (and the
     test table prefix), so that runs on one server stay apart.
     """
-    tests = write_recipe(project, package)
+    tests = write_recipe(project, package, heading)
     path = [str(project / "src"), str(THIRD_PARTY), str(ROOT)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")])}
     env["PYTEST_XDIST_WORKER"] = os.environ.get("PROLETARIAN_TEST_TABLE_PREFIX", "") + table_tag

@@ -13,7 +13,7 @@ from typing import Final
 
 import pytest
 
-from benchmarks.conformance_speed import MY_PACKAGES, ROOT, RecipeRun, run_recipe
+from benchmarks.conformance_speed import MY_PACKAGES, PG_DSN, ROOT, RecipeRun, run_recipe
 
 # psycopg2 runs one clause of each family the recipe has to carry (its whole suite runs in-process in
 # test_psycopg2_backend.py); the others run every clause, under xdist as the docs say they may.
@@ -51,6 +51,33 @@ def test_the_docs_recipe_runs_on_the_psycopg2_backend(tmp_path: Path) -> None:
         tmp_path, MY_PACKAGES["psycopg2"], "-p", "no:xdist", "-k", SELECTED, table_tag="psycopg2"
     )
     assert passed(run, "psycopg2") >= 8, run.output[-3000:]
+
+
+_ASYNC_PACKAGE: Final = '''"""psycopg's asyncio backend as a third party's AsyncBackend."""
+import os
+
+import psycopg
+
+from proletarian_ref.backends.postgres_async import AsyncPostgresBackend as MyAsyncBackend
+
+
+async def aconnect():
+    return await psycopg.AsyncConnection.connect(os.environ.get("PROLETARIAN_TEST_PG_DSN", "{dsn}"))
+'''
+
+
+def test_the_docs_asyncio_recipe_runs_on_an_async_backend(tmp_path: Path) -> None:
+    run = run_recipe(
+        tmp_path,
+        _ASYNC_PACKAGE.format(dsn=PG_DSN),
+        "-p",
+        "no:xdist",
+        "-k",
+        SELECTED,
+        table_tag="aio",
+        heading="## An asyncio backend",
+    )
+    assert passed(run, "psycopg (asyncio)") >= 8, run.output[-3000:]
 
 
 def test_the_docs_quote_the_named_speed_run() -> None:
