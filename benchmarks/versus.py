@@ -122,7 +122,12 @@ def export_rev(rev: str, into: Path) -> Side:
         capture_output=True,
     ).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
+        # The "data" filter (no links out, no special files) exists from Python 3.11.4 on; before it, the
+        # archive is git's own of two tracked folders, extracted as it is.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)
     return Side(commit, into)
 
 
