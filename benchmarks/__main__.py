@@ -69,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
         help="throughput: drain only these (processes, threads, jobs a commit) rows, each with its server "
         "limit drain (e.g. 1x4,4x4,1x4x10; N > 1 is batch mode at the mode's batch size)",
     )
+    run.add_argument(
+        "--server-cores",
+        action="store_true",
+        help="throughput: the database on cores of its own, as on a host of its own: the clients (drains, "
+        "pgbench, mariadb-slap) on the first half of the CPUs, the server side of their connections on "
+        "the rest (benchmarks/server_cores.py)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (for CI logs)")
     report = commands.add_parser("report", help="re-render results.md and the charts from a results.json")
     report.add_argument("results", type=Path)
@@ -122,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         benchmarks=only or settings.benchmarks,
         profile=settings.profile and not args.no_profile,
         table_suffix=args.table_suffix,
+        server_cores=args.server_cores,
     )
     if args.rounds is not None:
         settings = settings.with_(throughput_rounds=max(1, args.rounds))

@@ -15,7 +15,8 @@ system, the server apart) and the waits on the server a job takes: psycopg's Con
 statement or COMMIT (the BEGIN psycopg sends first rides in the claim's wait, one round trip more). On a
 machine others load, jobs/s moves by tens of percent from one drain to the next; the CPU per job moves much
 less, and the waits not at all, so the table's ratios are paired: each round's drain over the threaded
-worker's of the same round. `--pin` puts the client on one CPU and its own server backends on the others.
+worker's of the same round. `--pin` puts the client on the first half of the CPUs and the server backends
+of its connections on the others (benchmarks/server_cores.py, as `python -m benchmarks run --server-cores`).
 `--profile` runs one asyncio drain under cProfile, on CPU time, and prints each source's share of it (the
 library, psycopg, the event loop). `--table` prints a saved run's table.
 """
@@ -49,8 +50,8 @@ from benchmarks.common import (
     require_sql,
     truncate,
 )
-from benchmarks.costs import _client_ports
 from benchmarks.raw import STATUS_SUCCESS, RawDrainer
+from benchmarks.server_cores import server_cores
 from conformance.harness import Harness
 from proletarian_ref import aio, create_queue_worker
 from proletarian_ref.backends.asyncpg_enqueue import numbered
@@ -306,61 +307,6 @@ def variants(dsn: str, harness: Harness, connections: int) -> dict[str, Callable
     return found
 
 
-@contextlib.contextmanager
-def _pinned(dsn: str) -> Iterator[dict[str, Any]]:
-    """The client on the first CPU, and the server backends of its connections on the others: a database
-    with cores of its own, as on a host of its own, so that the drain's bound is the client process.
-
-    From here on this thread and every thread it starts run on the client CPU; a thread of this process's
-    pins each new backend serving one of its connections (by client port, as costs.ServerCpu finds them)
-    every 50 ms until the block ends. Only the drain's own backends move; they end with their connections.
-    """
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit(f"--pin needs two CPUs or more; this process may run on {cpus}")
-    client, server = {cpus[0]}, set(cpus[1:])
-    found: dict[str, Any] = {"client_cpus": sorted(client), "server_cpus": sorted(server), "backends": 0}
-    failures: list[str] = []
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, client)
-    stop = threading.Event()
-
-    def pin_backends() -> None:
-        import psycopg
-
-        pinned: set[int] = set()
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            server_port = conn.info.port
-            while not stop.wait(0.05):
-                ports = sorted(_client_ports([os.getpid()], server_port))
-                rows = conn.execute(
-                    "SELECT pid FROM pg_stat_activity "
-                    "WHERE client_port = ANY(%s) AND pid <> pg_backend_pid()",
-                    (ports,),
-                ).fetchall()
-                for (pid,) in rows:
-                    if pid in pinned:
-                        continue
-                    try:
-                        os.sched_setaffinity(pid, server)
-                    except ProcessLookupError:
-                        continue  # its connection closed meanwhile
-                    except OSError as exc:
-                        failures.append(f"backend {pid}: {exc}")
-                    pinned.add(pid)
-        found["backends"] = len(pinned)
-
-    thread = threading.Thread(target=pin_backends, name="pin-backends", daemon=True)
-    thread.start()
-    try:
-        yield found
-    finally:
-        stop.set()
-        thread.join()
-        os.sched_setaffinity(0, before)
-        found["failures"] = failures
-
-
 def measure(
     dsn: str,
     jobs: int,
@@ -371,43 +317,43 @@ def measure(
     *,
     pin: bool = False,
 ) -> dict[str, Any]:
-    with _pinned(dsn) if pin else contextlib.nullcontext(None) as pinned:
-        result = _measure(dsn, jobs, rounds, connections, suffix, only)
+    """The variants' paired rounds; with `pin`, the database on cores of its own (server_cores.py)."""
+    harness = open_harness(BackendSpec("conformance.builtin:postgresql", {"dsn": dsn}), "aiospeed", suffix)
+    try:
+        with server_cores(harness) if pin else contextlib.nullcontext(None) as pinned:
+            result = _measure(dsn, harness, jobs, rounds, connections, only)
+    finally:
+        truncate(harness)
+        harness.close()
     return result | {"pinned": pinned}
 
 
 def _measure(
-    dsn: str, jobs: int, rounds: int, connections: int, suffix: str, only: list[str] | None
+    dsn: str, harness: Harness, jobs: int, rounds: int, connections: int, only: list[str] | None
 ) -> dict[str, Any]:
-    harness = open_harness(BackendSpec("conformance.builtin:postgresql", {"dsn": dsn}), "aiospeed", suffix)
     runs = variants(dsn, harness, connections)
     if only:
         unknown = [name for name in only if name not in runs]
         if unknown:
-            harness.close()
             raise SystemExit(f"--variants: no variant {unknown!r} here; there are {sorted(runs)!r}")
         runs = {name: runs[name] for name in only}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in runs}
-    try:
-        for round_ in range(rounds):
-            names = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
-            for name in names:
-                truncate(harness)
-                # More than the drain: the last polls find jobs too, so no drain ends on empty polls.
-                bulk_load(harness, 0, jobs + 20 * connections, "due")
-                analyze(harness)
-                with _waits() as counted:
-                    wall, cpu = runs[name](jobs)
-                rows[name].append(
-                    {
-                        "jobs_per_s": jobs / wall,
-                        "cpu_us_per_job": cpu / jobs * 1e6,
-                        "waits_per_job": counted[0] / jobs,
-                    }
-                )
-    finally:
-        truncate(harness)
-        harness.close()
+    for round_ in range(rounds):
+        names = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
+        for name in names:
+            truncate(harness)
+            # More than the drain: the last polls find jobs too, so no drain ends on empty polls.
+            bulk_load(harness, 0, jobs + 20 * connections, "due")
+            analyze(harness)
+            with _waits() as counted:
+                wall, cpu = runs[name](jobs)
+            rows[name].append(
+                {
+                    "jobs_per_s": jobs / wall,
+                    "cpu_us_per_job": cpu / jobs * 1e6,
+                    "waits_per_job": counted[0] / jobs,
+                }
+            )
     summary = {
         name: {
             key: round(statistics.median(row[key] for row in values), 2)
@@ -528,8 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pin",
         action="store_true",
-        help="the client on the first CPU and its server backends on the others (a database on cores of "
-        "its own); PostgreSQL on this machine, as root or with CAP_SYS_NICE",
+        help="the client on the first half of the CPUs and its server backends on the others (a database "
+        "on cores of its own, server_cores.py); PostgreSQL on this machine, as root or with CAP_SYS_NICE",
     )
     parser.add_argument(
         "--table",

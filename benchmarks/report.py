@@ -151,6 +151,29 @@ def _poll_section(results: dict[str, Any]) -> list[str]:
     return out + _notes(entries)
 
 
+def _server_cores_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """What a run with --server-cores says of where its clients and server ran (server_cores.py)."""
+    out: list[str] = []
+    for e in entries:
+        cores = e.get("server_cores")
+        if cores is None:
+            continue
+        out.append(
+            f"{e['backend']}: the database on cores of its own (`--server-cores`): the clients (drains, "
+            f"pgbench, mariadb-slap) on CPU {_cpus(cores['client_cpus'])}, the server side of their "
+            f"connections on CPU {_cpus(cores['server_cpus'])} ({cores['pinned']} backends or server threads "
+            f"moved, the pinning thread's own CPU {cores['pinner_cpu_s']:.2f} s"
+            + (f"; failures: {'; '.join(cores['failures'])}" if cores["failures"] else "")
+            + ")."
+        )
+        out.append("")
+    return out
+
+
+def _cpus(cpus: list[int]) -> str:
+    return ", ".join(str(c) for c in cpus)
+
+
 def _throughput_section(results: dict[str, Any]) -> list[str]:
     entries = _entries(results, "throughput")
     if not entries:
@@ -170,6 +193,7 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
         "rounds' compact / library."
     )
     out.append("")
+    out += _server_cores_lines(entries)
     rows: list[list[Any]] = []
     for e in entries:
         for r in e.get("rows", []):

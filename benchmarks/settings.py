@@ -99,6 +99,9 @@ class Settings:
     # aiomysql on the compact plan, processes x polling tasks); off in quick mode, so CI's run keeps its
     # length.
     throughput_async: bool = True
+    # Throughput with the database on cores of its own (benchmarks/server_cores.py): the drains, pgbench
+    # and mariadb-slap on the first half of the CPUs, the server side of their connections on the rest.
+    server_cores: bool = False
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0

@@ -23,6 +23,7 @@ from benchmarks.costs import RoundTrips, ServerCpu, client_cpu_s, server_cpu_rea
 from benchmarks.profiling import profile_paths
 from benchmarks.progress import Progress
 from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason
+from benchmarks.server_cores import server_cores
 from benchmarks.server_limit import limit_rate, limit_skip_reason
 from benchmarks.settings import Settings
 from benchmarks.workers import DrainRun, Mode, measure_rate, processes_skip_reason, raw_skip_reason
@@ -251,9 +252,30 @@ def drain_plans(
     return plans
 
 
+def _result(
+    harness: Harness,
+    spec: BackendSpec,
+    rows: list[dict[str, Any]],
+    skipped: dict[str, str | None],
+    cores: dict[str, Any] | None,
+) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "backend": harness.name,
+        "factory": spec.factory,
+        "target_ratio": TARGET_RATIO,
+        "rows": rows,
+    }
+    if cores is not None:
+        result["server_cores"] = cores
+    result.update((key, reason) for key, reason in skipped.items() if reason)
+    return result
+
+
 def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
     harness = open_harness(spec, "tput", settings.table_suffix)
     with closing_harness(harness), contextlib.ExitStack() as stack:
+        # Filled in as the block ends (how many backends or threads moved), before the result is read.
+        cores = stack.enter_context(server_cores(harness)) if settings.server_cores else None
         # (processes, threads, batch_size): Proletarian's one job a transaction, then batch mode's rows,
         # whose ratio compares batch mode with the raw loop's one job a transaction at that concurrency.
         configs = [(1, t, 1) for t in settings.thread_counts] + [
@@ -331,12 +353,6 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             summarize(row, row_modes)
             rows.append(row)
         progress.done(task)
-        result: dict[str, Any] = {
-            "backend": harness.name,
-            "factory": spec.factory,
-            "target_ratio": TARGET_RATIO,
-            "rows": rows,
-        }
         skipped = {
             "raw_skipped": raw_reason,
             "pgbench_skipped": pgbench_reason,
@@ -344,7 +360,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             "server_cpu_skipped": server_cpu_reason(harness),
             "async_skipped": async_reason,
         }
-        result.update((key, reason) for key, reason in skipped.items() if reason)
+        result = _result(harness, spec, rows, skipped, cores)
         if settings.profile and not raw_reason:
             ptask = progress.task(f"{harness.name}: profile", 1)
             truncate(harness)

@@ -85,7 +85,8 @@ def test_pin_puts_the_client_on_one_cpu_and_its_backends_on_the_others() -> None
     before = os.sched_getaffinity(0)
     result = measure(_dsn(), 400, 1, 2, f"_pin{table_suffix()}", ["threaded"], pin=True)
     pinned = result["pinned"]
-    assert pinned["client_cpus"] == [min(before)]
-    assert pinned["server_cpus"] == sorted(before - {min(before)})
-    assert pinned["backends"] >= 2 and pinned["failures"] == []
+    client = sorted(before)[: len(before) // 2]
+    assert pinned["client_cpus"] == client
+    assert pinned["server_cpus"] == sorted(before - set(client))
+    assert pinned["pinned"] >= 2 and pinned["failures"] == []
     assert os.sched_getaffinity(0) == before
