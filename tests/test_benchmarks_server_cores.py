@@ -66,7 +66,8 @@ time.sleep(float(sys.argv[2]))
 
 def _holder(dsn: str, seconds: float, *, foreign: bool = False) -> tuple[int, int]:
     """A process holding a connection: its pid and its server side's thread id. A `foreign` one is nobody's
-    child here: its parent exits at once, so this test's process tree holds no connection of it."""
+    child here: its parent exits at once, so this test's process tree holds no connection of it. The caller
+    kills it (_end)."""
     if foreign:
         launcher = (
             "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c'] + sys.argv[1:], "
@@ -78,7 +79,24 @@ def _holder(dsn: str, seconds: float, *, foreign: bool = False) -> tuple[int, in
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert process.stdout is not None
     pid = int(process.stdout.readline()) if foreign else process.pid
-    return pid, int(process.stdout.readline())
+    tid = int(process.stdout.readline())
+    _started.append(process)
+    return pid, tid
+
+
+_started: list[subprocess.Popen[str]] = []
+
+
+def _end(pid: int) -> None:
+    """Kill a holder and reap what this test started for it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    while _started:
+        process = _started.pop()
+        process.kill()
+        process.wait(timeout=30)
+        assert process.stdout is not None
+        process.stdout.close()
 
 
 def test_the_clients_get_the_first_half_of_the_cpus_and_the_server_the_rest() -> None:
@@ -116,8 +134,7 @@ def test_only_this_process_trees_connections_move_and_all_get_their_cpus_back(
             assert os.sched_getaffinity(child_tid) == before
         assert not (Path(tempfile.gettempdir()) / f"{STATE_PREFIX}{os.getpid()}.json").exists()
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(foreign, signal.SIGKILL)
+        _end(foreign)
         harness.close()
 
 
@@ -140,7 +157,7 @@ def test_a_killed_runs_pinned_server_threads_get_their_cpus_back_at_the_next_run
         assert sweep_leftovers() >= 1
         assert os.sched_getaffinity(tid) == before and not state.exists()
     finally:
-        os.kill(holder, signal.SIGKILL)
+        _end(holder)
 
 
 @pytest.mark.parametrize(("factory", "dsn_fixture"), DIALECTS)
