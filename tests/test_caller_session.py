@@ -158,6 +158,9 @@ def test_mysql_enqueue_does_not_commit_the_callers_transaction(mysql_db: SqlHarn
     assert mysql_db.jobs() == []
 
 
+# PyMySQL deprecates ping(reconnect=True), yet applications still reconnect with it: this proves what the
+# library does when they do, so the driver's warning is expected here.
+@pytest.mark.filterwarnings("ignore:The 'reconnect' argument is deprecated:DeprecationWarning")
 def test_mysql_enqueue_after_a_reconnect_to_a_non_utc_session_stores_the_utc_instant(
     mysql_db: SqlHarness, mysql_time_zones: str
 ) -> None:

@@ -143,6 +143,9 @@ def test_mysql_job_retried_twice_after_one_second_ends_two_seconds_after_it_was_
     assert timedelta(seconds=2) <= waited <= timedelta(seconds=3), (waited, runs)
 
 
+# PyMySQL deprecates ping(reconnect=True), yet applications still reconnect with it: this proves what the
+# library does when they do, so the driver's warning is expected here.
+@pytest.mark.filterwarnings("ignore:The 'reconnect' argument is deprecated:DeprecationWarning")
 def test_mysql_worker_connection_is_set_to_utc_again_after_the_driver_reconnects(
     mysql_db: SqlHarness,
 ) -> None:
