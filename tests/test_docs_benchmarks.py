@@ -9,12 +9,14 @@ source of the figures quoted from them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
+from docs_support import section
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 REFERENCE: Final = ROOT / "benchmarks" / "results" / "reference"
@@ -323,3 +325,19 @@ def test_the_instruction_counts_quoted_are_benchmarks_instructions() -> None:
 def test_the_peers_run_length_quoted_is_the_runs() -> None:
     [peers] = [e for e in RESULTS["benchmarks"]["peers"] if e["backend"] == "postgresql"]
     assert f"full mode: {peers['duration_s']:.0f} s in the reference run" in prose(TOX_INI)
+
+
+def test_every_option_of_benchmarks_run_is_in_the_docs_options_table() -> None:
+    from benchmarks.__main__ import _parser
+
+    parser = _parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    run = commands.choices["run"]
+    table = section(BENCHMARKS_MD, "| `--quick` / `--tiny` |", "\n\n")
+    missing = [
+        option
+        for action in run._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help" and f"`{option}" not in table
+    ]
+    assert not missing, f"docs/benchmarks.md's options table lacks {missing}"
