@@ -22,10 +22,12 @@ __all__ = [
     "AEvent",
     "ASpawned",
     "AsyncHandlerFn",
+    "AsyncJobOver",
     "AsyncPollFailure",
     "Condition",
     "Event",
     "HandlerFn",
+    "JobOver",
     "PollFailure",
     "Spawned",
     "acondition_wait_for",
@@ -49,6 +51,9 @@ Condition = threading.Condition
 Spawned = threading.Thread
 HandlerFn = Callable[..., object]
 AsyncHandlerFn = Callable[..., Awaitable[object]]
+# What a poller runs after each job of a chain (ChainedClaim) commits: its run is over, the next claimed.
+JobOver = Callable[[], None]
+AsyncJobOver = Callable[[], Awaitable[None]]
 # What a poller's failed run may raise and still be logged and backed off from: on the event loop not a
 # CancelledError (stop() cancels a stuck task), on a thread anything (stop() closing a job's connection
 # may surface as any error, and a dying thread must still say why).
@@ -61,6 +66,8 @@ SYNC_NAMES: Final = {
     "AsyncBackend": "Backend",
     "AsyncBatchClaim": "BatchClaim",
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
+    "AsyncChainedClaim": "ChainedClaim",
+    "AsyncJobOver": "JobOver",
     "AsyncErrorStore": "ErrorStore",
     "asettle": "settle",
     # The side tables' stores (proletarian_ref/_async/unique_claims.py).

@@ -187,6 +187,34 @@ class ArchiveAndDelete(Protocol):
 
 
 @runtime_checkable
+class ChainedClaim(Protocol):
+    """What a backend whose worker chains a finished job's commit to the next claim adds.
+
+    Optional, and not Proletarian's plan, whose worker leaves each job's transaction and polls again in a
+    new one. Only when `chained_claims` is True, a queue worker at one job a transaction, once it has
+    archived a job and is not stopping, calls `commit_and_get_next_job` inside the same `transaction()`
+    block instead (proletarian_ref._sync.job_run.run_next_job): the job's transaction commits, and the
+    next claim runs in a new transaction on the same connection, the COMMIT and the BEGIN sent together.
+    Every job still has a transaction of its own, claim to commit, with its handler's writes and its
+    archive row in it; the block's end commits (or its error rolls back) the last one only.
+    """
+
+    @property
+    def chained_claims(self) -> bool: ...
+
+    def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        """Commit the transaction `conn` is in, begin another on it, and (S) in that one: the due job of
+        `queue` with the oldest process_at, locked until the new transaction ends, or None.
+
+        A failed commit raises and nothing of the transaction is committed; the claim is then not run.
+        The new transaction is the block's as the first was: the block ends it.
+        """
+        ...
+
+
+@runtime_checkable
 class StreamEnqueue(Protocol):
     """What a backend that writes a batch while its jobs are still being made adds; enqueue_many calls it
     instead of BatchEnqueue's `enqueue_many` when it is there.
@@ -406,6 +434,18 @@ class AsyncArchiveAndDelete(Protocol):
         status: str,
         finished_at: datetime,
     ) -> None: ...
+
+
+@runtime_checkable
+class AsyncChainedClaim(Protocol):
+    """ChainedClaim, awaited."""
+
+    @property
+    def chained_claims(self) -> bool: ...
+
+    async def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None: ...
 
 
 class AsyncListener(Protocol):

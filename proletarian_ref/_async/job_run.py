@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from proletarian_ref import log as ev
-from proletarian_ref._acompat import AsyncHandlerFn, asettle
+from proletarian_ref._acompat import AsyncHandlerFn, AsyncJobOver, asettle
 from proletarian_ref._async.job_tx import JobTransaction
 from proletarian_ref.backend import (
     STATUS_FAILURE,
@@ -16,6 +16,7 @@ from proletarian_ref.backend import (
     AsyncArchiveAndDelete,
     AsyncBackend,
     AsyncBatchClaim,
+    AsyncChainedClaim,
     JobRecord,
 )
 from proletarian_ref.clock import Clock, now_from
@@ -40,6 +41,7 @@ async def run_next_job(
     context: Mapping[str, Any],
     stop_event: AEvent,
     may_handle: Callable[[Mapping[str, Any]], bool] | None = None,
+    job_over: AsyncJobOver | None = None,
 ) -> bool | None:
     """One poll in one transaction: None when no job was due, else whether the worker may go on.
 
@@ -47,21 +49,35 @@ async def run_next_job(
     No claim starts once `stop_event` is set (the worker may have waited for its connection meanwhile),
     and a claimed job whose `may_handle(job context)` is false goes back untouched, its handler never
     called.
+
+    With `job_over` on a backend whose `chained_claims` is True (ChainedClaim), a job that finished while
+    the worker is not stopping is not the poll's last: its transaction commits and the next claim runs in a
+    new one on the same connection (commit_and_get_next_job), `job_over()` is awaited, and the next job
+    runs as the first did, until a claim finds no job due (None) or a job is not archived as a success.
     """
+    chain_over = job_over if getattr(backend, "chained_claims", False) is True else None
     async with backend.transaction() as conn:
         if stop_event.is_set():
             return None
         record = await backend.get_next_job(conn, settings.job_table, settings.queue, settings.now())
-        if record is None:
-            return None
-        job, decode_error = to_job(record, settings)
-        job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
-        if may_handle is not None and not may_handle(job_context):
-            return False
-        failure = await run_handler(
-            backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
-        )
-        if failure is None:
+        while record is not None:
+            job, decode_error = to_job(record, settings)
+            job_context = {
+                **context,
+                ev.JOB_ID: job.job_id,
+                ev.JOB_TYPE: job.job_type,
+                ev.ATTEMPT: job.attempts,
+            }
+            if may_handle is not None and not may_handle(job_context):
+                return False
+            failure = await run_handler(
+                backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+            )
+            if failure is GIVEN_BACK:
+                return False
+            if failure is not None:
+                await write_failure(backend, conn, settings, record, job, failure, log, job_context)
+                return not stop_event.is_set()
             finished_at = settings.now()
             await archive_and_delete(
                 backend,
@@ -72,11 +88,13 @@ async def run_next_job(
                 STATUS_SUCCESS,
                 finished_at,
             )
-        elif failure is GIVEN_BACK:
-            return False
-        else:
-            await write_failure(backend, conn, settings, record, job, failure, log, job_context)
-        return not stop_event.is_set()
+            if chain_over is None or stop_event.is_set():
+                return not stop_event.is_set()
+            record = await cast(AsyncChainedClaim, backend).commit_and_get_next_job(
+                conn, settings.job_table, settings.queue, settings.now()
+            )
+            await chain_over()
+        return None
 
 
 async def run_handler(

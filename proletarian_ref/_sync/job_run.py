@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from proletarian_ref import log as ev
-from proletarian_ref._acompat import HandlerFn, settle
+from proletarian_ref._acompat import HandlerFn, JobOver, settle
 from proletarian_ref._sync.job_tx import JobTransaction
 from proletarian_ref.backend import (
     STATUS_FAILURE,
@@ -17,6 +17,7 @@ from proletarian_ref.backend import (
     ArchiveAndDelete,
     Backend,
     BatchClaim,
+    ChainedClaim,
     JobRecord,
 )
 from proletarian_ref.clock import Clock, now_from
@@ -41,6 +42,7 @@ def run_next_job(
     context: Mapping[str, Any],
     stop_event: Event,
     may_handle: Callable[[Mapping[str, Any]], bool] | None = None,
+    job_over: JobOver | None = None,
 ) -> bool | None:
     """One poll in one transaction: None when no job was due, else whether the worker may go on.
 
@@ -48,21 +50,35 @@ def run_next_job(
     No claim starts once `stop_event` is set (the worker may have waited for its connection meanwhile),
     and a claimed job whose `may_handle(job context)` is false goes back untouched, its handler never
     called.
+
+    With `job_over` on a backend whose `chained_claims` is True (ChainedClaim), a job that finished while
+    the worker is not stopping is not the poll's last: its transaction commits and the next claim runs in a
+    new one on the same connection (commit_and_get_next_job), `job_over()` is awaited, and the next job
+    runs as the first did, until a claim finds no job due (None) or a job is not archived as a success.
     """
+    chain_over = job_over if getattr(backend, "chained_claims", False) is True else None
     with backend.transaction() as conn:
         if stop_event.is_set():
             return None
         record = backend.get_next_job(conn, settings.job_table, settings.queue, settings.now())
-        if record is None:
-            return None
-        job, decode_error = to_job(record, settings)
-        job_context = {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
-        if may_handle is not None and not may_handle(job_context):
-            return False
-        failure = run_handler(
-            backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
-        )
-        if failure is None:
+        while record is not None:
+            job, decode_error = to_job(record, settings)
+            job_context = {
+                **context,
+                ev.JOB_ID: job.job_id,
+                ev.JOB_TYPE: job.job_type,
+                ev.ATTEMPT: job.attempts,
+            }
+            if may_handle is not None and not may_handle(job_context):
+                return False
+            failure = run_handler(
+                backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+            )
+            if failure is GIVEN_BACK:
+                return False
+            if failure is not None:
+                write_failure(backend, conn, settings, record, job, failure, log, job_context)
+                return not stop_event.is_set()
             finished_at = settings.now()
             archive_and_delete(
                 backend,
@@ -73,11 +89,13 @@ def run_next_job(
                 STATUS_SUCCESS,
                 finished_at,
             )
-        elif failure is GIVEN_BACK:
-            return False
-        else:
-            write_failure(backend, conn, settings, record, job, failure, log, job_context)
-        return not stop_event.is_set()
+            if chain_over is None or stop_event.is_set():
+                return not stop_event.is_set()
+            record = cast(ChainedClaim, backend).commit_and_get_next_job(
+                conn, settings.job_table, settings.queue, settings.now()
+            )
+            chain_over()
+        return None
 
 
 def run_handler(

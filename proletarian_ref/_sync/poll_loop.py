@@ -28,7 +28,17 @@ class PollLoop(Wake):
         context = {**outer, ev.WORKER_THREAD_ID: n}
         may_handle = self._may_handle(n)
         run_over = self._run_over
-        run_next = run_next_job if self.settings.batch_size == 1 else run_next_batch
+        single = self.settings.batch_size == 1
+        runs = 0
+
+        def job_over() -> None:
+            # A job of a chain committed and the next one is claimed (ChainedClaim): as after a run below.
+            nonlocal runs
+            run_over(n)
+            runs += 1
+            if runs == 2 and self._listens:
+                self._wake_one()
+
         # Spread the pollers' idle polls over the interval, as Proletarian's start-up jitter does, but
         # without blocking start().
         if n > 1 and self._wait_stop(random.uniform(0, min(self._interval, 1.0))):
@@ -51,7 +61,14 @@ class PollLoop(Wake):
                 # No stop check of its own before each run: run_next checks before it claims, and has just
                 # checked to return True.
                 while True:
-                    ran = run_next(backend, settings, handler_fn, log_fn, context, stop_event, may_handle)
+                    if single:
+                        ran = run_next_job(
+                            backend, settings, handler_fn, log_fn, context, stop_event, may_handle, job_over
+                        )
+                    else:
+                        ran = run_next_batch(
+                            backend, settings, handler_fn, log_fn, context, stop_event, may_handle
+                        )
                     run_over(n)
                     if ran is not True:
                         break

@@ -34,10 +34,19 @@ class AsyncpgBackend(AsyncPostgresBackend):
     """
 
     def __init__(
-        self, data_source: Any = None, *, compact: bool = False, synchronous_commit_off: bool = False
+        self,
+        data_source: Any = None,
+        *,
+        compact: bool = False,
+        synchronous_commit_off: bool = False,
+        chain: bool = False,
     ) -> None:
-        super().__init__(data_source, compact=compact, synchronous_commit_off=synchronous_commit_off)
-        self.codec = _AsyncpgCodec(None, compact=compact, synchronous_commit_off=synchronous_commit_off)
+        super().__init__(
+            data_source, compact=compact, synchronous_commit_off=synchronous_commit_off, chain=chain
+        )
+        self.codec = _AsyncpgCodec(
+            None, compact=compact, synchronous_commit_off=synchronous_commit_off, chain=chain
+        )
         self._pooled = isinstance(data_source, asyncpg.Pool)
         self._enqueuer = AsyncpgEnqueueBackend()
 

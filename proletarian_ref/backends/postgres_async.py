@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, ClassVar
 
 import psycopg
 from psycopg.rows import tuple_row
 
 from proletarian_ref import sql
-from proletarian_ref.backend import Capabilities
+from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._aio_dbapi import AsyncSqlBackend, _nothing
 from proletarian_ref.backends.postgres import (
     PostgresBackend,
@@ -31,7 +32,8 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     None serves enqueue on callers' connections only. The statements, their parameters and the rows read
     back are the threaded PostgresBackend's own (its pure methods, through `codec`), so a row does not tell
     which API wrote it. With `compact=True` a finished job's archive and delete are one statement, as there;
-    with `synchronous_commit_off=True` the worker's job transaction commits asynchronously, as there.
+    with `synchronous_commit_off=True` the worker's job transaction commits asynchronously, and with
+    `chain=True` a finished job's commit goes with the next BEGIN (ChainedClaim), as there.
     """
 
     dialect: ClassVar[str] = "postgresql"
@@ -40,12 +42,31 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     codec: PostgresBackend
 
     def __init__(
-        self, data_source: Any = None, *, compact: bool = False, synchronous_commit_off: bool = False
+        self,
+        data_source: Any = None,
+        *,
+        compact: bool = False,
+        synchronous_commit_off: bool = False,
+        chain: bool = False,
     ) -> None:
         pooled = type(data_source).__module__.split(".", 1)[0] == "psycopg_pool"
-        codec = PostgresBackend(None, compact=compact, synchronous_commit_off=synchronous_commit_off)
+        codec = PostgresBackend(
+            None, compact=compact, synchronous_commit_off=synchronous_commit_off, chain=chain
+        )
         super().__init__(codec, data_source, pooled=pooled)
         self.synchronous_commit_off = synchronous_commit_off
+
+    @property
+    def chained_claims(self) -> bool:
+        return self.codec.chained_claims
+
+    async def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        """AsyncChainedClaim: COMMIT and BEGIN (and the job transaction's setting) as one simple query,
+        then the claim: PostgresBackend's chain, outside pipeline mode."""
+        await self._execute(conn, self.codec._chain_statements[0][0], None, _nothing)
+        return await self.get_next_job(conn, job_table, queue, now)
 
     # -- psycopg's connections, transactions and cursors -----------------------------------------------
 

@@ -55,6 +55,16 @@ FROM moved
 -- setting after it. Never sent on a caller's connection: enqueue keeps the server's durability.
 SET LOCAL synchronous_commit = off
 
+-- name: chain_commit
+-- The chained plan (PostgresBackend(chain=True), backend.ChainedClaim; not Proletarian's plan, whose worker
+-- ends every job's transaction and polls again in a new one): the finished job's transaction commits and
+-- the next one begins at once, sent together (one simple query, or one pipeline sync with the claim after
+-- it); the next claim, get_next_job, runs in the new transaction.
+COMMIT
+
+-- name: chain_begin
+BEGIN
+
 -- name: retry_at
 -- (R) Reschedule a failed job and count the failed attempt.
 UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s
