@@ -56,13 +56,16 @@ def harness_dsn(harness: Harness) -> str:
     return str(given or os.environ.get(env) or default)
 
 
-def async_backend(harness: Harness) -> Any:
-    """The asyncio backend on the compact plan for the harness's database, over its own connections."""
+def async_backend(harness: Harness, *, chain: bool = False) -> Any:
+    """The asyncio backend on the compact plan for the harness's database, over its own connections; with
+    `chain`, asyncpg's with chained claims (AsyncpgBackend(chain=True): PostgreSQL only)."""
     dsn = harness_dsn(harness)
     if sql_dialect(harness) == "postgresql":
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
-        return AsyncpgBackend(asyncpg_source(dsn), compact=True)
+        return AsyncpgBackend(asyncpg_source(dsn), compact=True, chain=chain)
+    if chain:
+        raise ValueError(f"{harness.name}: chained claims are PostgreSQL's (AsyncpgBackend(chain=True))")
     import aiomysql
 
     from proletarian_ref.backends.mysql_async import AsyncMySQLBackend, aiomysql_connect_kwargs
@@ -83,8 +86,11 @@ class AsyncDrainer:
         polling_interval_ms: float,
         on_job: Callable[[], Any],
         batch_size: int = 1,
+        *,
+        chain: bool = False,
     ) -> None:
         self._harness = harness
+        self._chain = chain
         self._tasks = tasks
         self._polling_interval_ms = polling_interval_ms
         self._on_job = on_job
@@ -101,7 +107,7 @@ class AsyncDrainer:
         async def handler(job_type: str, payload: Any) -> None:
             on_job()
 
-        backend = async_backend(self._harness)
+        backend = async_backend(self._harness, chain=self._chain)
         worker = aio.create_queue_worker(
             None,
             handler,

@@ -236,13 +236,22 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
     return out + _notes(entries)
 
 
+# The chained-claim drains (ChainedClaim, PostgreSQL): columns only in a run that has them, so a report of
+# a run before them reads as it did.
+_CHAIN_MODES = ("chain", "async_chain")
+
+
 def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     """The drains against the server's limit for the whole job, and what a job costs each side."""
     rows: list[list[Any]] = []
     costs: list[list[Any]] = []
+    chained = any(
+        f"{mode}_ratio_limit" in r for e in entries for r in e.get("rows", []) for mode in _CHAIN_MODES
+    )
     for e in entries:
         for r in e.get("rows", []):
             if "limit_jobs_per_s" in r:
+                chain_cells = [r.get(f"{mode}_ratio_limit", "-") for mode in _CHAIN_MODES] if chained else []
                 rows.append(
                     [
                         e["backend"],
@@ -253,13 +262,14 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
                         r.get("library_ratio_limit", "-"),
                         r.get("compact_ratio_limit", "-"),
                         r.get("async_ratio_limit", "-"),
+                        *chain_cells,
                         r.get("raw_ratio_limit", "-"),
                         r.get("pgbench_ratio_limit", "-"),
                         r.get("ratio", "-"),
                         r.get("ratio_pgbench", "-"),
                     ]
                 )
-            for mode in ("library", "compact", "async", "raw"):
+            for mode in ("library", "compact", "chain", "async", "async_chain", "raw"):
                 if f"{mode}_client_cpu_us_per_job" not in r:
                     continue
                 label = _drain_label(mode, r)
@@ -286,6 +296,13 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
         "mode on batch rows), *raw* "
         "(Proletarian's statements on the bare driver), *pgbench* (Proletarian's statements under pgbench). "
         "*of raw* and *of pgbench* repeat the table above."
+        + (
+            " *chain* and *async chain*: the threaded worker and the asyncio worker (asyncpg) on the "
+            "compact plan with chained claims (`chain=True`: a finished job's COMMIT goes with the next "
+            "BEGIN and the next claim follows in the same block), PostgreSQL only."
+            if chained
+            else ""
+        )
     )
     out.append("")
     out += _table(
@@ -298,6 +315,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "library of limit",
             "compact of limit",
             "async of limit",
+            *(["chain of limit", "async chain of limit"] if chained else []),
             "raw of limit",
             "pgbench of limit",
             "library of raw",
@@ -533,10 +551,10 @@ def _locust_section(results: dict[str, Any]) -> list[str]:
 
 def _drain_label(mode: str, row: dict[str, Any]) -> str:
     """A drain's name in the tables: the library's is "batch" on a batch row, the asyncio worker's
-    "async batch"."""
+    "async batch"; "async_chain" is "async chain"."""
     if row.get("batch_size", 1) > 1 and mode in ("library", "async"):
         return "batch" if mode == "library" else "async batch"
-    return mode
+    return mode.replace("_", " ")
 
 
 def _config(row: dict[str, Any], sep: str) -> str:
@@ -560,7 +578,7 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "compact / library", r["compact_ratio"]]
                 )
-            for mode in ("library", "compact", "async"):
+            for mode in ("library", "compact", "chain", "async", "async_chain"):
                 label = _drain_label(mode, r)
                 if f"{mode}_ratio_limit" in r:
                     rows.append(

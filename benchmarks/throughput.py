@@ -61,7 +61,7 @@ def paired_ratios(row: dict[str, Any], mode: str = "library", over: str = "raw")
 
 
 def drain_order(modes: list[str], round_: int) -> list[str]:
-    """The order of a round's drains: `modes` (library second when compact is first), reversed every other
+    """The order of a round's drains: `modes` (the library right after compact), reversed every other
     round so that drift in a shared machine's load (other tests, the disk's fsync queue) falls on both sides
     alike. With the library in the middle, each paired ratio (library / raw, compact / library) is of two
     drains back to back, whichever way the round runs."""
@@ -72,6 +72,28 @@ def compact_spec(spec: BackendSpec) -> BackendSpec | None:
     """The built-in backend on its compact statement plan (conformance.builtin:<name>_compact), else None."""
     if spec.factory in ("conformance.builtin:postgresql", "conformance.builtin:mysql"):
         return BackendSpec(f"{spec.factory}_compact", spec.options)
+    return None
+
+
+def _row_modes(
+    modes: list[str], *, compact: bool, chain: bool, asyncio: bool, async_chain: bool
+) -> list[str]:
+    """A row's drains in round order (drain_order): the library between compact and raw, each pair of
+    drains back to back; chain first, the asyncio ones last."""
+    return [
+        *(["chain"] if chain else []),
+        *(["compact"] if compact else []),
+        *modes,
+        *(["async"] if asyncio else []),
+        *(["async_chain"] if async_chain else []),
+    ]
+
+
+def chain_spec(spec: BackendSpec) -> BackendSpec | None:
+    """The built-in PostgreSQL backend on the compact plan with chained claims
+    (conformance.builtin:postgresql_chain), else None: MySQL's backends do not chain."""
+    if spec.factory == "conformance.builtin:postgresql":
+        return BackendSpec(f"{spec.factory}_chain", spec.options)
     return None
 
 
@@ -234,7 +256,11 @@ def summarize(row: dict[str, Any], modes: list[str]) -> None:
 
 
 def drain_plans(
-    spec: BackendSpec, harness: Harness, compact: BackendSpec | None, stack: contextlib.ExitStack
+    spec: BackendSpec,
+    harness: Harness,
+    compact: BackendSpec | None,
+    stack: contextlib.ExitStack,
+    chain: BackendSpec | None = None,
 ) -> dict[str, tuple[Mode, BackendSpec, Harness]]:
     """Each drain a row may run: its mode, the factory a child process rebuilds, the harness it drains."""
     plans: dict[str, tuple[Mode, BackendSpec, Harness]] = {
@@ -242,13 +268,16 @@ def drain_plans(
         "raw": ("raw", spec, harness),
         # The asyncio worker makes its own backend (async_drain.async_backend) from the harness's DSN.
         "async": ("async", spec, harness),
+        "async_chain": ("async_chain", spec, harness),
     }
-    if compact is not None:
-        # The library again on its compact statement plan (compact=True), at one job a transaction: the
-        # same tables under the built-in factory's _compact twin, so child processes can rebuild it.
-        compact_harness = compact.load(harness.job_table, harness.archived_job_table)
-        stack.callback(compact_harness.close)
-        plans["compact"] = ("library", compact, compact_harness)
+    # The library again on another plan, at one job a transaction: the same tables under the built-in
+    # factory's twin (_compact: compact=True; _chain: compact=True, chain=True), so child processes can
+    # rebuild it.
+    for name, twin in (("compact", compact), ("chain", chain)):
+        if twin is not None:
+            twin_harness = twin.load(harness.job_table, harness.archived_job_table)
+            stack.callback(twin_harness.close)
+            plans[name] = ("library", twin, twin_harness)
     return plans
 
 
@@ -286,7 +315,8 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         proc_reason = processes_skip_reason(harness)
         modes: list[str] = ["library"] if raw_reason else ["library", "raw"]
         compact = compact_spec(spec)
-        plans = drain_plans(spec, harness, compact, stack)
+        chain = chain_spec(spec)
+        plans = drain_plans(spec, harness, compact, stack, chain)
         # The server's ceiling (PostgreSQL): pgbench at the same connections, one job a transaction only.
         pgbench_reason = pgbench_skip_reason(harness)
         # The server's limit for the whole job (claim, archive, delete inside the server), at the
@@ -296,11 +326,18 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         # The asyncio worker (asyncpg or aiomysql, compact plan) drains each limit point too, when enabled.
         async_reason = async_skip_reason(harness) if settings.throughput_async else None
         async_points = limit_points if settings.throughput_async and not async_reason else set()
+        # Chained claims (PostgreSQL), threaded and asyncio, drain the limit points at one job a commit.
+        chain_points = {p for p in limit_points if p[2] == 1} if chain is not None else set()
+        async_chain_points = chain_points & async_points
         last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)
         drains = len(configs) * len(modes) + (0 if pgbench_reason else single)
         drains += (single if compact is not None else 0) + sum(
-            (config in limit_points) + (config in async_points) for config in configs
+            (config in limit_points)
+            + (config in async_points)
+            + (config in chain_points)
+            + (config in async_chain_points)
+            for config in configs
         )
         task = progress.task(f"{harness.name}: throughput", drains * settings.throughput_rounds)
         filler = QueueFiller(harness, settings.throughput_preload)
@@ -313,10 +350,14 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             }
             if batch_size > 1:
                 row["batch_size"] = batch_size
-            row_modes = ["compact", *modes] if compact and batch_size == 1 else list(modes)
-            if (processes, threads, batch_size) in async_points:
-                # Last: the library stays between compact and raw, each pair of drains back to back.
-                row_modes.append("async")
+            config = (processes, threads, batch_size)
+            row_modes = _row_modes(
+                modes,
+                compact=compact is not None and batch_size == 1,
+                chain=config in chain_points,
+                asyncio=config in async_points,
+                async_chain=config in async_chain_points,
+            )
             if processes > 1 and proc_reason:
                 row["skipped"] = proc_reason
                 progress.advance(task, len(row_modes) * settings.throughput_rounds)

@@ -17,7 +17,7 @@ from benchmarks.settings import CHILD_MAX_RUN_S, CHILD_START_TIMEOUT_S
 from conformance.harness import Harness
 from proletarian_ref import create_queue_worker
 
-Mode = Literal["library", "raw", "async"]
+Mode = Literal["library", "raw", "async", "async_chain"]
 
 
 class LibraryDrainer:
@@ -70,11 +70,12 @@ def make_drainer(
     batch_size: int = 1,
 ) -> Drainer:
     """The library's worker (in batch mode when `batch_size` > 1), its asyncio worker (`threads` polling
-    tasks), or the raw loop (one job a transaction)."""
+    tasks; "async_chain" with chained claims, PostgreSQL), or the raw loop (one job a transaction)."""
     if mode == "library":
         return LibraryDrainer(harness, threads, polling_interval_ms, on_job, batch_size)
-    if mode == "async":
-        return AsyncDrainer(harness, threads, polling_interval_ms, on_job, batch_size)
+    if mode in ("async", "async_chain"):
+        chain = mode == "async_chain"
+        return AsyncDrainer(harness, threads, polling_interval_ms, on_job, batch_size, chain=chain)
     sql_harness, dialect = require_sql(harness)
     return RawDrainer(sql_harness, dialect, threads, polling_interval_ms, on_job)
 

@@ -77,6 +77,22 @@ def postgresql_pipeline_compact(
     )
 
 
+def postgresql_chain(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """The same PostgreSQL on the compact plan with chained claims: a finished job's COMMIT goes with the
+    next BEGIN, and the worker claims the next job without leaving its block (PostgresBackend(compact=True,
+    chain=True), backend.ChainedClaim)."""
+    from proletarian_ref.backends.postgres import PostgresBackend
+
+    harness = postgresql(dsn, job_table, archived_job_table)
+    return harness.with_backend(
+        functools.partial(PostgresBackend, compact=True, chain=True), "postgresql-chain"
+    )
+
+
 def mysql(
     dsn: str | None = None,
     job_table: str = DEFAULT_JOB_TABLE,
