@@ -1,0 +1,233 @@
+"""Chained claims (chain=True, ChainedClaim): fewer round trips a job, each job its own transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+import uuid
+from typing import Any
+
+import asyncpg
+import psycopg
+import pytest
+from support import enqueue_committed
+
+import proletarian_ref as pr
+from conformance.harness import SqlHarness
+from proletarian_ref import ConfigurationError, aio
+from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+from proletarian_ref.backends.postgres import PostgresBackend
+from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+JOBS = 12
+# Each chained plan's backend options: psycopg outside and inside pipeline mode, with and without the
+# compact plan.
+PLANS = [
+    {"chain": True},
+    {"chain": True, "compact": True},
+    {"chain": True, "pipeline": True, "compact": True},
+]
+WITHIN_S = 30.0
+
+
+def _plan_id(options: dict[str, bool]) -> str:
+    return "-".join(sorted(options))
+
+
+class _Counting(PostgresBackend):
+    """Records the statements the backend sends through _execute, in order, with the thread that sent each
+    (the worker's listener sends its probe from a thread of its own)."""
+
+    statements: list[tuple[int, str]]
+
+    def _execute(self, conn: Any, statement: str, params: Any, read: Any, *, copy: bool = False) -> Any:
+        self.statements.append((threading.get_ident(), statement))
+        return super()._execute(conn, statement, params, read, copy=copy)
+
+    def _queue_write(self, lease: Any, statement: str, params: dict[str, Any], what: str) -> None:
+        # A pipelined connection's one-row writes: queued, and settled by the next statement.
+        self.statements.append((threading.get_ident(), statement))
+        super()._queue_write(lease, statement, params, what)
+
+
+def _named_factory(dsn: str, name: str) -> Any:
+    """Connections that pg_stat_activity can tell apart from every other test's."""
+    return functools.partial(psycopg.connect, dsn, application_name=name)
+
+
+def _open_transactions(db: SqlHarness, name: str) -> list[str]:
+    """The states of the sessions named `name`, but those idle outside a transaction."""
+    rows = db.select(
+        "SELECT state FROM pg_stat_activity WHERE application_name = %s AND state <> 'idle'", (name,)
+    )
+    return [str(state) for (state,) in rows]
+
+
+def _enqueue(db: SqlHarness, count: int) -> list[Any]:
+    return [enqueue_committed(db, "chain/job", {"n": n}) for n in range(count)]
+
+
+def _archived_once(db: SqlHarness, job_ids: list[Any]) -> None:
+    decode = db.job_id_strategy().decode_id
+    archived = db.archived_jobs()
+    assert sorted(str(decode(job.job_id)) for job in archived) == sorted(str(i) for i in job_ids)
+    assert {(job.attempts, job.status) for job in archived} == {(1, ":success")}
+    assert db.jobs() == []
+
+
+def _drain(db: SqlHarness, backend: Any, handler: Any, threads: int) -> None:
+    """Run a threaded worker on `backend` until every queued job is archived, then stop it."""
+    worker = pr.create_queue_worker(
+        None,
+        handler,
+        backend=backend,
+        worker_threads=threads,
+        polling_interval_ms=20,
+        **db.table_options,
+    )
+    with worker:
+        deadline = time.monotonic() + WITHIN_S
+        while db.jobs() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+@pytest.mark.parametrize("options", PLANS, ids=_plan_id)
+def test_a_chained_worker_sends_commit_and_begin_together_and_claims_each_next_job_in_the_new_transaction(
+    pg_db: SqlHarness, options: dict[str, bool]
+) -> None:
+    job_ids = _enqueue(pg_db, JOBS)
+    backend = _Counting(pg_db.data_source, **options)
+    backend.statements = []
+    try:
+        _drain(pg_db, backend, lambda job_type, payload: None, threads=1)
+    finally:
+        backend.close()
+    _archived_once(pg_db, job_ids)
+    claims = [(thread, s) for thread, s in backend.statements if "FOR UPDATE SKIP LOCKED" in s]
+    poller, claim = claims[0]
+    sent = [s for thread, s in backend.statements if thread == poller]
+    assert sent[0] == claim
+    # The job's archive: one statement on the compact plan, Proletarian's two otherwise.
+    archive = sent[1:2] if options.get("compact") else sent[1:3]
+    assert "INSERT INTO" in archive[0] and "DELETE FROM" in archive[-1]
+    chain = ["COMMIT; BEGIN"] if not options.get("pipeline") else ["COMMIT", "BEGIN"]
+    # One block: the first claim, then for every job its archive, the COMMIT and BEGIN, the next claim.
+    # The chain ends at the claim that finds the queue empty; the worker's later idle polls follow.
+    per_job = [*archive, *chain, claim]
+    assert sent[1 : 1 + JOBS * len(per_job)] == per_job * JOBS
+
+
+@pytest.mark.parametrize("options", PLANS, ids=_plan_id)
+def test_a_chained_worker_leaves_no_transaction_open_once_the_queue_is_drained(
+    pg_db: SqlHarness, pg_dsn: str, options: dict[str, bool]
+) -> None:
+    job_ids = _enqueue(pg_db, JOBS)
+    name = f"chain-{uuid.uuid4().hex[:12]}"
+    backend = PostgresBackend(_named_factory(pg_dsn, name), **options)
+    worker = pr.create_queue_worker(
+        None,
+        lambda job_type, payload: None,
+        backend=backend,
+        worker_threads=3,
+        polling_interval_ms=200,
+        **pg_db.table_options,
+    )
+    try:
+        with worker:
+            deadline = time.monotonic() + WITHIN_S
+            while pg_db.jobs() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            # The chain's last claim found nothing: its transaction ended with the block, so between
+            # polls every connection of the worker is idle, none idle in a transaction holding a snapshot.
+            deadline = time.monotonic() + WITHIN_S
+            while _open_transactions(pg_db, name) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert _open_transactions(pg_db, name) == []
+    finally:
+        backend.close()
+    _archived_once(pg_db, job_ids)
+
+
+def test_every_transaction_of_a_chain_commits_asynchronously_with_synchronous_commit_off(
+    pg_db: SqlHarness,
+) -> None:
+    _enqueue(pg_db, 3)
+    seen: list[str] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        with pr.current_job().connection().cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            row = cursor.fetchone()
+            seen.append(str(row[0]) if row else "")
+
+    backend = PostgresBackend(pg_db.data_source, chain=True, synchronous_commit_off=True)
+    try:
+        _drain(pg_db, backend, handler, threads=1)
+    finally:
+        backend.close()
+    # The first job's transaction begins as transaction() begins it; the next ones as the chain does.
+    assert seen == ["off", "off", "off"]
+
+
+def _async_backend(driver: str, dsn: str, name: str) -> Any:
+    if driver == "asyncpg":
+        return AsyncpgBackend(
+            functools.partial(asyncpg.connect, dsn, server_settings={"application_name": name}),
+            compact=True,
+            chain=True,
+        )
+    return AsyncPostgresBackend(
+        functools.partial(psycopg.AsyncConnection.connect, dsn, application_name=name),
+        compact=True,
+        chain=True,
+    )
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+def test_an_asyncio_chained_worker_runs_every_job_once_and_leaves_no_transaction_open(
+    pg_db: SqlHarness, pg_dsn: str, driver: str
+) -> None:
+    job_ids = _enqueue(pg_db, JOBS)
+    name = f"achain-{uuid.uuid4().hex[:12]}"
+    ran: list[Any] = []
+
+    async def handler(job_type: str, payload: Any) -> None:
+        ran.append(payload)
+
+    async def main() -> None:
+        backend = _async_backend(driver, pg_dsn, name)
+        worker = aio.create_queue_worker(
+            None,
+            handler,
+            backend=backend,
+            worker_threads=3,
+            polling_interval_ms=200,
+            **pg_db.table_options,
+        )
+        try:
+            await worker.start()
+            deadline = time.monotonic() + WITHIN_S
+            while (pg_db.jobs() or _open_transactions(pg_db, name)) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert _open_transactions(pg_db, name) == []
+            await worker.stop()
+        finally:
+            await backend.close()
+
+    asyncio.run(main())
+    assert len(ran) == JOBS
+    _archived_once(pg_db, job_ids)
+
+
+def test_chain_must_be_a_bool() -> None:
+    with pytest.raises(ConfigurationError, match="chain must be True or False"):
+        PostgresBackend(lambda: None, chain=1)  # type: ignore[arg-type]
+
+
+def test_a_backend_without_chain_is_not_chained() -> None:
+    # The worker chains only on chained_claims True: the default is Proletarian's transaction a poll.
+    assert PostgresBackend(None).chained_claims is False
+    assert AsyncPostgresBackend(None).chained_claims is False
+    assert AsyncPostgresBackend(None, chain=True).chained_claims is True
