@@ -93,6 +93,22 @@ def postgresql_chain(
     )
 
 
+def postgresql_pipeline_chain(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """postgresql_chain in pipeline mode: a finished job's COMMIT, the next BEGIN and the next claim go in
+    one round trip (PostgresBackend(pipeline=True, compact=True, chain=True))."""
+    from proletarian_ref.backends.postgres import PostgresBackend
+
+    harness = postgresql(dsn, job_table, archived_job_table)
+    return harness.with_backend(
+        functools.partial(PostgresBackend, pipeline=True, compact=True, chain=True),
+        "postgresql-pipeline-chain",
+    )
+
+
 def mysql(
     dsn: str | None = None,
     job_table: str = DEFAULT_JOB_TABLE,

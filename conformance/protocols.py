@@ -13,10 +13,17 @@ NEEDS_BATCH_CLAIM: Final = "batch_claim"
 NEEDS_BATCH_ENQUEUE: Final = "batch_enqueue"
 NEEDS_RELEASE: Final = "release_connection"
 NEEDS_NOTIFICATIONS: Final = "notifications"
+NEEDS_CHAINED_CLAIM: Final = "chained_claim"
 
 
 def _releases(backend: Any) -> bool:
     return callable(getattr(backend, "release_connection", None))
+
+
+def _chains(backend: Any) -> bool:
+    # The worker chains only on chained_claims True: a backend with the method and the plan off is not.
+    chained = getattr(backend, "chained_claims", False) is True
+    return chained and callable(getattr(backend, "commit_and_get_next_job", None))
 
 
 # Fact -> (what the backend must have, in the words a skip reason uses; the check of a backend).
@@ -33,6 +40,10 @@ PROTOCOLS: Final[dict[str, tuple[str, Callable[[Any], bool]]]] = {
     NEEDS_NOTIFICATIONS: (
         "Notifications (notify_enqueued, listen: instant wake-up)",
         lambda backend: isinstance(backend, Notifications),
+    ),
+    NEEDS_CHAINED_CLAIM: (
+        "ChainedClaim with chained_claims True (commit_and_get_next_job: chained claims)",
+        _chains,
     ),
 }
 

@@ -8,6 +8,7 @@ from typing import Final
 
 from conformance.contract import ContractTests
 from conformance.contract_batch import BatchClaimTests
+from conformance.contract_chain import ChainedClaimTests
 from conformance.contract_enqueue_many import EnqueueManyTests
 from conformance.contract_release import ReleaseTests
 from conformance.isolation import IsolationTests
@@ -30,6 +31,7 @@ class BackendSuite(
     BatchClaimTests,
     EnqueueManyTests,
     ReleaseTests,
+    ChainedClaimTests,
     NotificationProtocolTests,
     HandlerTransactionTests,
     PropertyTests,

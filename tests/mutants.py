@@ -1323,6 +1323,9 @@ from mutants_protocols import (  # noqa: E402  (beside the rest, which its mutan
     MemoryOneSavepointPerBatch,
     MySQLChunksWithoutSavepoint,
     MySQLEndsNoTimedOutTransaction,
+    PgChainClaimsBeforeCommit,
+    PgChainRollsBack,
+    PgChainWithoutCommit,
     PgCopyUnescaped,
     PgEndsNoTimedOutTransaction,
     PgListenerQuietWhenBroken,
@@ -1390,6 +1393,24 @@ PROTOCOL_POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         "a listener whose session died answers False instead of raising, so it is never replaced",
         PgListenerQuietWhenBroken,
         ("N3",),
+    ),
+    Mutant(
+        "chain_without_commit",
+        "commit_and_get_next_job claims the next job in the same transaction: nothing commits until the end",
+        PgChainWithoutCommit,
+        ("J1", "J2", "J3"),
+    ),
+    Mutant(
+        "chain_rolls_back",
+        "commit_and_get_next_job sends ROLLBACK where COMMIT belongs: the finished job's archive is undone",
+        PgChainRollsBack,
+        ("J1", "J2", "J3"),
+    ),
+    Mutant(
+        "chain_claims_before_commit",
+        "commit_and_get_next_job claims before its COMMIT, which ends the next job's row lock at once",
+        PgChainClaimsBeforeCommit,
+        ("J2",),
     ),
 )
 

@@ -13,6 +13,7 @@ from mutants import Mutant, MySQLClaimWithoutSkipLocked, _rewrite
 from proletarian_ref import side_tables
 from proletarian_ref._async.unique_claims import AsyncSqlUniqueStore
 from proletarian_ref.backend import JobRecord
+from proletarian_ref.backends._aio_dbapi import _nothing
 from proletarian_ref.backends.mysql import _ISOLATION_SQL
 from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
 from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
@@ -74,6 +75,20 @@ class AsyncHandlerWritesCommitEarly(AsyncPostgresBackend):
         await conn.commit()
 
 
+class AsyncChainRollsBack(AsyncPostgresBackend):
+    """Chained claims whose commit_and_get_next_job sends ROLLBACK where COMMIT belongs: the finished job's
+    archive is undone and it runs again."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "chain": True})
+
+    async def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        await self._execute(conn, "ROLLBACK; BEGIN", None, _nothing)
+        return await self.get_next_job(conn, job_table, queue, now)
+
+
 POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "aio_commit_before_handler",
@@ -119,6 +134,12 @@ POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
         "the async transaction rolls back at its end: nothing a job wrote stays",
         AsyncNeverCommits,
         ("A1", "P1"),
+    ),
+    Mutant(
+        "aio_chain_rolls_back",
+        "the async commit_and_get_next_job sends ROLLBACK where COMMIT belongs: the archive is undone",
+        AsyncChainRollsBack,
+        ("J1", "J2", "J3"),
     ),
 )
 

@@ -1,4 +1,4 @@
-"""Broken backends of the optional protocols (batch claim, enqueue_many, release, notifications)."""
+"""Broken backends of the optional protocols (batch claim, enqueue_many, release, notifications, chain)."""
 
 from __future__ import annotations
 
@@ -191,3 +191,45 @@ class MemoryListenerQuietWhenKilled(MemoryBackend):
 
 def _ignore(cursor: Any) -> None:
     return None
+
+
+# -- chained claims (ChainedClaim): PostgresBackend(chain=True) wrong in one way each ------------------------
+
+
+class _PgChained(PostgresBackend):
+    """PostgresBackend with chained claims whatever it is given: a harness makes its backend plain."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "chain": True})
+
+
+class PgChainWithoutCommit(_PgChained):
+    """commit_and_get_next_job claims the next job in the same transaction: nothing commits until the
+    chain ends, and a later job's rollback undoes the earlier ones."""
+
+    def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        return self.get_next_job(conn, job_table, queue, now)
+
+
+class PgChainRollsBack(_PgChained):
+    """commit_and_get_next_job sends ROLLBACK where COMMIT belongs: the finished job's archive is undone."""
+
+    def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        self._execute(conn, "ROLLBACK; BEGIN", None, _ignore)
+        return self.get_next_job(conn, job_table, queue, now)
+
+
+class PgChainClaimsBeforeCommit(_PgChained):
+    """commit_and_get_next_job claims the next job before its COMMIT: the commit ends that lock at once,
+    and the next job's handler runs with no row lock."""
+
+    def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        record = self.get_next_job(conn, job_table, queue, now)
+        self._execute(conn, "COMMIT; BEGIN", None, _ignore)
+        return record

@@ -203,6 +203,35 @@ def test_compact_on_asyncpg_runs_the_asyncio_worker_on_the_asyncpg_backend(
     assert "asyncio worker on asyncpg\n" in err
 
 
+@on_each_postgresql_driver
+def test_chained_claims_run_the_asyncio_worker_on_each_postgresql_driver(
+    capsys: pytest.CaptureFixture[str], database: Target, driver: str, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs"
+    for n in range(4):
+        _enqueue(capsys, database, {"runs": str(runs), "n": n})
+    options = ["--chain", "--threads", "2", *_driver_args(driver)]
+    process = _start_worker(database, "records_runs_async", *options)
+    wait_for(lambda: len(database.archived_jobs()) == 4, timeout=60, what="the jobs", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert sorted(runs.read_text(encoding="utf-8").split()) == ["0", "1", "2", "3"]
+    assert {(a.status, a.attempts) for a in database.archived_jobs()} == {(":success", 1)}
+    assert f"asyncio worker on {driver}\n" in err
+    assert "on chained claims" in err
+
+
+@pytest.mark.parametrize("database", ["mysql"], indirect=True)
+def test_chained_claims_on_mysql_refuse_the_asyncio_worker_naming_why(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    process = _start_worker(database, "records_runs_async", "--chain")
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.USAGE_ERROR, err
+    assert "--chain is PostgreSQL's" in err
+
+
 @on_postgresql
 def test_wake_up_on_asyncpg_listens_on_a_connection_outside_the_pool_of_one(
     capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path

@@ -296,6 +296,49 @@ def test_the_compact_plan_runs_every_job_once_and_archives_the_rows_of_the_plain
     assert archived["compact"] == archived["plain"]
 
 
+@pytest.mark.usefixtures("sigterm_to_self")
+@pytest.mark.parametrize("switch", ["--chain", "PROLETARIAN_CHAIN=1"])
+def test_chained_claims_run_every_job_once_on_postgresql_and_are_a_usage_error_on_mysql(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    database: Target,
+    switch: str,
+) -> None:
+    runs = tmp_path / "runs"
+    for n in range(6):
+        _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 3})
+    chained: list[int] = []
+    original = PostgresBackend.commit_and_get_next_job
+
+    def spy(self: PostgresBackend, *args: Any) -> Any:
+        chained.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(PostgresBackend, "commit_and_get_next_job", spy)
+    extra = ["--chain"] if switch == "--chain" else []
+    if not extra:
+        monkeypatch.setenv("PROLETARIAN_CHAIN", "1")
+    command = ["worker", "--handler", "cli_handlers:records_runs", "--polling-interval-ms", "20"]
+    if database.dialect == "mysql":
+        result = run(capsys, *command, *extra, *database.args)
+        assert result.code == ExitCode.USAGE_ERROR, result.err
+        assert "--chain is PostgreSQL's" in result.err
+        assert not runs.exists() and len(database.jobs()) == 6
+        return
+    watcher = _stop_when(lambda: len(database.archived_jobs()) == 6, timeout=30)
+    result = run(capsys, *command, "--threads", "2", "--compact", *extra, *database.args)
+    watcher.join(timeout=5)
+    assert result.code == ExitCode.OK, result.err
+    assert "on the compact plan with chained claims" in result.err
+    assert chained, "no job's commit was chained to the next claim"
+    # Every job ran exactly once (job 3 failed, without retries, and ended its chain), across both threads.
+    assert sorted(int(n) for n in runs.read_text(encoding="utf-8").split()) == list(range(6))
+    assert database.jobs() == []
+    statuses = sorted(a.status for a in database.archived_jobs())
+    assert statuses == [":failure"] + [":success"] * 5
+
+
 # -- signals and jobs in flight (a real process) ------------------------------------------------------
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from fix_db import _load
 
 from conformance import BackendSuite, SqlHarness, WorkerSuite
+from conformance.contract_chain import ChainedClaimTests
 
 
 class TestPostgreSQL(BackendSuite):
@@ -77,3 +79,31 @@ class TestPostgreSQLCompactBatch(WorkerSuite):
             yield batched
         finally:
             batched.close()
+
+
+@pytest.fixture(params=["postgresql_chain", "postgresql_pipeline_chain"])
+def pg_chain_db(request: pytest.FixtureRequest, pg_db: SqlHarness, pg_dsn: str) -> Iterator[SqlHarness]:
+    """The same tables under a backend with chained claims (compact plan; and in pipeline mode)."""
+    chained = _load(f"conformance.builtin:{request.param}", pg_dsn)
+    try:
+        yield chained
+    finally:
+        chained.close()
+
+
+class TestPostgreSQLChain(WorkerSuite):
+    """The worker clauses with chained claims: each job still its own transaction, claimed and run once."""
+
+    @pytest.fixture
+    def harness(self, pg_chain_db: SqlHarness) -> SqlHarness:
+        return pg_chain_db
+
+
+class TestPostgreSQLChainClauses(ChainedClaimTests):
+    """J1-J4, what a backend with chained claims owes the worker (skipped on every other class here)."""
+
+    __test__ = True
+
+    @pytest.fixture
+    def harness(self, pg_chain_db: SqlHarness) -> SqlHarness:
+        return pg_chain_db

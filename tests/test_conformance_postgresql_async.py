@@ -3,13 +3,17 @@ runs it: the same clauses, through conformance.aio_bridge's blocking view on a p
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import pytest
 from fix_db import _load
 
 from conformance import BackendSuite, SqlHarness, WorkerSuite
+from conformance.aio_bridge import blocking_backend_class
+from conformance.contract_chain import ChainedClaimTests
 from conformance.side_tables import SideTableTests
+from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
 
 @pytest.fixture(scope="session")
@@ -55,3 +59,34 @@ class TestPostgreSQLAsyncUniqueKeys(SideTableTests):
     @pytest.fixture
     def harness(self, pg_async_db: SqlHarness) -> SqlHarness:
         return pg_async_db
+
+
+@pytest.fixture
+def pg_async_db_chain(pg_async_db: SqlHarness) -> Iterator[SqlHarness]:
+    """The same tables under the backend with chained claims on the compact plan."""
+    chained = pg_async_db.with_backend(
+        blocking_backend_class(functools.partial(AsyncPostgresBackend, compact=True, chain=True)),
+        "postgresql-async-chain",
+    )
+    try:
+        yield chained
+    finally:
+        chained.close()
+
+
+class TestPostgreSQLAsyncChain(WorkerSuite):
+    """The worker clauses with chained claims: each job still its own transaction, claimed and run once."""
+
+    @pytest.fixture
+    def harness(self, pg_async_db_chain: SqlHarness) -> SqlHarness:
+        return pg_async_db_chain
+
+
+class TestPostgreSQLAsyncChainClauses(ChainedClaimTests):
+    """J1-J4 on the asyncio backend with chained claims."""
+
+    __test__ = True
+
+    @pytest.fixture
+    def harness(self, pg_async_db_chain: SqlHarness) -> SqlHarness:
+        return pg_async_db_chain

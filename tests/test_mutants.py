@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -23,9 +24,11 @@ from mutants import (
 
 from conformance import MemoryHarness, SqlHarness, load_harness
 from conformance.base import SuiteBase
+from conformance.contract_chain import ChainedClaimTests
 from conformance.harness import Harness
 from conformance.runner import run_suite_test
 from conformance.suite import BackendSuite, clauses
+from proletarian_ref.backends.postgres import PostgresBackend
 
 # Enough generated examples for every property test named below to meet its mutant; measured, with
 # room to spare (most fail on their first or second example).
@@ -105,8 +108,14 @@ def _catching_tests(mutants: tuple[Mutant, ...]) -> list[str]:
 
 @pytest.mark.parametrize("test", _catching_tests(POSTGRESQL_MUTANTS))
 def test_each_catching_test_passes_on_the_real_postgresql_backend(test: str, pg_db: SqlHarness) -> None:
-    """The control: run the same way, the unbroken backend passes, so the mutant is what fails a test."""
-    result = run_suite_test(BriefSuite, test, pg_db, max_examples=EXAMPLES)
+    """The control: run the same way, the unbroken backend passes, so the mutant is what fails a test.
+
+    A chained-claim clause runs on the backend with chained claims, as the chain mutants are built on it.
+    """
+    harness = pg_db
+    if hasattr(ChainedClaimTests, test):
+        harness = pg_db.with_backend(functools.partial(PostgresBackend, chain=True), "postgresql-chain")
+    result = run_suite_test(BriefSuite, test, harness, max_examples=EXAMPLES)
     assert result.outcome == "passed", f"{test}: {result.outcome} {result.message}"
 
 

@@ -21,6 +21,7 @@ from proletarian_ref.cli.database import (
     cannot_connect,
     given_dsn,
     open_database,
+    refuse_chain,
     tables_from,
 )
 from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
@@ -264,7 +265,8 @@ async def _serve(
 ) -> None:
     stop = asyncio.Event()
     async with source as pool:
-        backend = _compact_backend(db, pool, args.async_driver) if args.compact else None
+        plans = {"compact": args.compact, "chain": args.chain}
+        backend = _plan_backend(db, pool, args.async_driver, **plans) if any(plans.values()) else None
         listen = source.listen_factory() if isinstance(source, _AsyncpgPool) and args.wake_on_notify else None
         runs: list[tuple[AsyncWorkerRun, aio.AsyncQueueWorker]] = []
         for queue in queues:
@@ -305,17 +307,18 @@ def driver_of(pool: Any) -> str:
     return {"psycopg_pool": "psycopg"}.get(package, package)
 
 
-def _compact_backend(db: Database, pool: Any, driver: str | None) -> Any:
-    """The backend for --compact on `pool`: its dialect's (and driver's) asyncio backend with the compact
-    plan."""
+def _plan_backend(db: Database, pool: Any, driver: str | None, *, compact: bool, chain: bool) -> Any:
+    """The backend for --compact and/or --chain on `pool`: its dialect's (and driver's) asyncio backend on
+    those plans (chained claims on PostgreSQL only)."""
     if driver == "asyncpg":
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
-        return AsyncpgBackend(pool, compact=True)
+        return AsyncpgBackend(pool, compact=compact, chain=chain)
     if db.dialect == "mysql":
+        refuse_chain(db, chain)
         from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
 
         return AsyncMySQLBackend(pool, compact=True)
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
-    return AsyncPostgresBackend(pool, compact=True)
+    return AsyncPostgresBackend(pool, compact=compact, chain=chain)

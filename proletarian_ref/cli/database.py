@@ -152,13 +152,16 @@ def _factory(dsn: str, dialect: str, **overrides: Any) -> Callable[[], Any]:
         ) from exc
 
 
-def compact_backend(db: Database) -> Backend:
-    """A backend on the compact statement plan for the worker command's queue workers, closed by the caller.
+def plan_backend(db: Database, *, compact: bool, chain: bool) -> Backend:
+    """A backend on the compact statement plan and/or with chained claims for the worker command's queue
+    workers, closed by the caller.
 
-    On MySQL its connections are opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag, which the plan needs
-    (the archive and delete go as one multi-statement query); no other command's connections get it.
+    On MySQL its connections are opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag, which the compact plan
+    needs (the archive and delete go as one multi-statement query); no other command's connections get it.
+    Chained claims are PostgreSQL's: on MySQL --chain is refused before any worker starts.
     """
     if db.dialect == "mysql":
+        refuse_chain(db, chain)
         from pymysql.constants import CLIENT
 
         from proletarian_ref.backends.mysql import MySQLBackend
@@ -166,7 +169,16 @@ def compact_backend(db: Database) -> Backend:
         return MySQLBackend(_factory(db.dsn, db.dialect, client_flag=CLIENT.MULTI_STATEMENTS), compact=True)
     from proletarian_ref.backends.postgres import PostgresBackend
 
-    return PostgresBackend(db.factory, compact=True)
+    return PostgresBackend(db.factory, compact=compact, chain=chain)
+
+
+def refuse_chain(db: Database, chain: bool) -> None:
+    """--chain on a database without chained claims: a usage error naming why."""
+    if chain:
+        raise UsageError(
+            f"--chain is PostgreSQL's (chained claims send COMMIT and BEGIN together); {db.describe()} is "
+            "MySQL/MariaDB, whose --compact already sends a job's archive and delete in one query"
+        )
 
 
 def _start_embedded(tables: Tables, *, keep_running: bool = False) -> Database:

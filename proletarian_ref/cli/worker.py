@@ -19,9 +19,9 @@ from proletarian_ref.cli.database import (
     Database,
     add_database_options,
     cannot_connect,
-    compact_backend,
     is_driver_error,
     open_database,
+    plan_backend,
     tables_from,
 )
 from proletarian_ref.cli.errors import (
@@ -126,6 +126,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="the compact statement plan: a finished job's archive and delete (batch mode: a batch's) in one "
         "round trip, not Proletarian's two statements; the same rows (docs/worker.md)",
+    )
+    parser.add_argument(
+        "--chain",
+        action="store_true",
+        help="chained claims (PostgreSQL, one job a transaction): a finished job's COMMIT goes with the next "
+        "job's BEGIN and the next claim follows at once; each job keeps its own transaction "
+        "(docs/worker.md)",
     )
     parser.add_argument(
         "--polling-interval-ms",
@@ -419,13 +426,13 @@ def metrics_server(args: argparse.Namespace, db: Database) -> Iterator[Any]:
 
 
 @contextmanager
-def _shared_backend(db: Database, *, compact: bool) -> Iterator[Backend | None]:
-    """With --compact, the backend every queue worker of the command shares, closed after they stopped;
-    else None, and each worker builds its own from the connection factory."""
-    if not compact:
+def _shared_backend(db: Database, *, compact: bool, chain: bool) -> Iterator[Backend | None]:
+    """With --compact or --chain, the backend every queue worker of the command shares, closed after they
+    stopped; else None, and each worker builds its own from the connection factory."""
+    if not compact and not chain:
         yield None
         return
-    backend = compact_backend(db)
+    backend = plan_backend(db, compact=compact, chain=chain)
     try:
         yield backend
     finally:
@@ -458,9 +465,13 @@ def running_notice(args: argparse.Namespace, queues: list[str], db: Database, un
     return (
         f"worker running on queue{'s' if len(queues) > 1 else ''} {names} of {db.tables.job} in "
         f"{db.describe()} with {count}{' each' if len(queues) > 1 else ''}, handler "
-        f"{args.handler}{', on the compact plan' if args.compact else ''}; stop it with Ctrl-C or "
-        "SIGTERM"
+        f"{args.handler}{_plan_words(args)}; stop it with Ctrl-C or SIGTERM"
     )
+
+
+def _plan_words(args: argparse.Namespace) -> str:
+    plans = [name for name, on in (("the compact plan", args.compact), ("chained claims", args.chain)) if on]
+    return f", on {' with '.join(plans)}" if plans else ""
 
 
 def run_several(args: argparse.Namespace) -> int:
@@ -505,7 +516,7 @@ def run(args: argparse.Namespace, handler: HandlerFn | None = None) -> int:
     with (
         open_database(args, tables) as db,
         metrics_server(args, db) as metrics,
-        _shared_backend(db, compact=args.compact) as backend,
+        _shared_backend(db, compact=args.compact, chain=args.chain) as backend,
     ):
         stop = threading.Event()
         watch_parent(stop)

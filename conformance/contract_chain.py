@@ -1,0 +1,237 @@
+"""The chained-claim clauses (ChainedClaim): a finished job commits before the next claim, which holds its
+lock in a transaction of its own (J1-J4)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Final, cast
+
+import pytest
+
+from conformance.agents import AgentPool
+from conformance.base import SuiteBase, no_log
+from conformance.capabilities import requires
+from conformance.clocks import EPOCH, ManualClock
+from conformance.harness import Harness
+from conformance.protocols import NEEDS_CHAINED_CLAIM
+from proletarian_ref.backend import STATUS_SUCCESS, ChainedClaim
+from proletarian_ref.interrupts import interrupted
+from proletarian_ref.job import Job
+from proletarian_ref.keywords import to_keyword_text
+from proletarian_ref.worker import create_queue_worker
+
+QUEUE: Final = "conformance/chain"
+# The clock the claims run at: every job the clauses enqueue is due by then.
+NOW: Final = EPOCH + timedelta(minutes=1)
+JOBS: Final = 3
+WITHIN_S: Final = 30.0
+
+
+class _Planted(Exception):
+    """A failure the clause raises inside a chained transaction, to see what its rollback undoes."""
+
+
+class ChainedClaimTests(SuiteBase):
+    """What a backend with ChainedClaim (chained_claims True) owes the worker: skipped, saying so, without."""
+
+    __test__ = False
+
+    def _enqueue_three(self, harness: Harness) -> list[str]:
+        """Three jobs of QUEUE, oldest first a second apart: the order every claim must take them in."""
+        return [
+            str(self.enqueue_job(harness, EPOCH + timedelta(seconds=n), queue=QUEUE, payload={"n": n}))
+            for n in range(JOBS)
+        ]
+
+    def _archived(self, harness: Harness) -> list[str]:
+        return sorted(self.key(harness, row.job_id) for row in harness.archived_jobs())
+
+    def _queued(self, harness: Harness) -> list[tuple[str, int]]:
+        return sorted((self.key(harness, row.job_id), row.attempts) for row in harness.jobs())
+
+    def _chain_worker(self, harness: Harness, backend: Any, handler: Any) -> Any:
+        return create_queue_worker(
+            None,
+            handler,
+            backend=backend,
+            queue=QUEUE,
+            job_table=harness.job_table,
+            archived_job_table=harness.archived_job_table,
+            job_id_strategy=harness.job_id_strategy(),
+            handler_fn_mode="advanced",
+            polling_interval_ms=10,
+            worker_threads=1,
+            clock=ManualClock(NOW),
+            log=no_log,
+            **harness.worker_options,
+        )
+
+    @requires(NEEDS_CHAINED_CLAIM)
+    def test_each_job_of_a_chain_commits_before_the_next_handler_runs(self, harness: Harness) -> None:
+        """J1: a worker on a chained backend commits each job before the next job's handler runs.
+
+        One worker thread runs three due jobs. From each handler, the committed rows read on another
+        connection show every earlier job archived and gone from the job table, and this job and the later
+        ones still queued; in the end each job ran once and is archived once.
+        """
+        ids = self._enqueue_three(harness)
+        seen: list[tuple[str, list[str], list[str]]] = []
+        done = threading.Event()
+
+        def handler(job: Job) -> None:
+            seen.append(
+                (
+                    self.key(harness, job.job_id),
+                    self._archived(harness),
+                    [key for key, _ in self._queued(harness)],
+                )
+            )
+            if len(seen) == JOBS:
+                done.set()
+
+        backend = harness.backend()
+        worker = self._chain_worker(harness, backend, handler)
+        worker.start()
+        try:
+            assert done.wait(WITHIN_S), f"J1: ran {len(seen)} of {JOBS} jobs within {WITHIN_S:.0f} s"
+        finally:
+            worker.stop()
+        assert [job for job, _, _ in seen] == ids, (
+            f"J1: the worker ran {[job for job, _, _ in seen]}; expected each job once, oldest first: {ids}"
+        )
+        for n, (job, archived, queued) in enumerate(seen):
+            assert archived == sorted(ids[:n]) and queued == sorted(ids[n:]), (
+                f"J1: while job {job} ran, another connection saw archived {archived} and queued {queued}; "
+                f"expected archived {sorted(ids[:n])} and queued {sorted(ids[n:])} "
+                "(commit_and_get_next_job must commit the finished job before it claims the next)"
+            )
+        assert self._archived(harness) == sorted(ids) and self._queued(harness) == [], (
+            f"J1: archived {self._archived(harness)}, queued {self._queued(harness)}; expected every job "
+            "archived once and none queued"
+        )
+        assert {row.status for row in harness.archived_jobs()} == {STATUS_SUCCESS}
+
+    @requires(NEEDS_CHAINED_CLAIM)
+    def test_commit_and_get_next_job_commits_then_locks_the_next_job_in_a_new_transaction(
+        self, harness: Harness
+    ) -> None:
+        """J2: commit_and_get_next_job commits, then claims the oldest due job and holds its lock.
+
+        In one transaction() block: claim A, archive and delete it, then commit_and_get_next_job returns B.
+        Another connection sees A archived at once; another transaction claims C, not B (B is locked); once
+        the block ends, B is claimable again, attempts unchanged, and nothing of B was written.
+        """
+        job_table, archived_table = self.tables(harness)
+        a, b, c = self._enqueue_three(harness)
+        queue = to_keyword_text(QUEUE, what="queue")
+        backend = harness.backend()
+        with backend.transaction() as conn:
+            first = backend.get_next_job(conn, job_table, queue, NOW)
+            assert first is not None and self.key(harness, first.job_id) == a, (
+                f"J2: the first claim returned {first}; expected job {a}"
+            )
+            backend.archive_job(conn, job_table, archived_table, first.job_id, STATUS_SUCCESS, NOW)
+            backend.delete_job(conn, job_table, first.job_id)
+            chained = cast(ChainedClaim, backend).commit_and_get_next_job(conn, job_table, queue, NOW)
+            assert chained is not None and self.key(harness, chained.job_id) == b, (
+                f"J2: commit_and_get_next_job returned {chained}; expected the oldest due job {b}"
+            )
+            assert self._archived(harness) == [a], (
+                f"J2: after commit_and_get_next_job another connection saw archived "
+                f"{self._archived(harness)}; expected [{a}]: the finished job's transaction must be "
+                "committed before it returns"
+            )
+            with AgentPool(harness.make_backend, self.step_timeout) as pool:
+                agent = pool.agent()
+                agent.begin()
+                other = self.claim_in(agent, job_table, queue, NOW, "J2: another transaction's claim")
+                agent.rollback()
+            assert other is not None and self.key(harness, other.job_id) == c, (
+                f"J2: while the chained claim was open another transaction claimed {other}; expected job "
+                f"{c}: the job commit_and_get_next_job returned must stay locked until its transaction ends"
+            )
+        assert self._queued(harness) == sorted([(b, 0), (c, 0)]), (
+            f"J2: after the block the job table holds {self._queued(harness)}; expected {b} and {c} with "
+            "attempts 0"
+        )
+        assert self._archived(harness) == [a]
+
+    @requires(NEEDS_CHAINED_CLAIM)
+    def test_an_error_after_a_chained_claim_rolls_back_that_transaction_only(self, harness: Harness) -> None:
+        """J3: an error after commit_and_get_next_job undoes the new transaction only.
+
+        Claim A, archive and delete it, chain to B and write B's retry; then the block raises. A stays
+        archived (its transaction had committed), B is queued again with its attempts and due time as
+        before, and a claim finds it at once.
+        """
+        job_table, archived_table = self.tables(harness)
+        a, b, c = self._enqueue_three(harness)
+        queue = to_keyword_text(QUEUE, what="queue")
+        backend = harness.backend()
+        with pytest.raises(_Planted), backend.transaction() as conn:
+            first = backend.get_next_job(conn, job_table, queue, NOW)
+            assert first is not None
+            backend.archive_job(conn, job_table, archived_table, first.job_id, STATUS_SUCCESS, NOW)
+            backend.delete_job(conn, job_table, first.job_id)
+            chained = cast(ChainedClaim, backend).commit_and_get_next_job(conn, job_table, queue, NOW)
+            assert chained is not None
+            backend.retry_at(conn, job_table, chained.job_id, NOW + timedelta(days=1))
+            raise _Planted("J3 rolls the chained transaction back")
+        assert self._archived(harness) == [a], (
+            f"J3: after the chained transaction rolled back, archived {self._archived(harness)}; expected "
+            f"[{a}]: the job finished before the chain was committed and must stay archived"
+        )
+        assert self._queued(harness) == sorted([(b, 0), (c, 0)]), (
+            f"J3: after the rollback the job table holds {self._queued(harness)}; expected {b} and {c} "
+            "with attempts 0 (the chained transaction's retry rolled back)"
+        )
+        with backend.transaction() as conn:
+            again = backend.get_next_job(conn, job_table, queue, NOW)
+        assert again is not None and self.key(harness, again.job_id) == b, (
+            f"J3: the next claim returned {again}; expected job {b}, unlocked and due as before"
+        )
+
+    @requires(NEEDS_CHAINED_CLAIM)
+    def test_stop_during_a_chain_starts_no_further_job(self, harness: Harness) -> None:
+        """J4: once stop() begins, a chained worker starts no further handler.
+
+        The first job's handler starts stop() from another thread and returns once stop has begun. That
+        job is archived; the later jobs were never started and stay queued, attempts 0.
+        """
+        ids = self._enqueue_three(harness)
+        ran: list[str] = []
+        stopper: list[threading.Thread] = []
+        backend = harness.backend()
+
+        def handler(job: Job) -> None:
+            ran.append(self.key(harness, job.job_id))
+            if len(ran) == 1:
+                thread = threading.Thread(target=worker.stop, name="conformance-j4-stop")
+                thread.start()
+                stopper.append(thread)  # started: the test joins it
+                # stop() tells the running handler before it waits for it: then return, a success.
+                deadline = time.monotonic() + WITHIN_S
+                while not interrupted() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                assert interrupted(), "J4: stop() did not begin"
+
+        worker = self._chain_worker(harness, backend, handler)
+        worker.start()
+        try:
+            deadline = time.monotonic() + WITHIN_S
+            while not stopper and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert stopper, "J4: the worker did not start the first job"
+            stopper[0].join(WITHIN_S)
+        finally:
+            worker.stop()
+        assert ran == ids[:1], f"J4: handlers ran for {ran}; expected only the first job {ids[0]}"
+        assert self._archived(harness) == ids[:1], (
+            f"J4: archived {self._archived(harness)}; expected only {ids[0]}, the job that ran"
+        )
+        assert self._queued(harness) == sorted((key, 0) for key in ids[1:]), (
+            f"J4: the job table holds {self._queued(harness)}; expected {ids[1:]} untouched, attempts 0 "
+            "(no claim starts once stop() has begun, and a claim racing it goes back)"
+        )
