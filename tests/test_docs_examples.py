@@ -36,6 +36,7 @@ the test. docs/README.md says the same for those who write the docs.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -210,7 +211,9 @@ def servers(pg_dsn: str, mysql_dsn: str) -> Servers:
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (EXAMPLES_DATABASE,)).fetchone()
         if exists is None:
-            conn.execute(f"CREATE DATABASE {EXAMPLES_DATABASE}")
+            # Another xdist worker may create it between the look and the CREATE: then it exists, as wanted.
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                conn.execute(f"CREATE DATABASE {EXAMPLES_DATABASE}")
     with _mysql() as server, server.cursor() as cursor:
         cursor.execute(f"CREATE DATABASE IF NOT EXISTS {EXAMPLES_DATABASE}")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "PROLETARIAN_DSN"))}

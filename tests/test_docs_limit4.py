@@ -225,21 +225,3 @@ def test_proletarians_plan_against_pgbench_and_the_raw_loop_are_the_runs() -> No
     assert f"*library of raw* {raw}" in bullet
     for run in RUNS:
         assert max(r["ratio_pgbench"] for r in _rows(run, "postgresql", batch=False)) < 0.95
-
-
-def test_readmes_figures_against_the_limit_are_the_cores_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-    default_best = max(
-        max(r["compact_ratio_limit"], r["async_ratio_limit"])
-        for r in _rows(CORES_RUN, "postgresql", batch=False)
-    )
-    mariadb = _span(CORES_RUN, "mysql", "compact_ratio_limit")
-    for phrase in (
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan reached {mariadb} of it one job a "
-        f"commit, batch mode {_span(CORES_RUN, 'mysql', 'library_ratio_limit', batch=True)}",
-        f"the asyncio worker in batch mode {_span(CORES_RUN, 'postgresql', 'async_ratio_limit', batch=True)}",
-        f"one job a commit at most {default_best:.2f} "
-        f"(the compact plan {_span(CORES_RUN, 'postgresql', 'compact_ratio_limit')})",
-    ):
-        assert phrase in text, phrase

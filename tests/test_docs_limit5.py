@@ -1,0 +1,171 @@
+"""The figures docs/benchmarks.md quotes from the two limit5 runs (chained claims; the database on cores of
+its own, and sharing them) are theirs.
+
+"Chained claims" pastes both runs' limit and per-job cost tables, a table of the targets met per point,
+and quotes spans, round trips and the bound at 1 x 1 in prose; these tests recompute each from the runs'
+results.json, so a new run with stale prose fails here. README's Performance section quotes the first run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from docs_support import assert_pasted, prose, run_named, section, span, throughput_rows
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+RESULTS_DIR: Final = ROOT / "benchmarks" / "results"
+CORES_RUN: Final = "limit5-cores-2026-12-05"
+SHARED_RUN: Final = "limit5-shared-2026-12-05"
+RUNS: Final = {
+    name: json.loads((RESULTS_DIR / name / "results.json").read_text(encoding="utf-8"))
+    for name in (CORES_RUN, SHARED_RUN)
+}
+BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
+TARGET: Final = 0.6
+# Issue 31's drains for each target: default mode on the compact plan or the asyncio worker (with chained
+# claims on PostgreSQL, each on the compact plan), batch mode on either worker.
+DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
+BATCH_DRAINS: Final = ("library", "async")
+READINGS: Final = {CORES_RUN: "on cores of its own", SHARED_RUN: "sharing the cores"}
+NAMES: Final = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
+
+
+def _section() -> str:
+    return section(BENCHMARKS_MD, f"### Chained claims: `{CORES_RUN}` and `{SHARED_RUN}`", "\n## ")
+
+
+def _rows(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
+    return throughput_rows(RUNS[run], backend, batch=batch)
+
+
+def _best(row: dict[str, Any], drains: tuple[str, ...]) -> float:
+    return max(float(row[f"{d}_ratio_limit"]) for d in drains if f"{d}_ratio_limit" in row)
+
+
+def _point(run: str, backend: str, processes: int, threads: int) -> dict[str, Any]:
+    (row,) = [
+        r for r in _rows(run, backend, batch=False) if (r["processes"], r["threads"]) == (processes, threads)
+    ]
+    return row
+
+
+def targets_table() -> list[str]:
+    """The table of the targets per point the section pastes, made from the runs."""
+    lines = [
+        "| reading | database | default mode, best of limit per point | points met | batch mode "
+        "| points met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run, reading in READINGS.items():
+        for backend, name in NAMES.items():
+            single = _rows(run, backend, batch=False)
+            batch = _rows(run, backend, batch=True)
+            best = [_best(r, DEFAULT_DRAINS) for r in single]
+            best_batch = [_best(r, BATCH_DRAINS) for r in batch]
+            cells = ", ".join(
+                f"{r['processes']} x {r['threads']}: {b:.2f}" for r, b in zip(single, best, strict=True)
+            )
+            batch_cells = ", ".join(
+                f"{r['processes']} x {r['threads']}: {b:.2f}" for r, b in zip(batch, best_batch, strict=True)
+            )
+            met = sum(b >= TARGET for b in best)
+            met_batch = sum(b >= TARGET for b in best_batch)
+            lines.append(
+                f"| {reading} | {name} | {cells} | {met} of {len(best)} | {batch_cells} | "
+                f"{met_batch} of {len(best_batch)} |"
+            )
+    return lines
+
+
+@pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
+def test_both_runs_tables_are_pasted(run: str) -> None:
+    assert_pasted(
+        RESULTS_DIR / run / "results.md", "#### Against the server's limit", _section(), must="chain of limit"
+    )
+
+
+def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
+    text = prose(_section())
+    cores, shared = RUNS[CORES_RUN]["meta"], RUNS[SHARED_RUN]["meta"]
+    assert not cores["git"]["dirty"] and cores["git"] == shared["git"]
+    assert f"{cores['machine']['logical_cores']}-core {cores['machine']['cpu_model']}" in text
+    for phrase in run_named(cores, end="at its end"):
+        assert phrase in text, phrase
+    assert (
+        f"{shared['machine']['load_average'][0]} at the start of the second (the first one's drains), "
+        f"{shared['machine_at_end']['load_average'][0]} at its end" in text
+    )
+
+
+def test_the_targets_table_is_the_runs() -> None:
+    text = _section()
+    for line in targets_table():
+        assert line in text, line
+
+
+def test_the_chained_drains_spans_and_round_trips_are_the_cores_run() -> None:
+    text = prose(_section())
+    rows = _rows(CORES_RUN, "postgresql", batch=False)
+    for drain in ("compact", "chain", "async", "async_chain"):
+        assert f"*{drain.replace('_', ' ')}* {span(r[f'{drain}_ratio_limit'] for r in rows)}" in text, drain
+    one = [r for r in rows if r["processes"] == 1]
+    trips = {d: span(r[f"{d}_round_trips_per_job"] for r in one) for d in ("compact", "chain")}
+    assert f"{trips['compact']} round trips a job on the compact plan, {trips['chain']} chained" in text
+
+
+def test_the_bound_at_one_connection_is_the_cores_run() -> None:
+    one = _point(CORES_RUN, "postgresql", 1, 1)
+    client, server = one["chain_client_cpu_us_per_job"], one["chain_server_cpu_us_per_job"]
+    limit = one["limit_jobs_per_s"]
+    text = prose(_section())
+    assert (
+        f"the chained worker's client spent {client:.0f} µs a job and its backend {server:.0f} µs, one after "
+        f"the other: at most {1e6 / (client + server) / limit:.2f} of the limit's {limit:,.0f} jobs/s before "
+        f"any round trip is waited for (it reached {one['chain_ratio_limit']:.2f})" in text
+    )
+    assert one["chain_ratio_limit"] < 1e6 / (client + server) / limit
+
+
+def test_readmes_figures_against_the_limit_are_the_cores_runs() -> None:
+    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
+    pg = _rows(CORES_RUN, "postgresql", batch=False)
+    best = [_best(r, DEFAULT_DRAINS) for r in pg]
+    missed = [f"{r['processes']} x {r['threads']}" for r, b in zip(pg, best, strict=True) if b < TARGET]
+    phrases = [
+        f"named run `{CORES_RUN}`",
+        f"on MariaDB the compact plan or the asyncio worker reached "
+        f"{span(_best(r, ('compact', 'async')) for r in _rows(CORES_RUN, 'mysql', batch=False))} of it one "
+        f"job a commit, batch mode "
+        f"{span(_best(r, BATCH_DRAINS) for r in _rows(CORES_RUN, 'mysql', batch=True))}",
+        f"on PostgreSQL one job a commit {span(best)} (at each point the best of the compact plan and the "
+        "asyncio worker, with or without chained claims",
+        "0.6 or more at every point but a single connection",
+        f"batch mode {span(_best(r, BATCH_DRAINS) for r in _rows(CORES_RUN, 'postgresql', batch=True))}",
+    ]
+    for phrase in phrases:
+        assert phrase in text, phrase
+    assert missed == ["1 x 1"], missed
+
+
+def test_the_asyncio_workers_gain_and_pgbench_at_one_connection_are_the_cores_run() -> None:
+    text = prose(_section())
+    eight, four = _point(CORES_RUN, "postgresql", 1, 8), _point(CORES_RUN, "postgresql", 4, 4)
+    assert (
+        f"at 1 x 8 and 4 x 4 the asyncio worker reached {eight['async_chain_ratio_limit']:.2f} and "
+        f"{four['async_chain_ratio_limit']:.2f} with chained claims, {eight['async_ratio_limit']:.2f} and "
+        f"{four['async_ratio_limit']:.2f} without" in text
+    )
+    one = _point(CORES_RUN, "postgresql", 1, 1)
+    assert f"reached {one['pgbench_ratio_limit']:.2f} of it at 1 x 1" in text
+    client, limit = one["chain_client_cpu_us_per_job"], one["limit_jobs_per_s"]
+    assert f"a job ({client:.0f} µs, the driver's mostly) is as much as the limit's whole job" in text
+    assert f"({1e6 / limit:.0f} µs)" in text
+    assert abs(client - 1e6 / limit) < 0.25 * client
+
+
+def test_the_machine_against_limit4s_is_the_shared_run() -> None:
+    limit = _point(SHARED_RUN, "postgresql", 1, 8)["limit_jobs_per_s"]
+    assert f"sharing the cores, ran {limit:,.0f} jobs/s here against 5,292 there" in prose(_section())
