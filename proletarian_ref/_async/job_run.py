@@ -62,12 +62,7 @@ async def run_next_job(
         record = await backend.get_next_job(conn, settings.job_table, settings.queue, settings.now())
         while record is not None:
             job, decode_error = to_job(record, settings)
-            job_context = {
-                **context,
-                ev.JOB_ID: job.job_id,
-                ev.JOB_TYPE: job.job_type,
-                ev.ATTEMPT: job.attempts,
-            }
+            job_context = _job_context(context, job)
             if may_handle is not None and not may_handle(job_context):
                 return False
             failure = await run_handler(
@@ -95,6 +90,11 @@ async def run_next_job(
             )
             await chain_over()
         return None
+
+
+def _job_context(context: Mapping[str, Any], job: Job) -> dict[str, Any]:
+    """The poller's log context with the claimed job's id, type and attempt."""
+    return {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
 
 
 async def run_handler(
@@ -291,12 +291,7 @@ async def run_next_batch(
         finished: list[Any] = []
         for record in records:
             job, decode_error = to_job(record, settings)
-            job_context = {
-                **context,
-                ev.JOB_ID: job.job_id,
-                ev.JOB_TYPE: job.job_type,
-                ev.ATTEMPT: job.attempts,
-            }
+            job_context = _job_context(context, job)
             if may_handle is not None and not may_handle(job_context):
                 go_on = False
                 break

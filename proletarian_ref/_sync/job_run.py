@@ -63,12 +63,7 @@ def run_next_job(
         record = backend.get_next_job(conn, settings.job_table, settings.queue, settings.now())
         while record is not None:
             job, decode_error = to_job(record, settings)
-            job_context = {
-                **context,
-                ev.JOB_ID: job.job_id,
-                ev.JOB_TYPE: job.job_type,
-                ev.ATTEMPT: job.attempts,
-            }
+            job_context = _job_context(context, job)
             if may_handle is not None and not may_handle(job_context):
                 return False
             failure = run_handler(
@@ -96,6 +91,11 @@ def run_next_job(
             )
             chain_over()
         return None
+
+
+def _job_context(context: Mapping[str, Any], job: Job) -> dict[str, Any]:
+    """The poller's log context with the claimed job's id, type and attempt."""
+    return {**context, ev.JOB_ID: job.job_id, ev.JOB_TYPE: job.job_type, ev.ATTEMPT: job.attempts}
 
 
 def run_handler(
@@ -290,12 +290,7 @@ def run_next_batch(
         finished: list[Any] = []
         for record in records:
             job, decode_error = to_job(record, settings)
-            job_context = {
-                **context,
-                ev.JOB_ID: job.job_id,
-                ev.JOB_TYPE: job.job_type,
-                ev.ATTEMPT: job.attempts,
-            }
+            job_context = _job_context(context, job)
             if may_handle is not None and not may_handle(job_context):
                 go_on = False
                 break
