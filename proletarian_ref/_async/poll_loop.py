@@ -31,11 +31,12 @@ class AsyncPollLoop(AsyncWake):
         runs = 0
 
         async def job_over() -> None:
-            # A job of a chain committed and the next one is claimed (ChainedClaim): as after a run below.
+            # A run that ran a job is over, or a job of a chain committed and the next is claimed.
             nonlocal runs
             run_over(n)
             runs += 1
             if runs == 2 and self._listens:
+                # A second due job in a row: a batch or a burst, so another idle poller helps.
                 await self._wake_one()
 
         # Spread the pollers' idle polls over the interval, as Proletarian's start-up jitter does, but
@@ -68,13 +69,10 @@ class AsyncPollLoop(AsyncWake):
                         ran = await run_next_batch(
                             backend, settings, handler_fn, log_fn, context, stop_event, may_handle
                         )
-                    run_over(n)
                     if ran is not True:
+                        run_over(n)
                         break
-                    runs += 1
-                    if runs == 2 and self._listens:
-                        # A second due job in a row: a batch or a burst, so another idle poller helps.
-                        await self._wake_one()
+                    await job_over()
                 failures = 0
             except AsyncPollFailure as exc:
                 released, expired, running = self._run_failed(n)
