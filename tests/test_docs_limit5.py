@@ -169,3 +169,11 @@ def test_the_asyncio_workers_gain_and_pgbench_at_one_connection_are_the_cores_ru
 def test_the_machine_against_limit4s_is_the_shared_run() -> None:
     limit = _point(SHARED_RUN, "postgresql", 1, 8)["limit_jobs_per_s"]
     assert f"sharing the cores, ran {limit:,.0f} jobs/s here against 5,292 there" in prose(_section())
+
+
+def test_proletarians_plan_against_pgbench_and_the_raw_loop_are_the_runs() -> None:
+    text = prose(_section())
+    cores, shared = (span(r["ratio_pgbench"] for r in _rows(run, "postgresql", batch=False)) for run in RUNS)
+    assert f"(issue 31's bar, 0.95): {cores} on cores of its own and {shared} sharing them" in text
+    raw = " and ".join(span(r["ratio"] for r in _rows(run, "postgresql", batch=False)) for run in RUNS)
+    assert f"*library of raw* {raw}" in text
