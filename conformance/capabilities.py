@@ -28,7 +28,7 @@ def requires(*facts: str, **capabilities: object) -> Callable[[F], F]:
     "factory" (the harness was made by load_harness, so another process can rebuild it) and "sigkill"
     (the platform can kill a process outright) cover what Capabilities cannot know, and so do the
     optional protocols of conformance.protocols ("batch_claim", "batch_enqueue", "release_connection",
-    "notifications", "chained_claim"): the backend must implement that protocol.
+    "notifications", "chained_claim", "chained_batch_claim"): the backend must implement that protocol.
     """
     unknown = set(capabilities) - _CAPABILITY_FIELDS
     if unknown:

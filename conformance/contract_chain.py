@@ -1,5 +1,5 @@
 """The chained-claim clauses (ChainedClaim): a finished job commits before the next claim, which holds its
-lock in a transaction of its own (J1-J4)."""
+lock in a transaction of its own (J1-J4); batch mode's chain (ChainedBatchClaim) likewise a batch (J5-J7)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from conformance.base import SuiteBase, no_log
 from conformance.capabilities import requires
 from conformance.clocks import EPOCH, ManualClock
 from conformance.harness import Harness
-from conformance.protocols import NEEDS_CHAINED_CLAIM
-from proletarian_ref.backend import STATUS_SUCCESS, ChainedClaim
+from conformance.protocols import NEEDS_CHAINED_BATCH_CLAIM, NEEDS_CHAINED_CLAIM
+from proletarian_ref.backend import STATUS_SUCCESS, BatchClaim, ChainedBatchClaim, ChainedClaim
 from proletarian_ref.interrupts import interrupted
 from proletarian_ref.job import Job
 from proletarian_ref.keywords import to_keyword_text
@@ -26,6 +26,9 @@ QUEUE: Final = "conformance/chain"
 # The clock the claims run at: every job the clauses enqueue is due by then.
 NOW: Final = EPOCH + timedelta(minutes=1)
 JOBS: Final = 3
+# Batch mode's chain: jobs a batch, and the jobs J5 and J7 enqueue (two whole batches and a partial one).
+BATCH: Final = 2
+BATCH_JOBS: Final = 5
 WITHIN_S: Final = 30.0
 
 
@@ -38,11 +41,11 @@ class ChainedClaimTests(SuiteBase):
 
     __test__ = False
 
-    def _enqueue_three(self, harness: Harness) -> list[str]:
-        """Three jobs of QUEUE, oldest first a second apart: the order every claim must take them in."""
+    def _enqueue_three(self, harness: Harness, count: int = JOBS) -> list[str]:
+        """Three (or `count`) jobs of QUEUE, oldest first a second apart: the order every claim must take."""
         return [
             str(self.enqueue_job(harness, EPOCH + timedelta(seconds=n), queue=QUEUE, payload={"n": n}))
-            for n in range(JOBS)
+            for n in range(count)
         ]
 
     def _archived(self, harness: Harness) -> list[str]:
@@ -51,7 +54,7 @@ class ChainedClaimTests(SuiteBase):
     def _queued(self, harness: Harness) -> list[tuple[str, int]]:
         return sorted((self.key(harness, row.job_id), row.attempts) for row in harness.jobs())
 
-    def _chain_worker(self, harness: Harness, backend: Any, handler: Any) -> Any:
+    def _chain_worker(self, harness: Harness, backend: Any, handler: Any, batch_size: int = 1) -> Any:
         return create_queue_worker(
             None,
             handler,
@@ -65,6 +68,7 @@ class ChainedClaimTests(SuiteBase):
             worker_threads=1,
             clock=ManualClock(NOW),
             log=no_log,
+            batch_size=batch_size,
             **harness.worker_options,
         )
 
@@ -234,4 +238,145 @@ class ChainedClaimTests(SuiteBase):
         assert self._queued(harness) == sorted((key, 0) for key in ids[1:]), (
             f"J4: the job table holds {self._queued(harness)}; expected {ids[1:]} untouched, attempts 0 "
             "(no claim starts once stop() has begun, and a claim racing it goes back)"
+        )
+
+    @requires(NEEDS_CHAINED_BATCH_CLAIM)
+    def test_each_batch_of_a_chain_commits_before_the_next_batch_runs(self, harness: Harness) -> None:
+        """J5: a batch-mode worker on a chained backend commits each batch before the next batch's handlers.
+
+        One worker thread, two jobs a batch, five due jobs. From each handler, the committed rows read on
+        another connection show every job of the earlier batches archived and gone, and the jobs of this
+        batch and the later ones still queued; in the end each job ran once and is archived once.
+        """
+        ids = self._enqueue_three(harness, BATCH_JOBS)
+        seen: list[tuple[str, list[str], list[str]]] = []
+        done = threading.Event()
+
+        def handler(job: Job) -> None:
+            seen.append(
+                (
+                    self.key(harness, job.job_id),
+                    self._archived(harness),
+                    [key for key, _ in self._queued(harness)],
+                )
+            )
+            if len(seen) == BATCH_JOBS:
+                done.set()
+
+        backend = harness.backend()
+        worker = self._chain_worker(harness, backend, handler, batch_size=BATCH)
+        worker.start()
+        try:
+            assert done.wait(WITHIN_S), f"J5: ran {len(seen)} of {BATCH_JOBS} jobs within {WITHIN_S:.0f} s"
+        finally:
+            worker.stop()
+        assert [job for job, _, _ in seen] == ids, (
+            f"J5: the worker ran {[job for job, _, _ in seen]}; expected each job once, oldest first: {ids}"
+        )
+        for n, (job, archived, queued) in enumerate(seen):
+            before = n - n % BATCH  # the jobs of the batches before this job's
+            assert archived == sorted(ids[:before]) and queued == sorted(ids[before:]), (
+                f"J5: while job {job} ran, another connection saw archived {archived} and queued {queued}; "
+                f"expected archived {sorted(ids[:before])} and queued {sorted(ids[before:])} "
+                "(commit_and_get_next_jobs must commit the finished batch before it claims the next)"
+            )
+        assert self._archived(harness) == sorted(ids) and self._queued(harness) == [], (
+            f"J5: archived {self._archived(harness)}, queued {self._queued(harness)}; expected every job "
+            "archived once and none queued"
+        )
+        assert {row.status for row in harness.archived_jobs()} == {STATUS_SUCCESS}
+
+    @requires(NEEDS_CHAINED_BATCH_CLAIM)
+    def test_commit_and_get_next_jobs_commits_then_locks_the_next_batch_in_a_new_transaction(
+        self, harness: Harness
+    ) -> None:
+        """J6: commit_and_get_next_jobs commits, then claims up to its limit of the oldest due jobs and holds
+        their locks.
+
+        In one transaction() block: claim A (limit 1), archive and delete it, then commit_and_get_next_jobs
+        with limit 2 returns B and C. Another connection sees A archived at once; another transaction claims
+        D, not B or C (they are locked); once the block ends, B, C and D are queued, attempts unchanged.
+        """
+        job_table, archived_table = self.tables(harness)
+        a, b, c, d = self._enqueue_three(harness, 4)
+        queue = to_keyword_text(QUEUE, what="queue")
+        backend = harness.backend()
+        claim = cast(BatchClaim, backend)
+        with backend.transaction() as conn:
+            first = claim.get_next_jobs(conn, job_table, queue, NOW, 1)
+            assert [self.key(harness, job.job_id) for job in first] == [a], (
+                f"J6: the first claim returned {first}; expected job {a}"
+            )
+            finished = [first[0].job_id]
+            claim.archive_jobs(conn, job_table, archived_table, finished, STATUS_SUCCESS, NOW)
+            claim.delete_jobs(conn, job_table, finished)
+            chained = cast(ChainedBatchClaim, backend).commit_and_get_next_jobs(
+                conn, job_table, queue, NOW, 2
+            )
+            got = [self.key(harness, job.job_id) for job in chained]
+            assert got == [b, c], (
+                f"J6: commit_and_get_next_jobs(limit=2) returned {got}; expected the two oldest due jobs "
+                f"{[b, c]}"
+            )
+            assert self._archived(harness) == [a], (
+                f"J6: after commit_and_get_next_jobs another connection saw archived "
+                f"{self._archived(harness)}; expected [{a}]: the finished batch's transaction must be "
+                "committed before it returns"
+            )
+            with AgentPool(harness.make_backend, self.step_timeout) as pool:
+                agent = pool.agent()
+                agent.begin()
+                other = self.claim_in(agent, job_table, queue, NOW, "J6: another transaction's claim")
+                agent.rollback()
+            assert other is not None and self.key(harness, other.job_id) == d, (
+                f"J6: while the chained batch was open another transaction claimed {other}; expected job "
+                f"{d}: the jobs commit_and_get_next_jobs returned must stay locked until its transaction ends"
+            )
+        assert self._queued(harness) == sorted([(b, 0), (c, 0), (d, 0)]), (
+            f"J6: after the block the job table holds {self._queued(harness)}; expected {b}, {c} and {d} "
+            "with attempts 0"
+        )
+        assert self._archived(harness) == [a]
+
+    @requires(NEEDS_CHAINED_BATCH_CLAIM)
+    def test_stop_during_a_chained_batch_claims_no_further_batch(self, harness: Harness) -> None:
+        """J7: once stop() begins, a chained batch-mode worker claims and starts no further batch.
+
+        Two jobs a batch: the second job's handler, the first batch's last, starts stop() from another
+        thread and returns once stop has begun. The first batch is archived whole; the later jobs were
+        never started and stay queued, attempts 0.
+        """
+        ids = self._enqueue_three(harness, BATCH_JOBS)
+        ran: list[str] = []
+        stopper: list[threading.Thread] = []
+        backend = harness.backend()
+
+        def handler(job: Job) -> None:
+            ran.append(self.key(harness, job.job_id))
+            if len(ran) == BATCH:
+                thread = threading.Thread(target=worker.stop, name="conformance-j7-stop")
+                thread.start()
+                stopper.append(thread)  # started: the test joins it
+                deadline = time.monotonic() + WITHIN_S
+                while not interrupted() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                assert interrupted(), "J7: stop() did not begin"
+
+        worker = self._chain_worker(harness, backend, handler, batch_size=BATCH)
+        worker.start()
+        try:
+            deadline = time.monotonic() + WITHIN_S
+            while not stopper and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert stopper, "J7: the worker did not finish the first batch"
+            stopper[0].join(WITHIN_S)
+        finally:
+            worker.stop()
+        assert ran == ids[:BATCH], f"J7: handlers ran for {ran}; expected only the first batch {ids[:BATCH]}"
+        assert self._archived(harness) == sorted(ids[:BATCH]), (
+            f"J7: archived {self._archived(harness)}; expected the first batch {sorted(ids[:BATCH])}"
+        )
+        assert self._queued(harness) == sorted((key, 0) for key in ids[BATCH:]), (
+            f"J7: the job table holds {self._queued(harness)}; expected {ids[BATCH:]} untouched, attempts 0 "
+            "(no batch is claimed once stop() has begun, and a claim racing it goes back)"
         )

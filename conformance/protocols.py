@@ -14,6 +14,7 @@ NEEDS_BATCH_ENQUEUE: Final = "batch_enqueue"
 NEEDS_RELEASE: Final = "release_connection"
 NEEDS_NOTIFICATIONS: Final = "notifications"
 NEEDS_CHAINED_CLAIM: Final = "chained_claim"
+NEEDS_CHAINED_BATCH_CLAIM: Final = "chained_batch_claim"
 
 
 def _releases(backend: Any) -> bool:
@@ -24,6 +25,12 @@ def _chains(backend: Any) -> bool:
     # The worker chains only on chained_claims True: a backend with the method and the plan off is not.
     chained = getattr(backend, "chained_claims", False) is True
     return chained and callable(getattr(backend, "commit_and_get_next_job", None))
+
+
+def _chains_batches(backend: Any) -> bool:
+    # Batch mode chains on a chained backend that has BatchClaim and the batch claim's chained twin.
+    chained = _chains(backend) and isinstance(backend, BatchClaim)
+    return chained and callable(getattr(backend, "commit_and_get_next_jobs", None))
 
 
 # Fact -> (what the backend must have, in the words a skip reason uses; the check of a backend).
@@ -44,6 +51,11 @@ PROTOCOLS: Final[dict[str, tuple[str, Callable[[Any], bool]]]] = {
     NEEDS_CHAINED_CLAIM: (
         "ChainedClaim with chained_claims True (commit_and_get_next_job: chained claims)",
         _chains,
+    ),
+    NEEDS_CHAINED_BATCH_CLAIM: (
+        "ChainedBatchClaim with BatchClaim and chained_claims True (commit_and_get_next_jobs: batch mode's "
+        "chained claims)",
+        _chains_batches,
     ),
 }
 

@@ -67,6 +67,7 @@ SYNC_NAMES: Final = {
     "AsyncBatchClaim": "BatchClaim",
     "AsyncArchiveAndDelete": "ArchiveAndDelete",
     "AsyncChainedClaim": "ChainedClaim",
+    "AsyncChainedBatchClaim": "ChainedBatchClaim",
     "AsyncJobOver": "JobOver",
     "AsyncErrorStore": "ErrorStore",
     "asettle": "settle",

@@ -214,6 +214,23 @@ class ChainedClaim(Protocol):
         ...
 
 
+class ChainedBatchClaim(ChainedClaim, Protocol):
+    """What a backend with BatchClaim and ChainedClaim adds so that batch mode chains too.
+
+    Only when `chained_claims` is True, a queue worker in batch mode whose batch finished whole (every
+    job archived or its failure written, none given back) and that is not stopping calls
+    `commit_and_get_next_jobs` inside the same `transaction()` block (proletarian_ref._sync.job_run.
+    run_next_batch): the batch's transaction commits and the next batch is claimed in a new one. A backend
+    with ChainedClaim but without this method chains single jobs only.
+    """
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        """commit_and_get_next_job's commit and new transaction, then BatchClaim's `get_next_jobs` in it."""
+        ...
+
+
 @runtime_checkable
 class StreamEnqueue(Protocol):
     """What a backend that writes a batch while its jobs are still being made adds; enqueue_many calls it
@@ -446,6 +463,14 @@ class AsyncChainedClaim(Protocol):
     async def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None: ...
+
+
+class AsyncChainedBatchClaim(AsyncChainedClaim, Protocol):
+    """ChainedBatchClaim, awaited."""
+
+    async def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]: ...
 
 
 class AsyncListener(Protocol):

@@ -1323,6 +1323,10 @@ from mutants_protocols import (  # noqa: E402  (beside the rest, which its mutan
     MemoryOneSavepointPerBatch,
     MySQLChunksWithoutSavepoint,
     MySQLEndsNoTimedOutTransaction,
+    PgBatchChainClaimsBeforeCommit,
+    PgBatchChainOverLimit,
+    PgBatchChainRollsBack,
+    PgBatchChainWithoutCommit,
     PgChainClaimsBeforeCommit,
     PgChainRollsBack,
     PgChainWithoutCommit,
@@ -1411,6 +1415,30 @@ PROTOCOL_POSTGRESQL_MUTANTS: tuple[Mutant, ...] = (
         "commit_and_get_next_job claims before its COMMIT, which ends the next job's row lock at once",
         PgChainClaimsBeforeCommit,
         ("J2",),
+    ),
+    Mutant(
+        "batch_chain_without_commit",
+        "commit_and_get_next_jobs claims the next batch in its transaction: nothing commits until the end",
+        PgBatchChainWithoutCommit,
+        ("J5", "J6"),
+    ),
+    Mutant(
+        "batch_chain_rolls_back",
+        "commit_and_get_next_jobs sends ROLLBACK where COMMIT belongs: the batch's archive is undone",
+        PgBatchChainRollsBack,
+        ("J5", "J6"),
+    ),
+    Mutant(
+        "batch_chain_over_limit",
+        "commit_and_get_next_jobs claims one job more than its limit: chained batches outgrow batch_size",
+        PgBatchChainOverLimit,
+        ("J5", "J6"),
+    ),
+    Mutant(
+        "batch_chain_claims_before_commit",
+        "commit_and_get_next_jobs claims before its COMMIT, which ends the next batch's row locks at once",
+        PgBatchChainClaimsBeforeCommit,
+        ("J6",),
     ),
 )
 

@@ -89,6 +89,20 @@ class AsyncChainRollsBack(AsyncPostgresBackend):
         return await self.get_next_job(conn, job_table, queue, now)
 
 
+class AsyncBatchChainRollsBack(AsyncPostgresBackend):
+    """Chained batches whose commit_and_get_next_jobs sends ROLLBACK where COMMIT belongs: the finished
+    batch's archive is undone and its jobs run again."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "chain": True})
+
+    async def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        await self._execute(conn, "ROLLBACK; BEGIN", None, _nothing)
+        return await self.get_next_jobs(conn, job_table, queue, now, limit)
+
+
 POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "aio_commit_before_handler",
@@ -140,6 +154,12 @@ POSTGRESQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
         "the async commit_and_get_next_job sends ROLLBACK where COMMIT belongs: the archive is undone",
         AsyncChainRollsBack,
         ("J1", "J2", "J3"),
+    ),
+    Mutant(
+        "aio_batch_chain_rolls_back",
+        "the async commit_and_get_next_jobs sends ROLLBACK, not COMMIT: the batch's archive is undone",
+        AsyncBatchChainRollsBack,
+        ("J5", "J6"),
     ),
 )
 

@@ -233,3 +233,44 @@ class PgChainClaimsBeforeCommit(_PgChained):
         record = self.get_next_job(conn, job_table, queue, now)
         self._execute(conn, "COMMIT; BEGIN", None, _ignore)
         return record
+
+
+class PgBatchChainWithoutCommit(_PgChained):
+    """commit_and_get_next_jobs claims the next batch in the same transaction: nothing commits until the
+    chain ends, and a later batch's rollback undoes the earlier ones."""
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        return self.get_next_jobs(conn, job_table, queue, now, limit)
+
+
+class PgBatchChainRollsBack(_PgChained):
+    """commit_and_get_next_jobs sends ROLLBACK where COMMIT belongs: the batch's archive is undone."""
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        self._execute(conn, "ROLLBACK; BEGIN", None, _ignore)
+        return self.get_next_jobs(conn, job_table, queue, now, limit)
+
+
+class PgBatchChainOverLimit(_PgChained):
+    """commit_and_get_next_jobs claims one job more than its limit: chained batches grow past batch_size."""
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        return super().commit_and_get_next_jobs(conn, job_table, queue, now, limit + 1)
+
+
+class PgBatchChainClaimsBeforeCommit(_PgChained):
+    """commit_and_get_next_jobs claims the next batch before its COMMIT: the commit ends those locks at
+    once, and the batch's handlers run with no row lock."""
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        records = self.get_next_jobs(conn, job_table, queue, now, limit)
+        self._execute(conn, "COMMIT; BEGIN", None, _ignore)
+        return records

@@ -30,6 +30,8 @@ PLANS = [
     {"chain": True, "pipeline": True, "compact": True},
 ]
 WITHIN_S = 30.0
+# Jobs a batch in batch mode's chain: JOBS is three whole batches.
+BATCH = 4
 
 
 def _plan_id(options: dict[str, bool]) -> str:
@@ -77,7 +79,7 @@ def _archived_once(db: SqlHarness, job_ids: list[Any]) -> None:
     assert db.jobs() == []
 
 
-def _drain(db: SqlHarness, backend: Any, handler: Any, threads: int) -> None:
+def _drain(db: SqlHarness, backend: Any, handler: Any, threads: int, batch_size: int = 1) -> None:
     """Run a threaded worker on `backend` until every queued job is archived, then stop it."""
     worker = pr.create_queue_worker(
         None,
@@ -85,6 +87,7 @@ def _drain(db: SqlHarness, backend: Any, handler: Any, threads: int) -> None:
         backend=backend,
         worker_threads=threads,
         polling_interval_ms=20,
+        batch_size=batch_size,
         **db.table_options,
     )
     with worker:
@@ -117,6 +120,60 @@ def test_a_chained_worker_sends_commit_and_begin_together_and_claims_each_next_j
     # The chain ends at the claim that finds the queue empty; the worker's later idle polls follow.
     per_job = [*archive, *chain, claim]
     assert sent[1 : 1 + JOBS * len(per_job)] == per_job * JOBS
+
+
+@pytest.mark.parametrize("options", PLANS, ids=_plan_id)
+def test_a_chained_batch_worker_sends_commit_and_begin_together_and_claims_the_next_batch_in_the_new_one(
+    pg_db: SqlHarness, options: dict[str, bool]
+) -> None:
+    job_ids = _enqueue(pg_db, JOBS)
+    backend = _Counting(pg_db.data_source, **options)
+    backend.statements = []
+    try:
+        _drain(pg_db, backend, lambda job_type, payload: None, threads=1, batch_size=BATCH)
+    finally:
+        backend.close()
+    _archived_once(pg_db, job_ids)
+    claims = [(thread, s) for thread, s in backend.statements if "FOR UPDATE SKIP LOCKED" in s]
+    poller, claim = claims[0]
+    assert "LIMIT" in claim
+    sent = [s for thread, s in backend.statements if thread == poller]
+    assert sent[0] == claim
+    # The batch's archive: one statement on the compact plan, batch mode's two otherwise.
+    archive = sent[1:2] if options.get("compact") else sent[1:3]
+    assert "INSERT INTO" in archive[0] and "DELETE FROM" in archive[-1]
+    chain = ["COMMIT; BEGIN"] if not options.get("pipeline") else ["COMMIT", "BEGIN"]
+    # One block: the first claim, then for every batch its archive, the COMMIT and BEGIN, the next claim,
+    # until the claim that finds the queue empty.
+    per_batch = [*archive, *chain, claim]
+    assert sent[1 : 1 + JOBS // BATCH * len(per_batch)] == per_batch * (JOBS // BATCH)
+
+
+def test_a_failed_job_does_not_end_a_chain_of_batches_and_its_failure_commits_with_its_batch(
+    pg_db: SqlHarness,
+) -> None:
+    # Proletarian's default retry strategy retries nothing: the failed job is archived as a failure in
+    # its savepoint, the batch is whole, and the next batch is claimed in the chain.
+    _enqueue(pg_db, 2 * BATCH)
+    ran: list[int] = []
+
+    def handler(job_type: str, payload: Any) -> None:
+        ran.append(payload["n"])
+        if payload["n"] == 1:
+            raise RuntimeError("planted failure")
+
+    backend = _Counting(pg_db.data_source, chain=True, compact=True)
+    backend.statements = []
+    try:
+        _drain(pg_db, backend, handler, threads=1, batch_size=BATCH)
+    finally:
+        backend.close()
+    assert sorted(ran) == list(range(2 * BATCH))
+    statuses = sorted(job.status for job in pg_db.archived_jobs())
+    assert statuses == [":failure"] + [":success"] * (2 * BATCH - 1)
+    assert pg_db.jobs() == []
+    # Two chained claims: the second batch's and the one that found the queue empty.
+    assert [s for _, s in backend.statements].count("COMMIT; BEGIN") == 2
 
 
 @pytest.mark.parametrize("options", PLANS, ids=_plan_id)
@@ -185,9 +242,10 @@ def _async_backend(driver: str, dsn: str, name: str) -> Any:
     )
 
 
+@pytest.mark.parametrize("batch_size", [1, BATCH])
 @pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
 def test_an_asyncio_chained_worker_runs_every_job_once_and_leaves_no_transaction_open(
-    pg_db: SqlHarness, pg_dsn: str, driver: str
+    pg_db: SqlHarness, pg_dsn: str, driver: str, batch_size: int
 ) -> None:
     job_ids = _enqueue(pg_db, JOBS)
     name = f"achain-{uuid.uuid4().hex[:12]}"
@@ -204,6 +262,7 @@ def test_an_asyncio_chained_worker_runs_every_job_once_and_leaves_no_transaction
             backend=backend,
             worker_threads=3,
             polling_interval_ms=200,
+            batch_size=batch_size,
             **pg_db.table_options,
         )
         try:

@@ -68,7 +68,7 @@ class TestPostgreSQLAsyncpgChain(WorkerSuite):
 
 
 class TestPostgreSQLAsyncpgChainClauses(ChainedClaimTests):
-    """J1-J4 on the asyncio backend with chained claims."""
+    """J1-J7 on the asyncio backend with chained claims."""
 
     __test__ = True
 

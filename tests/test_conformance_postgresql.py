@@ -100,7 +100,7 @@ class TestPostgreSQLChain(WorkerSuite):
 
 
 class TestPostgreSQLChainClauses(ChainedClaimTests):
-    """J1-J4, what a backend with chained claims owes the worker (skipped on every other class here)."""
+    """J1-J7, what a backend with chained claims owes the worker (skipped on every other class here)."""
 
     __test__ = True
 

@@ -83,7 +83,7 @@ class TestPostgreSQLAsyncChain(WorkerSuite):
 
 
 class TestPostgreSQLAsyncChainClauses(ChainedClaimTests):
-    """J1-J4 on the asyncio backend with chained claims."""
+    """J1-J7 on the asyncio backend with chained claims."""
 
     __test__ = True
 

@@ -67,7 +67,7 @@ class AsyncPollLoop(AsyncWake):
                         )
                     else:
                         ran = await run_next_batch(
-                            backend, settings, handler_fn, log_fn, context, stop_event, may_handle
+                            backend, settings, handler_fn, log_fn, context, stop_event, may_handle, job_over
                         )
                     if ran is not True:
                         run_over(n)

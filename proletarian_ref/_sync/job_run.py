@@ -17,6 +17,7 @@ from proletarian_ref.backend import (
     ArchiveAndDelete,
     Backend,
     BatchClaim,
+    ChainedBatchClaim,
     ChainedClaim,
     JobRecord,
 )
@@ -264,6 +265,7 @@ def run_next_batch(
     context: Mapping[str, Any],
     stop_event: Event,
     may_handle: Callable[[Mapping[str, Any]], bool] | None = None,
+    job_over: JobOver | None = None,
 ) -> bool | None:
     """One poll of batch mode: None when no job was due, else whether the worker may go on.
 
@@ -275,61 +277,99 @@ def run_next_batch(
     its savepoint) ends the batch: it and the jobs after it are not written and go back to the queue when
     the commit releases their locks, while the jobs before it are written. The failure writes' error is
     raised after the commit, as run_next_job would raise it.
+
+    With `job_over` on a backend whose `chained_claims` is True and that has ChainedBatchClaim, a batch
+    that ended whole while the worker is not stopping is not the poll's last: its transaction commits and
+    the next batch is claimed in a new one on the same connection (commit_and_get_next_jobs), `job_over()`
+    is awaited, and the next batch runs as the first did, until a claim finds no job due (None).
     """
     claim = cast(BatchClaim, backend)  # create_queue_worker refuses batch_size > 1 without BatchClaim
-    go_on = True
-    write_error: Exception | None = None
+    chain_over = (
+        job_over
+        if getattr(backend, "chained_claims", False) is True and hasattr(backend, "commit_and_get_next_jobs")
+        else None
+    )
     with backend.transaction() as conn:
         if stop_event.is_set():
             return None
         records = claim.get_next_jobs(
             conn, settings.job_table, settings.queue, settings.now(), settings.batch_size
         )
-        if not records:
+        while records:
+            whole, write_error = run_batch(
+                backend, conn, settings, handler_fn, log, context, stop_event, may_handle, records
+            )
+            if not whole or chain_over is None or stop_event.is_set():
+                break
+            records = cast(ChainedBatchClaim, backend).commit_and_get_next_jobs(
+                conn, settings.job_table, settings.queue, settings.now(), settings.batch_size
+            )
+            chain_over()
+        else:
             return None
-        finished: list[Any] = []
-        for record in records:
-            job, decode_error = to_job(record, settings)
-            job_context = _job_context(context, job)
-            if may_handle is not None and not may_handle(job_context):
-                go_on = False
-                break
-            failure = run_handler(
-                backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
-            )
-            if failure is None:
-                finished.append(record.job_id)
-            elif failure is GIVEN_BACK:
-                go_on = False
-                break
-            else:
-                try:
-                    with claim.savepoint(conn):
-                        try:
-                            write_failure(backend, conn, settings, record, job, failure, log, job_context)
-                        except Exception as exc:
-                            write_error = exc
-                            raise
-                except Exception as exc:
-                    if exc is not write_error:
-                        raise  # the savepoint itself failed: the whole batch rolls back
-                    # Rolled back to the savepoint: this job stays as claimed, attempts unchanged. The
-                    # batch ends here, as run_next_job's transaction would; the jobs before it are written.
-                    break
-        if finished:
-            finished_at = settings.now()
-            archive_and_delete_jobs(
-                backend,
-                conn,
-                settings.job_table,
-                settings.archived_job_table,
-                finished,
-                STATUS_SUCCESS,
-                finished_at,
-            )
     if write_error is not None:
         raise write_error
-    return go_on and not stop_event.is_set()
+    return whole and not stop_event.is_set()
+
+
+def run_batch(
+    backend: Backend,
+    conn: Any,
+    settings: JobSettings,
+    handler_fn: HandlerFn,
+    log: LogFn,
+    context: Mapping[str, Any],
+    stop_event: Event,
+    may_handle: Callable[[Mapping[str, Any]], bool] | None,
+    records: Sequence[JobRecord],
+) -> tuple[bool, Exception | None]:
+    """Run one claimed batch in `conn`'s transaction (run_next_batch): whether it ended whole, every job
+    archived or its failure written, and the failure writes' error that ended it, if any."""
+    claim = cast(BatchClaim, backend)
+    whole = True
+    write_error: Exception | None = None
+    finished: list[Any] = []
+    for record in records:
+        job, decode_error = to_job(record, settings)
+        job_context = _job_context(context, job)
+        if may_handle is not None and not may_handle(job_context):
+            whole = False
+            break
+        failure = run_handler(
+            backend, conn, settings, handler_fn, log, job, decode_error, job_context, stop_event
+        )
+        if failure is None:
+            finished.append(record.job_id)
+        elif failure is GIVEN_BACK:
+            whole = False
+            break
+        else:
+            try:
+                with claim.savepoint(conn):
+                    try:
+                        write_failure(backend, conn, settings, record, job, failure, log, job_context)
+                    except Exception as exc:
+                        write_error = exc
+                        raise
+            except Exception as exc:
+                if exc is not write_error:
+                    raise  # the savepoint itself failed: the whole batch rolls back
+                # Rolled back to the savepoint: this job stays as claimed, attempts unchanged. The
+                # batch ends here, as run_next_job's transaction would; the jobs before it are written.
+                whole = False
+                break
+    if finished:
+        finished_at = settings.now()
+        archive_and_delete_jobs(
+            backend,
+            conn,
+            settings.job_table,
+            settings.archived_job_table,
+            finished,
+            STATUS_SUCCESS,
+            finished_at,
+        )
+    return whole, write_error
 
 
 def archive_and_delete(

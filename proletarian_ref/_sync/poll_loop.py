@@ -68,7 +68,7 @@ class PollLoop(Wake):
                         )
                     else:
                         ran = run_next_batch(
-                            backend, settings, handler_fn, log_fn, context, stop_event, may_handle
+                            backend, settings, handler_fn, log_fn, context, stop_event, may_handle, job_over
                         )
                     if ran is not True:
                         run_over(n)

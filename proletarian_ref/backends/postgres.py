@@ -303,10 +303,20 @@ class PostgresBackend(SqlBackend):
     ) -> JobRecord | None:
         """ChainedClaim: COMMIT and BEGIN (and the job transaction's setting) as one simple query, then the
         claim; on a pipelined connection each is queued and the claim's result brings all of them back."""
+        self._chain_commit(conn)
+        return self.get_next_job(conn, job_table, queue, now)
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        """ChainedBatchClaim: commit_and_get_next_job's COMMIT and BEGIN, then batch mode's claim."""
+        self._chain_commit(conn)
+        return self.get_next_jobs(conn, job_table, queue, now, limit)
+
+    def _chain_commit(self, conn: Any) -> None:
         pipelined = self._pipelines(conn, pooled=self._pooled)
         for statement in self._chain_statements[1 if pipelined else 0]:
             self._execute(conn, statement, None, _ignore)
-        return self.get_next_job(conn, job_table, queue, now)
 
     def _checkout_pooled(self) -> Any:
         return self._data_source.getconn()

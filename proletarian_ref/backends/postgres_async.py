@@ -68,6 +68,13 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         await self._execute(conn, self.codec._chain_statements[0][0], None, _nothing)
         return await self.get_next_job(conn, job_table, queue, now)
 
+    async def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        """AsyncChainedBatchClaim: commit_and_get_next_job's COMMIT and BEGIN, then batch mode's claim."""
+        await self._execute(conn, self.codec._chain_statements[0][0], None, _nothing)
+        return await self.get_next_jobs(conn, job_table, queue, now, limit)
+
     # -- psycopg's connections, transactions and cursors -----------------------------------------------
 
     async def _acquire_pooled(self) -> Any:
