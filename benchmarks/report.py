@@ -299,7 +299,8 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
         + (
             " *chain* and *async chain*: the threaded worker and the asyncio worker (asyncpg) on the "
             "compact plan with chained claims (`chain=True`: a finished job's COMMIT goes with the next "
-            "BEGIN and the next claim follows in the same block), PostgreSQL only."
+            "BEGIN and the next claim follows in the same block; on batch rows, in batch mode, a finished "
+            "batch's), PostgreSQL only."
             if chained
             else ""
         )
@@ -550,10 +551,11 @@ def _locust_section(results: dict[str, Any]) -> list[str]:
 
 
 def _drain_label(mode: str, row: dict[str, Any]) -> str:
-    """A drain's name in the tables: the library's is "batch" on a batch row, the asyncio worker's
-    "async batch"; "async_chain" is "async chain"."""
-    if row.get("batch_size", 1) > 1 and mode in ("library", "async"):
-        return "batch" if mode == "library" else "async batch"
+    """A drain's name in the tables: on a batch row the library's is "batch", the asyncio worker's "async
+    batch", the chained ones "batch chain" and "async batch chain"; "async_chain" is "async chain"."""
+    batch = {"library": "batch", "async": "async batch", "chain": "batch chain"}
+    if row.get("batch_size", 1) > 1 and mode in (*batch, "async_chain"):
+        return batch.get(mode, "async batch chain")
     return mode.replace("_", " ")
 
 

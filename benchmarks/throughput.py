@@ -326,8 +326,9 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         # The asyncio worker (asyncpg or aiomysql, compact plan) drains each limit point too, when enabled.
         async_reason = async_skip_reason(harness) if settings.throughput_async else None
         async_points = limit_points if settings.throughput_async and not async_reason else set()
-        # Chained claims (PostgreSQL), threaded and asyncio, drain the limit points at one job a commit.
-        chain_points = {p for p in limit_points if p[2] == 1} if chain is not None else set()
+        # Chained claims (PostgreSQL), threaded and asyncio, drain the limit points: one job a commit, and
+        # batch mode's chained batches (ChainedBatchClaim) at the batch points.
+        chain_points = set(limit_points) if chain is not None else set()
         async_chain_points = chain_points & async_points
         last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)

@@ -200,8 +200,15 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
         assert row["async_client_cpu_us_per_job"] >= 0 and "async_server_cpu_us_per_job" in row
         # aiomysql's and asyncpg's exchanges are counted too, as the threaded drivers' are.
         assert row["async_round_trips_per_job"] > 0
+        if factory == "postgresql":
+            # Chained claims drain every limit point, one job a commit and batch mode's chained batches.
+            for mode in ("chain", "async_chain"):
+                assert len(row[f"{mode}_rounds"]) == TINY.throughput_rounds
+                assert row[f"{mode}_ratio_limit"] > 0 and f"{mode}_client_cpu_us_per_job" in row
     printed = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert "| async of limit |" in printed and "| async batch |" in printed
+    if factory == "postgresql":
+        assert "| batch chain |" in printed and "| async batch chain |" in printed
 
 
 def test_quick_mode_leaves_the_asyncio_drain_out_and_full_mode_runs_it() -> None:
