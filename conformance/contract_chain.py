@@ -72,17 +72,15 @@ class ChainedClaimTests(SuiteBase):
             **harness.worker_options,
         )
 
-    @requires(NEEDS_CHAINED_CLAIM)
-    def test_each_job_of_a_chain_commits_before_the_next_handler_runs(self, harness: Harness) -> None:
-        """J1: a worker on a chained backend commits each job before the next job's handler runs.
-
-        One worker thread runs three due jobs. From each handler, the committed rows read on another
-        connection show every earlier job archived and gone from the job table, and this job and the later
-        ones still queued; in the end each job ran once and is archived once.
-        """
-        ids = self._enqueue_three(harness)
+    def _commits_in_turn(self, harness: Harness, clause: str, count: int, batch_size: int) -> None:
+        """J1 and J5: one worker thread, `batch_size` jobs a transaction, runs `count` due jobs. From each
+        handler, the committed rows read on another connection show every job of the earlier transactions
+        archived and gone, this transaction's and the later ones queued; each job runs and is archived once,
+        oldest first."""
+        ids = self._enqueue_three(harness, count)
         seen: list[tuple[str, list[str], list[str]]] = []
         done = threading.Event()
+        claim = "commit_and_get_next_job" if batch_size == 1 else "commit_and_get_next_jobs"
 
         def handler(job: Job) -> None:
             seen.append(
@@ -92,30 +90,42 @@ class ChainedClaimTests(SuiteBase):
                     [key for key, _ in self._queued(harness)],
                 )
             )
-            if len(seen) == JOBS:
+            if len(seen) == count:
                 done.set()
 
         backend = harness.backend()
-        worker = self._chain_worker(harness, backend, handler)
+        worker = self._chain_worker(harness, backend, handler, batch_size=batch_size)
         worker.start()
         try:
-            assert done.wait(WITHIN_S), f"J1: ran {len(seen)} of {JOBS} jobs within {WITHIN_S:.0f} s"
+            assert done.wait(WITHIN_S), f"{clause}: ran {len(seen)} of {count} jobs within {WITHIN_S:.0f} s"
         finally:
             worker.stop()
         assert [job for job, _, _ in seen] == ids, (
-            f"J1: the worker ran {[job for job, _, _ in seen]}; expected each job once, oldest first: {ids}"
+            f"{clause}: the worker ran {[job for job, _, _ in seen]}; expected each job once, oldest first: "
+            f"{ids}"
         )
         for n, (job, archived, queued) in enumerate(seen):
-            assert archived == sorted(ids[:n]) and queued == sorted(ids[n:]), (
-                f"J1: while job {job} ran, another connection saw archived {archived} and queued {queued}; "
-                f"expected archived {sorted(ids[:n])} and queued {sorted(ids[n:])} "
-                "(commit_and_get_next_job must commit the finished job before it claims the next)"
+            before = n - n % batch_size  # the jobs of the transactions before this job's
+            assert archived == sorted(ids[:before]) and queued == sorted(ids[before:]), (
+                f"{clause}: while job {job} ran, another connection saw archived {archived} and queued "
+                f"{queued}; expected archived {sorted(ids[:before])} and queued {sorted(ids[before:])} "
+                f"({claim} must commit what finished before it claims again)"
             )
         assert self._archived(harness) == sorted(ids) and self._queued(harness) == [], (
-            f"J1: archived {self._archived(harness)}, queued {self._queued(harness)}; expected every job "
-            "archived once and none queued"
+            f"{clause}: archived {self._archived(harness)}, queued {self._queued(harness)}; expected every "
+            "job archived once and none queued"
         )
         assert {row.status for row in harness.archived_jobs()} == {STATUS_SUCCESS}
+
+    @requires(NEEDS_CHAINED_CLAIM)
+    def test_each_job_of_a_chain_commits_before_the_next_handler_runs(self, harness: Harness) -> None:
+        """J1: a worker on a chained backend commits each job before the next job's handler runs.
+
+        One worker thread runs three due jobs. From each handler, the committed rows read on another
+        connection show every earlier job archived and gone from the job table, and this job and the later
+        ones still queued; in the end each job ran once and is archived once.
+        """
+        self._commits_in_turn(harness, "J1", JOBS, 1)
 
     @requires(NEEDS_CHAINED_CLAIM)
     def test_commit_and_get_next_job_commits_then_locks_the_next_job_in_a_new_transaction(
@@ -248,43 +258,7 @@ class ChainedClaimTests(SuiteBase):
         another connection show every job of the earlier batches archived and gone, and the jobs of this
         batch and the later ones still queued; in the end each job ran once and is archived once.
         """
-        ids = self._enqueue_three(harness, BATCH_JOBS)
-        seen: list[tuple[str, list[str], list[str]]] = []
-        done = threading.Event()
-
-        def handler(job: Job) -> None:
-            seen.append(
-                (
-                    self.key(harness, job.job_id),
-                    self._archived(harness),
-                    [key for key, _ in self._queued(harness)],
-                )
-            )
-            if len(seen) == BATCH_JOBS:
-                done.set()
-
-        backend = harness.backend()
-        worker = self._chain_worker(harness, backend, handler, batch_size=BATCH)
-        worker.start()
-        try:
-            assert done.wait(WITHIN_S), f"J5: ran {len(seen)} of {BATCH_JOBS} jobs within {WITHIN_S:.0f} s"
-        finally:
-            worker.stop()
-        assert [job for job, _, _ in seen] == ids, (
-            f"J5: the worker ran {[job for job, _, _ in seen]}; expected each job once, oldest first: {ids}"
-        )
-        for n, (job, archived, queued) in enumerate(seen):
-            before = n - n % BATCH  # the jobs of the batches before this job's
-            assert archived == sorted(ids[:before]) and queued == sorted(ids[before:]), (
-                f"J5: while job {job} ran, another connection saw archived {archived} and queued {queued}; "
-                f"expected archived {sorted(ids[:before])} and queued {sorted(ids[before:])} "
-                "(commit_and_get_next_jobs must commit the finished batch before it claims the next)"
-            )
-        assert self._archived(harness) == sorted(ids) and self._queued(harness) == [], (
-            f"J5: archived {self._archived(harness)}, queued {self._queued(harness)}; expected every job "
-            "archived once and none queued"
-        )
-        assert {row.status for row in harness.archived_jobs()} == {STATUS_SUCCESS}
+        self._commits_in_turn(harness, "J5", BATCH_JOBS, BATCH)
 
     @requires(NEEDS_CHAINED_BATCH_CLAIM)
     def test_commit_and_get_next_jobs_commits_then_locks_the_next_batch_in_a_new_transaction(

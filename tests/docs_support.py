@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+RESULTS_DIR: Final = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+# Issue 31's target: a drain's rate at least this share of the server's own limit.
+LIMIT_TARGET: Final = 0.6
 
 
 def section(path: Path, heading: str, end: str) -> str:
@@ -25,6 +30,58 @@ def throughput_rows(results: dict[str, Any], backend: str, *, batch: bool) -> li
     (entry,) = [e for e in results["benchmarks"]["throughput"] if e["backend"] == backend]
     rows: list[dict[str, Any]] = entry["rows"]
     return [r for r in rows if (r.get("batch_size", 1) > 1) == batch]
+
+
+def load_runs(*names: str) -> dict[str, dict[str, Any]]:
+    """The results.json of each named run kept in benchmarks/results, by its name."""
+    return {
+        name: json.loads((RESULTS_DIR / name / "results.json").read_text(encoding="utf-8")) for name in names
+    }
+
+
+def point_row(results: dict[str, Any], backend: str, processes: int, threads: int) -> dict[str, Any]:
+    """The one-job-a-commit throughput row of `backend` at `processes` x `threads`."""
+    (row,) = [
+        r
+        for r in throughput_rows(results, backend, batch=False)
+        if (r["processes"], r["threads"]) == (processes, threads)
+    ]
+    return row
+
+
+def best_of_limit(row: dict[str, Any], drains: Iterable[str]) -> float:
+    """The best share of the server's limit any of `drains` reached at the row's point."""
+    return max(float(row[f"{d}_ratio_limit"]) for d in drains if f"{d}_ratio_limit" in row)
+
+
+def targets_table(
+    runs: Mapping[str, dict[str, Any]],
+    readings: Mapping[str, str],
+    names: Mapping[str, str],
+    default_drains: Iterable[str],
+    batch_drains: Iterable[str],
+) -> list[str]:
+    """The table of issue 31's targets per point a section pastes: for each run (its reading) and backend
+    (its name), the best of `default_drains` at each one-job-a-commit point and of `batch_drains` at each
+    batch point, and how many points reach LIMIT_TARGET."""
+    default_drains, batch_drains = tuple(default_drains), tuple(batch_drains)
+    lines = [
+        "| reading | database | default mode, best of limit per point | points met | batch mode "
+        "| points met |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run, reading in readings.items():
+        for backend, name in names.items():
+            cells: list[str] = []
+            for batch, drains in ((False, default_drains), (True, batch_drains)):
+                rows = throughput_rows(runs[run], backend, batch=batch)
+                best = [best_of_limit(r, drains) for r in rows]
+                points = ", ".join(
+                    f"{r['processes']} x {r['threads']}: {b:.2f}" for r, b in zip(rows, best, strict=True)
+                )
+                cells += [points, f"{sum(b >= LIMIT_TARGET for b in best)} of {len(best)}"]
+            lines.append(f"| {reading} | {name} | {' | '.join(cells)} |")
+    return lines
 
 
 def span(values: Iterable[float]) -> str:

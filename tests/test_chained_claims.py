@@ -96,57 +96,34 @@ def _drain(db: SqlHarness, backend: Any, handler: Any, threads: int, batch_size:
             time.sleep(0.02)
 
 
+@pytest.mark.parametrize("batch_size", [1, BATCH])
 @pytest.mark.parametrize("options", PLANS, ids=_plan_id)
-def test_a_chained_worker_sends_commit_and_begin_together_and_claims_each_next_job_in_the_new_transaction(
-    pg_db: SqlHarness, options: dict[str, bool]
+def test_a_chained_worker_sends_commit_and_begin_together_and_claims_again_in_the_new_transaction(
+    pg_db: SqlHarness, options: dict[str, bool], batch_size: int
 ) -> None:
     job_ids = _enqueue(pg_db, JOBS)
     backend = _Counting(pg_db.data_source, **options)
     backend.statements = []
     try:
-        _drain(pg_db, backend, lambda job_type, payload: None, threads=1)
+        _drain(pg_db, backend, lambda job_type, payload: None, threads=1, batch_size=batch_size)
     finally:
         backend.close()
     _archived_once(pg_db, job_ids)
     claims = [(thread, s) for thread, s in backend.statements if "FOR UPDATE SKIP LOCKED" in s]
     poller, claim = claims[0]
+    # Batch mode's claim, get_next_jobs, takes up to batch_size jobs.
+    assert ("LIMIT %(limit)s" in claim) == (batch_size > 1)
     sent = [s for thread, s in backend.statements if thread == poller]
     assert sent[0] == claim
-    # The job's archive: one statement on the compact plan, Proletarian's two otherwise.
+    # The archive of a job, or of a batch: one statement on the compact plan, two otherwise.
     archive = sent[1:2] if options.get("compact") else sent[1:3]
     assert "INSERT INTO" in archive[0] and "DELETE FROM" in archive[-1]
     chain = ["COMMIT; BEGIN"] if not options.get("pipeline") else ["COMMIT", "BEGIN"]
-    # One block: the first claim, then for every job its archive, the COMMIT and BEGIN, the next claim.
-    # The chain ends at the claim that finds the queue empty; the worker's later idle polls follow.
-    per_job = [*archive, *chain, claim]
-    assert sent[1 : 1 + JOBS * len(per_job)] == per_job * JOBS
-
-
-@pytest.mark.parametrize("options", PLANS, ids=_plan_id)
-def test_a_chained_batch_worker_sends_commit_and_begin_together_and_claims_the_next_batch_in_the_new_one(
-    pg_db: SqlHarness, options: dict[str, bool]
-) -> None:
-    job_ids = _enqueue(pg_db, JOBS)
-    backend = _Counting(pg_db.data_source, **options)
-    backend.statements = []
-    try:
-        _drain(pg_db, backend, lambda job_type, payload: None, threads=1, batch_size=BATCH)
-    finally:
-        backend.close()
-    _archived_once(pg_db, job_ids)
-    claims = [(thread, s) for thread, s in backend.statements if "FOR UPDATE SKIP LOCKED" in s]
-    poller, claim = claims[0]
-    assert "LIMIT" in claim
-    sent = [s for thread, s in backend.statements if thread == poller]
-    assert sent[0] == claim
-    # The batch's archive: one statement on the compact plan, batch mode's two otherwise.
-    archive = sent[1:2] if options.get("compact") else sent[1:3]
-    assert "INSERT INTO" in archive[0] and "DELETE FROM" in archive[-1]
-    chain = ["COMMIT; BEGIN"] if not options.get("pipeline") else ["COMMIT", "BEGIN"]
-    # One block: the first claim, then for every batch its archive, the COMMIT and BEGIN, the next claim,
-    # until the claim that finds the queue empty.
-    per_batch = [*archive, *chain, claim]
-    assert sent[1 : 1 + JOBS // BATCH * len(per_batch)] == per_batch * (JOBS // BATCH)
+    # One block: the first claim, then for every job (or batch) its archive, the COMMIT and BEGIN, the
+    # next claim. The chain ends at the claim that finds the queue empty; the worker's idle polls follow.
+    per_claim = [*archive, *chain, claim]
+    claimed = JOBS // batch_size
+    assert sent[1 : 1 + claimed * len(per_claim)] == per_claim * claimed
 
 
 def test_a_failed_job_does_not_end_a_chain_of_batches_and_its_failure_commits_with_its_batch(

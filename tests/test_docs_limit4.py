@@ -7,23 +7,28 @@ run with stale prose fails here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from docs_support import assert_pasted, prose, run_named, section, span, throughput_rows
+from docs_support import (
+    LIMIT_TARGET,
+    RESULTS_DIR,
+    assert_pasted,
+    load_runs,
+    point_row,
+    prose,
+    run_named,
+    section,
+    span,
+    throughput_rows,
+)
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-RESULTS_DIR: Final = ROOT / "benchmarks" / "results"
 CORES_RUN: Final = "limit4-cores-2026-12-05"
 SHARED_RUN: Final = "limit4-shared-2026-12-05"
-RUNS: Final = {
-    name: json.loads((RESULTS_DIR / name / "results.json").read_text(encoding="utf-8"))
-    for name in (CORES_RUN, SHARED_RUN)
-}
+RUNS: Final = load_runs(CORES_RUN, SHARED_RUN)
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
-TARGET: Final = 0.6
 CORES: Final = 2
 
 
@@ -55,17 +60,14 @@ def _span(run: str, backend: str, key: str, *, batch: bool = False) -> str:
 
 
 def _point(run: str, backend: str, processes: int, threads: int) -> dict[str, Any]:
-    (row,) = [
-        r for r in _rows(run, backend, batch=False) if (r["processes"], r["threads"]) == (processes, threads)
-    ]
-    return row
+    return point_row(RUNS[run], backend, processes, threads)
 
 
 def _met_points(run: str, backend: str, *, batch: bool) -> tuple[int, int]:
     """How many points reach the target on their best drain (compact or asyncio; batch: either worker)."""
     drains = ("library", "async") if batch else ("compact", "async")
     rows = _rows(run, backend, batch=batch)
-    return sum(max(r[f"{d}_ratio_limit"] for d in drains) >= TARGET for r in rows), len(rows)
+    return sum(max(r[f"{d}_ratio_limit"] for d in drains) >= LIMIT_TARGET for r in rows), len(rows)
 
 
 @pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
@@ -161,7 +163,7 @@ def test_the_points_where_mariadb_sharing_the_cores_misses_are_named() -> None:
     missed = [
         f"{r['processes']} x {r['threads']}"
         for r in _rows(SHARED_RUN, "mysql", batch=False)
-        if max(r["compact_ratio_limit"], r["async_ratio_limit"]) < TARGET
+        if max(r["compact_ratio_limit"], r["async_ratio_limit"]) < LIMIT_TARGET
     ]
     assert f"under 0.6 at {' and '.join(missed)};" in _bullet("**MariaDB, sharing the cores")
 
@@ -211,10 +213,10 @@ def test_the_postgresql_budget_sharing_the_cores_is_the_runs() -> None:
     client, server = row["async_client_cpu_us_per_job"], row["async_server_cpu_us_per_job"]
     text = _prose()
     assert f"The limit ran {limit:,.0f} jobs/s at 1 x 8" in text
-    most, allowed = CORES / limit * 1e6, CORES / (TARGET * limit) * 1e6
+    most, allowed = CORES / limit * 1e6, CORES / (LIMIT_TARGET * limit) * 1e6
     assert f"spent at most {most:.0f} µs a job on it, and 0.6 of it allows {allowed:.0f}" in text
     assert f"spent {client + server:.0f} ({client:.0f} in the client, {server:.0f} in the server)" in text
-    assert client + server > CORES / (TARGET * limit) * 1e6
+    assert client + server > CORES / (LIMIT_TARGET * limit) * 1e6
 
 
 def test_proletarians_plan_against_pgbench_and_the_raw_loop_are_the_runs() -> None:

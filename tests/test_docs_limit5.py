@@ -8,23 +8,30 @@ results.json, so a new run with stale prose fails here. README's Performance sec
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from docs_support import assert_pasted, prose, run_named, section, span, throughput_rows
+from docs_support import (
+    LIMIT_TARGET,
+    RESULTS_DIR,
+    assert_pasted,
+    best_of_limit,
+    load_runs,
+    point_row,
+    prose,
+    run_named,
+    section,
+    span,
+    targets_table,
+    throughput_rows,
+)
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-RESULTS_DIR: Final = ROOT / "benchmarks" / "results"
 CORES_RUN: Final = "limit5-cores-2026-12-05"
 SHARED_RUN: Final = "limit5-shared-2026-12-05"
-RUNS: Final = {
-    name: json.loads((RESULTS_DIR / name / "results.json").read_text(encoding="utf-8"))
-    for name in (CORES_RUN, SHARED_RUN)
-}
+RUNS: Final = load_runs(CORES_RUN, SHARED_RUN)
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
-TARGET: Final = 0.6
 # Issue 31's drains for each target: default mode on the compact plan or the asyncio worker (with chained
 # claims on PostgreSQL, each on the compact plan), batch mode on either worker.
 DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
@@ -41,43 +48,8 @@ def _rows(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
     return throughput_rows(RUNS[run], backend, batch=batch)
 
 
-def _best(row: dict[str, Any], drains: tuple[str, ...]) -> float:
-    return max(float(row[f"{d}_ratio_limit"]) for d in drains if f"{d}_ratio_limit" in row)
-
-
 def _point(run: str, backend: str, processes: int, threads: int) -> dict[str, Any]:
-    (row,) = [
-        r for r in _rows(run, backend, batch=False) if (r["processes"], r["threads"]) == (processes, threads)
-    ]
-    return row
-
-
-def targets_table() -> list[str]:
-    """The table of the targets per point the section pastes, made from the runs."""
-    lines = [
-        "| reading | database | default mode, best of limit per point | points met | batch mode "
-        "| points met |",
-        "|---|---|---|---|---|---|",
-    ]
-    for run, reading in READINGS.items():
-        for backend, name in NAMES.items():
-            single = _rows(run, backend, batch=False)
-            batch = _rows(run, backend, batch=True)
-            best = [_best(r, DEFAULT_DRAINS) for r in single]
-            best_batch = [_best(r, BATCH_DRAINS) for r in batch]
-            cells = ", ".join(
-                f"{r['processes']} x {r['threads']}: {b:.2f}" for r, b in zip(single, best, strict=True)
-            )
-            batch_cells = ", ".join(
-                f"{r['processes']} x {r['threads']}: {b:.2f}" for r, b in zip(batch, best_batch, strict=True)
-            )
-            met = sum(b >= TARGET for b in best)
-            met_batch = sum(b >= TARGET for b in best_batch)
-            lines.append(
-                f"| {reading} | {name} | {cells} | {met} of {len(best)} | {batch_cells} | "
-                f"{met_batch} of {len(best_batch)} |"
-            )
-    return lines
+    return point_row(RUNS[run], backend, processes, threads)
 
 
 @pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
@@ -102,7 +74,7 @@ def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
 
 def test_the_targets_table_is_the_runs() -> None:
     text = _section()
-    for line in targets_table():
+    for line in targets_table(RUNS, READINGS, NAMES, DEFAULT_DRAINS, BATCH_DRAINS):
         assert line in text, line
 
 
@@ -129,21 +101,24 @@ def test_the_bound_at_one_connection_is_the_cores_run() -> None:
     assert one["chain_ratio_limit"] < 1e6 / (client + server) / limit
 
 
+def _best_span(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
+    return span(best_of_limit(r, drains) for r in _rows(CORES_RUN, backend, batch=batch))
+
+
 def test_readmes_figures_against_the_limit_are_the_cores_runs() -> None:
     text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
     pg = _rows(CORES_RUN, "postgresql", batch=False)
-    best = [_best(r, DEFAULT_DRAINS) for r in pg]
-    missed = [f"{r['processes']} x {r['threads']}" for r, b in zip(pg, best, strict=True) if b < TARGET]
+    best = [best_of_limit(r, DEFAULT_DRAINS) for r in pg]
+    missed = [f"{r['processes']} x {r['threads']}" for r, b in zip(pg, best, strict=True) if b < LIMIT_TARGET]
     phrases = [
         f"named run `{CORES_RUN}`",
         f"on MariaDB the compact plan or the asyncio worker reached "
-        f"{span(_best(r, ('compact', 'async')) for r in _rows(CORES_RUN, 'mysql', batch=False))} of it one "
-        f"job a commit, batch mode "
-        f"{span(_best(r, BATCH_DRAINS) for r in _rows(CORES_RUN, 'mysql', batch=True))}",
+        f"{_best_span('mysql', ('compact', 'async'), batch=False)} of it one job a commit, batch mode "
+        f"{_best_span('mysql', BATCH_DRAINS, batch=True)}",
         f"on PostgreSQL one job a commit {span(best)} (at each point the best of the compact plan and the "
         "asyncio worker, with or without chained claims",
         "0.6 or more at every point but a single connection",
-        f"batch mode {span(_best(r, BATCH_DRAINS) for r in _rows(CORES_RUN, 'postgresql', batch=True))}",
+        f"batch mode {_best_span('postgresql', BATCH_DRAINS, batch=True)}",
     ]
     for phrase in phrases:
         assert phrase in text, phrase
