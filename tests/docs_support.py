@@ -60,10 +60,11 @@ def targets_table(
     names: Mapping[str, str],
     default_drains: Iterable[str],
     batch_drains: Iterable[str],
+    digits: int = 2,
 ) -> list[str]:
     """The table of issue 31's targets per point a section pastes: for each run (its reading) and backend
     (its name), the best of `default_drains` at each one-job-a-commit point and of `batch_drains` at each
-    batch point, and how many points reach LIMIT_TARGET."""
+    batch point, to `digits` decimals, and how many points reach LIMIT_TARGET."""
     default_drains, batch_drains = tuple(default_drains), tuple(batch_drains)
     lines = [
         "| reading | database | default mode, best of limit per point | points met | batch mode "
@@ -77,7 +78,8 @@ def targets_table(
                 rows = throughput_rows(runs[run], backend, batch=batch)
                 best = [best_of_limit(r, drains) for r in rows]
                 points = ", ".join(
-                    f"{r['processes']} x {r['threads']}: {b:.2f}" for r, b in zip(rows, best, strict=True)
+                    f"{r['processes']} x {r['threads']}: {b:.{digits}f}"
+                    for r, b in zip(rows, best, strict=True)
                 )
                 cells += [points, f"{sum(b >= LIMIT_TARGET for b in best)} of {len(best)}"]
             lines.append(f"| {reading} | {name} | {' | '.join(cells)} |")
