@@ -3,7 +3,7 @@ its own, and sharing them) are theirs.
 
 "Chained claims" pastes both runs' limit and per-job cost tables, a table of the targets met per point,
 and quotes spans, round trips and the bound at 1 x 1 in prose; these tests recompute each from the runs'
-results.json, so a new run with stale prose fails here. README's Performance section quotes the first run.
+results.json, so a new run with stale prose fails here.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from typing import Any, Final
 
 import pytest
 from docs_support import (
-    LIMIT_TARGET,
     RESULTS_DIR,
     assert_pasted,
-    best_of_limit,
     load_runs,
     point_row,
     prose,
@@ -99,30 +97,6 @@ def test_the_bound_at_one_connection_is_the_cores_run() -> None:
         f"any round trip is waited for (it reached {one['chain_ratio_limit']:.2f})" in text
     )
     assert one["chain_ratio_limit"] < 1e6 / (client + server) / limit
-
-
-def _best_span(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-    return span(best_of_limit(r, drains) for r in _rows(CORES_RUN, backend, batch=batch))
-
-
-def test_readmes_figures_against_the_limit_are_the_cores_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-    pg = _rows(CORES_RUN, "postgresql", batch=False)
-    best = [best_of_limit(r, DEFAULT_DRAINS) for r in pg]
-    missed = [f"{r['processes']} x {r['threads']}" for r, b in zip(pg, best, strict=True) if b < LIMIT_TARGET]
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker reached "
-        f"{_best_span('mysql', ('compact', 'async'), batch=False)} of it one job a commit, batch mode "
-        f"{_best_span('mysql', BATCH_DRAINS, batch=True)}",
-        f"on PostgreSQL one job a commit {span(best)} (at each point the best of the compact plan and the "
-        "asyncio worker, with or without chained claims",
-        "0.6 or more at every point but a single connection",
-        f"batch mode {_best_span('postgresql', BATCH_DRAINS, batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
-    assert missed == ["1 x 1"], missed
 
 
 def test_the_asyncio_workers_gain_and_pgbench_at_one_connection_are_the_cores_run() -> None:

@@ -1,0 +1,229 @@
+"""The figures docs/benchmarks.md quotes from the two limit6 runs (batch mode's chain; the database on cores
+of its own, and sharing them) are theirs, and so are README's figures against the server's limit.
+
+"Chained batches" pastes both runs' limit and per-job cost tables and a table of the targets met per point,
+and quotes in prose what the chain gave batch mode, its round trips, and the CPU bound of the points missed
+sharing the cores; these tests recompute each from the runs' results.json, so a new run with stale prose
+fails here.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from docs_support import (
+    LIMIT_TARGET,
+    RESULTS_DIR,
+    assert_pasted,
+    best_of_limit,
+    load_runs,
+    prose,
+    run_named,
+    section,
+    span,
+    targets_table,
+    throughput_rows,
+)
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+CORES_RUN: Final = "limit6-cores-2026-12-05b"
+SHARED_RUN: Final = "limit6-shared-2026-12-05c"
+RUNS: Final = load_runs(CORES_RUN, SHARED_RUN)
+BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
+# Issue 31's drains for each target: default mode on the compact plan or the asyncio worker, each with or
+# without chained claims (PostgreSQL); batch mode on either worker, with or without chained batches.
+DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
+BATCH_DRAINS: Final = ("library", "async", "chain", "async_chain")
+READINGS: Final = {CORES_RUN: "on cores of its own", SHARED_RUN: "sharing the cores"}
+NAMES: Final = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
+# The table's decimals: enough that a point counted as missed never reads as 0.60.
+DIGITS: Final = 3
+LABELS: Final = {"compact": "compact", "async": "async", "chain": "chain", "async_chain": "async chain"}
+BATCH_LABELS: Final = {
+    "library": "batch",
+    "async": "async batch",
+    "chain": "batch chain",
+    "async_chain": "async batch chain",
+}
+
+
+def _section() -> str:
+    return section(BENCHMARKS_MD, f"### Chained batches: `{CORES_RUN}` and `{SHARED_RUN}`", "\n## ")
+
+
+def _rows(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
+    return throughput_rows(RUNS[run], backend, batch=batch)
+
+
+def _cores(run: str) -> int:
+    return int(RUNS[run]["meta"]["machine"]["logical_cores"])
+
+
+def _best_drain(row: dict[str, Any], drains: tuple[str, ...]) -> str:
+    return max((d for d in drains if f"{d}_ratio_limit" in row), key=lambda d: row[f"{d}_ratio_limit"])
+
+
+def batch_gains(run: str) -> str:
+    """What chained batches gave batch mode at each PostgreSQL batch point of `run`, as the prose says it."""
+    return "; ".join(
+        f"at {r['processes']} x {r['threads']} the threaded worker went from {r['library_ratio_limit']:.2f} "
+        f"to {r['chain_ratio_limit']:.2f} of the limit, the asyncio worker from {r['async_ratio_limit']:.2f} "
+        f"to {r['async_chain_ratio_limit']:.2f}"
+        for r in _rows(run, "postgresql", batch=True)
+    )
+
+
+def cpu_bound(run: str, row: dict[str, Any], drains: tuple[str, ...], labels: dict[str, str]) -> str:
+    """The bound of a point sharing the cores, as the prose says it: its best drain's client and server CPU
+    a job, and the share of the limit both cores could give it if nothing were waited for."""
+    drain = _best_drain(row, drains)
+    client, server = row[f"{drain}_client_cpu_us_per_job"], row[f"{drain}_server_cpu_us_per_job"]
+    cap = _ceiling(run, row, drains)
+    point = f"{row['processes']} x {row['threads']}"
+    return (
+        f"at {point} the best drain (*{labels[drain]}*) spent {client:.0f} µs of client CPU and {server:.0f} "
+        f"µs of server CPU a job: with both cores busy and nothing waited for, at most {cap:.2f} of the "
+        f"limit's {row['limit_jobs_per_s']:,.0f} jobs/s (it reached {row[f'{drain}_ratio_limit']:.2f})"
+    )
+
+
+def _ceiling(run: str, row: dict[str, Any], drains: tuple[str, ...]) -> float:
+    drain = _best_drain(row, drains)
+    client, server = row[f"{drain}_client_cpu_us_per_job"], row[f"{drain}_server_cpu_us_per_job"]
+    return float(_cores(run) * 1e6 / (client + server) / row["limit_jobs_per_s"])
+
+
+def over_ceiling() -> str:
+    """The points missed sharing the cores whose CPU ceiling is over the target, as the prose names them."""
+    named = [
+        f"at {r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
+        for batch, drains in ((False, DEFAULT_DRAINS), (True, BATCH_DRAINS))
+        for r in _missed(SHARED_RUN, "postgresql", batch=batch)
+        if _ceiling(SHARED_RUN, r, drains) >= LIMIT_TARGET
+    ]
+    return ", and ".join(named)
+
+
+def _missed(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
+    drains = BATCH_DRAINS if batch else DEFAULT_DRAINS
+    return [r for r in _rows(run, backend, batch=batch) if best_of_limit(r, drains) < LIMIT_TARGET]
+
+
+@pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
+def test_both_runs_tables_are_pasted(run: str) -> None:
+    assert_pasted(
+        RESULTS_DIR / run / "results.md", "#### Against the server's limit", _section(), must="batch chain"
+    )
+
+
+def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
+    text = prose(_section())
+    cores, shared = RUNS[CORES_RUN]["meta"], RUNS[SHARED_RUN]["meta"]
+    assert not cores["git"]["dirty"] and not shared["git"]["dirty"]
+    assert f"{cores['machine']['logical_cores']}-core {cores['machine']['cpu_model']}" in text
+    for phrase in run_named(cores, end="at its end"):
+        assert phrase in text, phrase
+    assert f"git {shared['git']['commit'][:10]}" in text
+    assert (
+        f"load average {shared['machine']['load_average'][0]} at its start, "
+        f"{shared['machine_at_end']['load_average'][0]} at its end" in text
+    )
+
+
+def test_the_two_revisions_run_the_same_library_and_benchmarks() -> None:
+    """The runs are one commit apart, which changed tests only: what they drained is the same code."""
+    cores, shared = (RUNS[run]["meta"]["git"]["commit"] for run in (CORES_RUN, SHARED_RUN))
+    changed = subprocess.run(
+        ["git", "-C", str(ROOT), "diff", "--name-only", cores, shared],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert changed and all(path.startswith("tests/") for path in changed), changed
+
+
+def test_the_targets_table_is_the_runs() -> None:
+    text = _section()
+    for line in targets_table(RUNS, READINGS, NAMES, DEFAULT_DRAINS, BATCH_DRAINS, DIGITS):
+        assert line in text, line
+
+
+def test_what_chained_batches_gave_batch_mode_is_the_runs() -> None:
+    text = prose(_section())
+    for run in RUNS:
+        assert batch_gains(run) in text, run
+
+
+def test_batch_modes_round_trips_are_the_cores_run() -> None:
+    (one,) = [r for r in _rows(CORES_RUN, "postgresql", batch=True) if r["processes"] == 1]
+    trips = {d: one[f"{d}_round_trips_per_job"] for d in BATCH_DRAINS}
+    assert (
+        f"{trips['library']:.2f} round trips a job in batch mode ({trips['async']:.2f} on the asyncio "
+        f"worker's compact plan), {trips['chain']:.2f} and {trips['async_chain']:.2f} chained"
+        in prose(_section())
+    )
+
+
+def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
+    text = prose(_section())
+    missed = [
+        cpu_bound(SHARED_RUN, r, drains, labels)
+        for batch, drains, labels in ((False, DEFAULT_DRAINS, LABELS), (True, BATCH_DRAINS, BATCH_LABELS))
+        for r in _missed(SHARED_RUN, "postgresql", batch=batch)
+    ]
+    assert missed, "no point missed sharing the cores: the prose on what bounds them is stale"
+    for phrase in missed:
+        assert phrase in text, phrase
+    assert f"Where it is over 0.6 ({over_ceiling()}) the two cores were not kept busy" in text
+
+
+def test_the_python_client_cost_more_cpu_a_job_here_than_on_limit5s_machine() -> None:
+    limit5 = load_runs("limit5-cores-2026-12-05")["limit5-cores-2026-12-05"]
+    here = _rows(CORES_RUN, "postgresql", batch=False)
+    there = throughput_rows(limit5, "postgresql", batch=False)
+    for new, old in zip(here, there, strict=True):
+        for drain in DEFAULT_DRAINS:
+            key = f"{drain}_client_cpu_us_per_job"
+            assert new[key] > old[key], (new["processes"], new["threads"], drain)
+    assert "every PostgreSQL drain at one job a commit cost the Python client more CPU a job" in prose(
+        _section()
+    )
+
+
+def test_readmes_figures_against_the_limit_are_the_cores_run() -> None:
+    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
+
+    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
+        return span(best_of_limit(r, drains) for r in _rows(CORES_RUN, backend, batch=batch))
+
+    missed = " and ".join(
+        f"{r['processes']} x {r['threads']}" for r in _missed(CORES_RUN, "postgresql", batch=False)
+    )
+    phrases = [
+        f"named run `{CORES_RUN}`",
+        f"on MariaDB the compact plan or the asyncio worker reached "
+        f"{best('mysql', ('compact', 'async'), batch=False)} of it one job a commit, batch mode "
+        f"{best('mysql', ('library', 'async'), batch=True)}",
+        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
+        "the best of the compact plan and the asyncio worker, with or without chained claims",
+        f"below 0.6 at {missed}",
+        f"batch mode {best('postgresql', BATCH_DRAINS, batch=True)} with chained batches",
+        f"PostgreSQL misses 0.6 at {len(_missed(SHARED_RUN, 'postgresql', batch=False))} of "
+        f"{len(_rows(SHARED_RUN, 'postgresql', batch=False))} points one job a commit and "
+        f"{len(_missed(SHARED_RUN, 'postgresql', batch=True))} of "
+        f"{len(_rows(SHARED_RUN, 'postgresql', batch=True))} in batch mode",
+    ]
+    for phrase in phrases:
+        assert phrase in text, phrase
+
+
+def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
+    text = section(BENCHMARKS_MD, "## Against the server's limit", "\n## ")
+    headings = "\n".join(line for line in text.splitlines() if line.startswith("### "))
+    runs = set(re.findall(r"`(limit[\w-]+)`", headings))
+    words = {7: "Seven", 8: "Eight", 9: "Nine", 10: "Ten"}
+    assert f"{words[len(runs)]} named runs follow" in prose(text)
