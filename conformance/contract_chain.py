@@ -72,6 +72,27 @@ class ChainedClaimTests(SuiteBase):
             **harness.worker_options,
         )
 
+    def _committed_and_locked(
+        self, harness: Harness, clause: str, call: str, archived: list[str], unlocked: str
+    ) -> None:
+        """J2 and J6, inside the chained transaction `call` began: another connection sees `archived` at
+        once, and another transaction's claim gets `unlocked`, past the jobs `call` returned and locked."""
+        job_table, _ = self.tables(harness)
+        queue = to_keyword_text(QUEUE, what="queue")
+        assert self._archived(harness) == archived, (
+            f"{clause}: after {call} another connection saw archived {self._archived(harness)}; expected "
+            f"{archived}: the finished transaction must be committed before it returns"
+        )
+        with AgentPool(harness.make_backend, self.step_timeout) as pool:
+            agent = pool.agent()
+            agent.begin()
+            other = self.claim_in(agent, job_table, queue, NOW, f"{clause}: another transaction's claim")
+            agent.rollback()
+        assert other is not None and self.key(harness, other.job_id) == unlocked, (
+            f"{clause}: while the chained transaction was open another transaction claimed {other}; "
+            f"expected job {unlocked}: what {call} returned must stay locked until its transaction ends"
+        )
+
     def _commits_in_turn(self, harness: Harness, clause: str, count: int, batch_size: int) -> None:
         """J1 and J5: one worker thread, `batch_size` jobs a transaction, runs `count` due jobs. From each
         handler, the committed rows read on another connection show every job of the earlier transactions
@@ -152,20 +173,7 @@ class ChainedClaimTests(SuiteBase):
             assert chained is not None and self.key(harness, chained.job_id) == b, (
                 f"J2: commit_and_get_next_job returned {chained}; expected the oldest due job {b}"
             )
-            assert self._archived(harness) == [a], (
-                f"J2: after commit_and_get_next_job another connection saw archived "
-                f"{self._archived(harness)}; expected [{a}]: the finished job's transaction must be "
-                "committed before it returns"
-            )
-            with AgentPool(harness.make_backend, self.step_timeout) as pool:
-                agent = pool.agent()
-                agent.begin()
-                other = self.claim_in(agent, job_table, queue, NOW, "J2: another transaction's claim")
-                agent.rollback()
-            assert other is not None and self.key(harness, other.job_id) == c, (
-                f"J2: while the chained claim was open another transaction claimed {other}; expected job "
-                f"{c}: the job commit_and_get_next_job returned must stay locked until its transaction ends"
-            )
+            self._committed_and_locked(harness, "J2", "commit_and_get_next_job", [a], c)
         assert self._queued(harness) == sorted([(b, 0), (c, 0)]), (
             f"J2: after the block the job table holds {self._queued(harness)}; expected {b} and {c} with "
             "attempts 0"
@@ -292,20 +300,7 @@ class ChainedClaimTests(SuiteBase):
                 f"J6: commit_and_get_next_jobs(limit=2) returned {got}; expected the two oldest due jobs "
                 f"{[b, c]}"
             )
-            assert self._archived(harness) == [a], (
-                f"J6: after commit_and_get_next_jobs another connection saw archived "
-                f"{self._archived(harness)}; expected [{a}]: the finished batch's transaction must be "
-                "committed before it returns"
-            )
-            with AgentPool(harness.make_backend, self.step_timeout) as pool:
-                agent = pool.agent()
-                agent.begin()
-                other = self.claim_in(agent, job_table, queue, NOW, "J6: another transaction's claim")
-                agent.rollback()
-            assert other is not None and self.key(harness, other.job_id) == d, (
-                f"J6: while the chained batch was open another transaction claimed {other}; expected job "
-                f"{d}: the jobs commit_and_get_next_jobs returned must stay locked until its transaction ends"
-            )
+            self._committed_and_locked(harness, "J6", "commit_and_get_next_jobs", [a], d)
         assert self._queued(harness) == sorted([(b, 0), (c, 0), (d, 0)]), (
             f"J6: after the block the job table holds {self._queued(harness)}; expected {b}, {c} and {d} "
             "with attempts 0"
