@@ -42,17 +42,17 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def git_revision() -> dict[str, Any]:
+def git_revision(repo: Path = REPO) -> dict[str, Any]:
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=False
+            ["git", *args], cwd=repo, capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
 
     try:
-        return {
-            "commit": git("rev-parse", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
-        }
+        # The changed paths beside the flag: a run whose tree differed from its commit in tests only can
+        # then be told apart from one that measured uncommitted library code.
+        changed = sorted(git("diff", "--name-only", "HEAD").split())
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed), "changed": changed}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
 

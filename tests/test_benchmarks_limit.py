@@ -215,3 +215,23 @@ def test_quick_mode_leaves_the_asyncio_drain_out_and_full_mode_runs_it() -> None
     from benchmarks.settings import FULL, QUICK
 
     assert (QUICK.throughput_async, FULL.throughput_async) == (False, True)
+
+
+def test_a_runs_git_record_names_the_paths_its_tree_changed(tmp_path: Path) -> None:
+    import subprocess
+
+    from benchmarks.machine import git_revision
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    for name in ("lib.py", "test_lib.py"):
+        (tmp_path / name).write_text("x = 1\n", encoding="utf-8")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    assert git_revision(tmp_path)["changed"] == [] and git_revision(tmp_path)["dirty"] is False
+    (tmp_path / "test_lib.py").write_text("x = 2\n", encoding="utf-8")
+    (tmp_path / "new.py").write_text("", encoding="utf-8")  # untracked: not the run's code
+    record = git_revision(tmp_path)
+    assert record["dirty"] is True and record["changed"] == ["test_lib.py"]
