@@ -138,6 +138,47 @@ class ChainedClaimTests(SuiteBase):
         )
         assert {row.status for row in harness.archived_jobs()} == {STATUS_SUCCESS}
 
+    def _stop_after_first(self, harness: Harness, clause: str, count: int, batch_size: int) -> None:
+        """J4 and J7: one worker thread, `batch_size` jobs a transaction, `count` due jobs. The handler of
+        the first transaction's last job starts stop() from another thread and returns once stop has begun:
+        that transaction's jobs are archived, the later ones never started and stay queued, attempts 0."""
+        ids = self._enqueue_three(harness, count)
+        first = ids[:batch_size]
+        ran: list[str] = []
+        stopper: list[threading.Thread] = []
+        backend = harness.backend()
+
+        def handler(job: Job) -> None:
+            ran.append(self.key(harness, job.job_id))
+            if len(ran) == batch_size:
+                thread = threading.Thread(target=worker.stop, name=f"conformance-{clause.lower()}-stop")
+                thread.start()
+                stopper.append(thread)  # started: the test joins it
+                # stop() tells the running handler before it waits for it: then return, a success.
+                deadline = time.monotonic() + WITHIN_S
+                while not interrupted() and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                assert interrupted(), f"{clause}: stop() did not begin"
+
+        worker = self._chain_worker(harness, backend, handler, batch_size=batch_size)
+        worker.start()
+        try:
+            deadline = time.monotonic() + WITHIN_S
+            while not stopper and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert stopper, f"{clause}: the worker did not finish its first transaction's jobs"
+            stopper[0].join(WITHIN_S)
+        finally:
+            worker.stop()
+        assert ran == first, f"{clause}: handlers ran for {ran}; expected only the first ones {first}"
+        assert self._archived(harness) == sorted(first), (
+            f"{clause}: archived {self._archived(harness)}; expected {sorted(first)}, the jobs that ran"
+        )
+        assert self._queued(harness) == sorted((key, 0) for key in ids[batch_size:]), (
+            f"{clause}: the job table holds {self._queued(harness)}; expected {ids[batch_size:]} untouched, "
+            "attempts 0 (no claim starts once stop() has begun, and a claim racing it goes back)"
+        )
+
     @requires(NEEDS_CHAINED_CLAIM)
     def test_each_job_of_a_chain_commits_before_the_next_handler_runs(self, harness: Harness) -> None:
         """J1: a worker on a chained backend commits each job before the next job's handler runs.
@@ -222,41 +263,7 @@ class ChainedClaimTests(SuiteBase):
         The first job's handler starts stop() from another thread and returns once stop has begun. That
         job is archived; the later jobs were never started and stay queued, attempts 0.
         """
-        ids = self._enqueue_three(harness)
-        ran: list[str] = []
-        stopper: list[threading.Thread] = []
-        backend = harness.backend()
-
-        def handler(job: Job) -> None:
-            ran.append(self.key(harness, job.job_id))
-            if len(ran) == 1:
-                thread = threading.Thread(target=worker.stop, name="conformance-j4-stop")
-                thread.start()
-                stopper.append(thread)  # started: the test joins it
-                # stop() tells the running handler before it waits for it: then return, a success.
-                deadline = time.monotonic() + WITHIN_S
-                while not interrupted() and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                assert interrupted(), "J4: stop() did not begin"
-
-        worker = self._chain_worker(harness, backend, handler)
-        worker.start()
-        try:
-            deadline = time.monotonic() + WITHIN_S
-            while not stopper and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert stopper, "J4: the worker did not start the first job"
-            stopper[0].join(WITHIN_S)
-        finally:
-            worker.stop()
-        assert ran == ids[:1], f"J4: handlers ran for {ran}; expected only the first job {ids[0]}"
-        assert self._archived(harness) == ids[:1], (
-            f"J4: archived {self._archived(harness)}; expected only {ids[0]}, the job that ran"
-        )
-        assert self._queued(harness) == sorted((key, 0) for key in ids[1:]), (
-            f"J4: the job table holds {self._queued(harness)}; expected {ids[1:]} untouched, attempts 0 "
-            "(no claim starts once stop() has begun, and a claim racing it goes back)"
-        )
+        self._stop_after_first(harness, "J4", JOBS, 1)
 
     @requires(NEEDS_CHAINED_BATCH_CLAIM)
     def test_each_batch_of_a_chain_commits_before_the_next_batch_runs(self, harness: Harness) -> None:
@@ -315,37 +322,4 @@ class ChainedClaimTests(SuiteBase):
         thread and returns once stop has begun. The first batch is archived whole; the later jobs were
         never started and stay queued, attempts 0.
         """
-        ids = self._enqueue_three(harness, BATCH_JOBS)
-        ran: list[str] = []
-        stopper: list[threading.Thread] = []
-        backend = harness.backend()
-
-        def handler(job: Job) -> None:
-            ran.append(self.key(harness, job.job_id))
-            if len(ran) == BATCH:
-                thread = threading.Thread(target=worker.stop, name="conformance-j7-stop")
-                thread.start()
-                stopper.append(thread)  # started: the test joins it
-                deadline = time.monotonic() + WITHIN_S
-                while not interrupted() and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                assert interrupted(), "J7: stop() did not begin"
-
-        worker = self._chain_worker(harness, backend, handler, batch_size=BATCH)
-        worker.start()
-        try:
-            deadline = time.monotonic() + WITHIN_S
-            while not stopper and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert stopper, "J7: the worker did not finish the first batch"
-            stopper[0].join(WITHIN_S)
-        finally:
-            worker.stop()
-        assert ran == ids[:BATCH], f"J7: handlers ran for {ran}; expected only the first batch {ids[:BATCH]}"
-        assert self._archived(harness) == sorted(ids[:BATCH]), (
-            f"J7: archived {self._archived(harness)}; expected the first batch {sorted(ids[:BATCH])}"
-        )
-        assert self._queued(harness) == sorted((key, 0) for key in ids[BATCH:]), (
-            f"J7: the job table holds {self._queued(harness)}; expected {ids[BATCH:]} untouched, attempts 0 "
-            "(no batch is claimed once stop() has begun, and a claim racing it goes back)"
-        )
+        self._stop_after_first(harness, "J7", BATCH_JOBS, BATCH)
