@@ -339,6 +339,44 @@ def test_chained_claims_run_every_job_once_on_postgresql_and_are_a_usage_error_o
     assert statuses == [":failure"] + [":success"] * 5
 
 
+@pytest.mark.usefixtures("sigterm_to_self")
+def test_chained_claims_with_a_batch_size_chain_whole_batches_on_postgresql_and_are_refused_on_mysql(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    database: Target,
+) -> None:
+    runs = tmp_path / "runs"
+    for n in range(9):
+        _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 4})
+    chained: list[int] = []
+    original = PostgresBackend.commit_and_get_next_jobs
+
+    def spy(self: PostgresBackend, *args: Any) -> Any:
+        chained.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(PostgresBackend, "commit_and_get_next_jobs", spy)
+    command = ["worker", "--handler", "cli_handlers:records_runs", "--polling-interval-ms", "20"]
+    command += ["--chain", "--batch-size", "3", *database.args]
+    if database.dialect == "mysql":
+        result = run(capsys, *command)
+        assert result.code == ExitCode.USAGE_ERROR, result.err
+        assert "--chain is PostgreSQL's" in result.err
+        assert not runs.exists() and len(database.jobs()) == 9
+        return
+    watcher = _stop_when(lambda: len(database.archived_jobs()) == 9, timeout=30)
+    result = run(capsys, *command, "--compact")
+    watcher.join(timeout=5)
+    assert result.code == ExitCode.OK, result.err
+    assert chained, "no batch's commit was chained to the next batch's claim"
+    # Every job ran exactly once; job 4's failure was written in its batch, which the chain went on from.
+    assert sorted(int(n) for n in runs.read_text(encoding="utf-8").split()) == list(range(9))
+    assert database.jobs() == []
+    statuses = sorted(a.status for a in database.archived_jobs())
+    assert statuses == [":failure"] + [":success"] * 8
+
+
 # -- signals and jobs in flight (a real process) ------------------------------------------------------
 
 
