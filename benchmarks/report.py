@@ -301,6 +301,12 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "compact plan with chained claims (`chain=True`: a finished job's COMMIT goes with the next "
             "BEGIN and the next claim follows in the same block; on batch rows, in batch mode, a finished "
             "batch's), PostgreSQL only."
+            + (
+                " The threaded chain is pipelined (`pipeline=True`): a finished job's archive, whose row "
+                "count the server checks, goes with that COMMIT, BEGIN and claim in one exchange."
+                if any(str(e.get("chain_factory", "")).endswith("_pipeline_chain") for e in entries)
+                else ""
+            )
             if chained
             else ""
         )

@@ -90,10 +90,11 @@ def _row_modes(
 
 
 def chain_spec(spec: BackendSpec) -> BackendSpec | None:
-    """The built-in PostgreSQL backend on the compact plan with chained claims
-    (conformance.builtin:postgresql_chain), else None: MySQL's backends do not chain."""
+    """The built-in PostgreSQL backend on the compact plan with chained claims, pipelined
+    (conformance.builtin:postgresql_pipeline_chain: a finished job's archive, its COMMIT, the next BEGIN
+    and the next claim in one exchange), else None: MySQL's backends do not chain."""
     if spec.factory == "conformance.builtin:postgresql":
-        return BackendSpec(f"{spec.factory}_chain", spec.options)
+        return BackendSpec(f"{spec.factory}_pipeline_chain", spec.options)
     return None
 
 
@@ -287,6 +288,7 @@ def _result(
     rows: list[dict[str, Any]],
     skipped: dict[str, str | None],
     cores: dict[str, Any] | None,
+    chain: BackendSpec | None,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "backend": harness.name,
@@ -294,6 +296,9 @@ def _result(
         "target_ratio": TARGET_RATIO,
         "rows": rows,
     }
+    if chain is not None:
+        # What the chain drains ran on: the report says so (a run before this key drained unpipelined).
+        result["chain_factory"] = chain.factory
     if cores is not None:
         result["server_cores"] = cores
     result.update((key, reason) for key, reason in skipped.items() if reason)
@@ -402,7 +407,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             "server_cpu_skipped": server_cpu_reason(harness),
             "async_skipped": async_reason,
         }
-        result = _result(harness, spec, rows, skipped, cores)
+        result = _result(harness, spec, rows, skipped, cores, chain)
         if settings.profile and not raw_reason:
             ptask = progress.task(f"{harness.name}: profile", 1)
             truncate(harness)

@@ -98,8 +98,9 @@ def postgresql_pipeline_chain(
     job_table: str = DEFAULT_JOB_TABLE,
     archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
 ) -> SqlHarness:
-    """postgresql_chain in pipeline mode: a finished job's COMMIT, the next BEGIN and the next claim go in
-    one round trip (PostgresBackend(pipeline=True, compact=True, chain=True))."""
+    """postgresql_chain in pipeline mode: a finished job's archive (its row count checked by the server),
+    its COMMIT, the next BEGIN and the next claim go in one round trip (PostgresBackend(pipeline=True,
+    compact=True, chain=True))."""
     from proletarian_ref.backends.postgres import PostgresBackend
 
     harness = postgresql(dsn, job_table, archived_job_table)

@@ -209,6 +209,9 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
     assert "| async of limit |" in printed and "| async batch |" in printed
     if factory == "postgresql":
         assert "| batch chain |" in printed and "| async batch chain |" in printed
+        # The threaded chain drains on the pipelined chain, one exchange a job, and the report says so.
+        assert throughput["chain_factory"] == "conformance.builtin:postgresql_pipeline_chain"
+        assert "The threaded chain is pipelined" in printed
 
 
 def test_quick_mode_leaves_the_asyncio_drain_out_and_full_mode_runs_it() -> None:

@@ -7,6 +7,7 @@ import functools
 import threading
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -16,10 +17,11 @@ from support import enqueue_committed
 
 import proletarian_ref as pr
 from conformance.harness import SqlHarness
-from proletarian_ref import ConfigurationError, aio
+from proletarian_ref import ConfigurationError, DatabaseError, aio
 from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+from proletarian_ref.tables import TableName, table_name
 
 JOBS = 12
 # Each chained plan's backend options: psycopg outside and inside pipeline mode, with and without the
@@ -139,6 +141,123 @@ def test_a_chained_worker_sends_commit_and_begin_together_and_claims_again_in_th
     per_claim = [*archive, *chain, claim]
     claimed = JOBS // batch_size
     assert sent[1 : 1 + claimed * len(per_claim)] == per_claim * claimed
+
+
+class _CountingSyncs(_Counting):
+    """_Counting, and each settle of queued writes (a round trip of its own, before the next statement)."""
+
+    syncs: int = 0
+
+    def _sync(self, conn: Any) -> None:
+        self.syncs += 1
+        super()._sync(conn)
+
+
+class _ArchivesNothingChecked(PostgresBackend):
+    """The chained pipeline's archive, whose count the server checks, deletes the job but archives no row."""
+
+    def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
+        text = super()._render(name, job_table, archived_job_table)
+        if name == "archive_and_delete_job_checked":
+            assert "FROM moved\n" in text
+            text = text.replace("FROM moved\n", "FROM moved WHERE false\n", 1)
+        return text
+
+
+class _ArchivesNothingUnchecked(_ArchivesNothingChecked):
+    """The same, and the server's check taken out: what the chain would commit without it."""
+
+    def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
+        text = super()._render(name, job_table, archived_job_table)
+        if name == "archive_and_delete_job_checked":
+            select = text.index("SELECT CAST(CASE")
+            text = text[:select] + "SELECT 1 FROM archived"
+        return text
+
+
+PIPELINE_CHAIN = {"chain": True, "pipeline": True, "compact": True}
+
+
+def test_a_chained_pipeline_sends_a_jobs_archive_with_its_commit_and_the_next_claim_in_one_exchange(
+    pg_db: SqlHarness,
+) -> None:
+    job_ids = _enqueue(pg_db, JOBS)
+    backend = _CountingSyncs(pg_db.data_source, **PIPELINE_CHAIN)
+    backend.statements = []
+    try:
+        _drain(pg_db, backend, lambda job_type, payload: None, threads=1)
+    finally:
+        backend.close()
+    _archived_once(pg_db, job_ids)
+    sent = [statement for _thread, statement in backend.statements]
+    archives = [s for s in sent if "INSERT INTO" in s]
+    # The server checks every archive's count (sql/postgresql/queries.sql, archive_and_delete_job_checked),
+    # so none was settled on its own: each went with the COMMIT, the BEGIN and the claim after it.
+    assert len(archives) == JOBS
+    checked = PostgresBackend(pg_db.data_source)._render("archive_and_delete_job_checked", *_tables(pg_db))
+    assert set(archives) == {checked}
+    assert backend.syncs == 0
+
+
+def _tables(db: SqlHarness) -> tuple[TableName, TableName]:
+    return table_name(db.job_table), table_name(db.archived_job_table)
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["server-checked", "check-taken-out"])
+def test_a_chained_pipelines_archive_that_changes_no_row_rolls_back_its_commit_and_keeps_the_job(
+    pg_db: SqlHarness, checked: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    (job_id,) = _enqueue(pg_db, 1)
+    cls = _ArchivesNothingChecked if checked else _ArchivesNothingUnchecked
+    backend = cls(pg_db.data_source, **PIPELINE_CHAIN)
+    ran: list[Any] = []
+    refused = "archive_and_delete_job changed 0 rows; expected exactly 1"
+    worker = pr.create_queue_worker(
+        None,
+        lambda job_type, payload: ran.append(payload),
+        backend=backend,
+        worker_threads=1,
+        polling_interval_ms=20,
+        **pg_db.table_options,
+    )
+    try:
+        with worker:
+            deadline = time.monotonic() + WITHIN_S
+            while refused not in caplog.text and pg_db.jobs() and time.monotonic() < deadline:
+                time.sleep(0.02)
+    finally:
+        backend.close()
+    assert ran == [{"n": 0}]
+    decode = pg_db.job_id_strategy().decode_id
+    if checked:
+        # The worker reports the job's error; the COMMIT sent with the archive did nothing.
+        assert refused in caplog.text
+        assert [(decode(job.job_id), job.attempts) for job in pg_db.jobs()] == [(job_id, 0)]
+    else:
+        # Without the server's check the COMMIT sent with the archive went through: the job is gone,
+        # deleted and never archived. This is what the check is for.
+        assert refused not in caplog.text and pg_db.jobs() == []
+    assert pg_db.archived_jobs() == []
+
+
+def test_a_chained_pipelines_refused_count_is_reported_as_the_clients_check_words_it(
+    pg_db: SqlHarness,
+) -> None:
+    _enqueue(pg_db, 1)
+    (queued,) = pg_db.jobs()
+    job_table, archived = _tables(pg_db)
+    backend = _ArchivesNothingChecked(pg_db.data_source, **PIPELINE_CHAIN)
+    now = datetime.now(UTC) + timedelta(minutes=1)
+    try:
+        refused = r"^archive_and_delete_job changed 0 rows; expected exactly 1"
+        with pytest.raises(DatabaseError, match=refused), backend.transaction() as conn:
+            record = backend.get_next_job(conn, job_table, queued.queue, now)
+            assert record is not None
+            backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
+            backend.commit_and_get_next_job(conn, job_table, queued.queue, now)
+    finally:
+        backend.close()
+    assert pg_db.jobs() == [queued]
 
 
 def test_a_failed_job_does_not_end_a_chain_of_batches_and_its_failure_commits_with_its_batch(

@@ -68,6 +68,14 @@ PGBOUNCER_ADVICE: Final = (
 )
 
 
+# The compact plan's archive, and its variant whose row count the server checks (sql/postgresql/queries.sql):
+# a count it refuses comes back as an integer's invalid text, which carries the count.
+_ARCHIVE: Final = "archive_and_delete_job"
+_CHECKED_ARCHIVE: Final = "archive_and_delete_job_checked"
+_CHECKED_COUNT: Final = re.compile(r'"archive_and_delete_job changed (\d+) rows"')
+_INVALID_TEXT_CODE: Final = "22P02"
+
+
 # NOTIFY channels are identifiers (NAMEDATALEN - 1 bytes); payloads must stay under 8,000 bytes.
 _MAX_CHANNEL_BYTES: Final = 63
 _MAX_PAYLOAD_BYTES: Final = 1000
@@ -248,8 +256,9 @@ class PostgresBackend(SqlBackend):
     With `chain=True` (backend.ChainedClaim) a queue worker at one job a transaction commits a finished
     job's transaction and claims the next job without leaving its transaction() block: the COMMIT and the
     next BEGIN go as one simple query, then the claim, so a job takes three round trips on the compact
-    plan instead of four (two with `pipeline=True`, where COMMIT, BEGIN and the claim go in one). Each job
-    keeps a transaction of its own, its handler's writes and its archive row in it (docs/worker.md,
+    plan instead of four; with `pipeline=True` as well, one: the finished job's archive, whose row count
+    the server checks (archive_and_delete_job_checked), goes with the COMMIT, the BEGIN and the claim. Each
+    job keeps a transaction of its own, its handler's writes and its archive row in it (docs/worker.md,
     "Statement plans").
 
     With `synchronous_commit_off=True` every transaction the backend opens itself (the worker's job
@@ -302,9 +311,34 @@ class PostgresBackend(SqlBackend):
         self, conn: Any, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None:
         """ChainedClaim: COMMIT and BEGIN (and the job transaction's setting) as one simple query, then the
-        claim; on a pipelined connection each is queued and the claim's result brings all of them back."""
+        claim; on a pipelined connection each is queued and the claim's result brings all of them back.
+
+        On a pipelined connection a finished job's archive goes in that same exchange when the server
+        checks its row count (archive_and_delete_job_checked): a job takes one round trip. Any other
+        queued write is settled first, as before every COMMIT.
+        """
+        lease = self._local.lease
+        pending = lease.pending if lease is not None and lease.conn is conn else None
+        if pending and all(what == _CHECKED_ARCHIVE for _cursor, what, _job_id in pending):
+            # A count other than 1 fails the statement on the server: the COMMIT after it does nothing and
+            # the error comes back with the claim's result, so the transaction rolls back as it would
+            # after a count the client refused.
+            pending.clear()
         self._chain_commit(conn)
         return self.get_next_job(conn, job_table, queue, now)
+
+    def archive_and_delete_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        # On a chained pipeline the count is the server's to check (commit_and_get_next_job).
+        name = _CHECKED_ARCHIVE if self._chain and self._pipelines(conn, pooled=self._pooled) else _ARCHIVE
+        self._archive(conn, name, job_table, archived_job_table, job_id, status, finished_at)
 
     def commit_and_get_next_jobs(
         self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
@@ -369,6 +403,9 @@ class PostgresBackend(SqlBackend):
         sqlstate = exc.sqlstate or ""
         if sqlstate in _LOST_PREPARED_CODES and _PSYCOPG_PREPARED_PREFIX in message:
             return DatabaseError(f"{message}: {PGBOUNCER_ADVICE}")
+        if sqlstate == _INVALID_TEXT_CODE and (counted := _CHECKED_COUNT.search(message)):
+            # As the client's own check words it (_dbapi._wrong_count), the job's id aside.
+            return DatabaseError(f"{_ARCHIVE} changed {counted[1]} rows; expected exactly 1 ({message})")
         if sqlstate == _READ_ONLY_CODE:
             return TransientDatabaseError(f"{message}: {READ_ONLY_ADVICE}")
         if (
@@ -410,6 +447,10 @@ class PostgresBackend(SqlBackend):
         try:
             return cursor.fetchone()
         except psycopg.DataError:
+            if cursor.pgresult is None:
+                # No row came: the error is a statement's, such as a chained pipeline's archive whose count
+                # the server refused (commit_and_get_next_job), not a loader's.
+                raise
             # A stored time Python cannot hold: the claim's row, read again from the same result with the
             # lenient loaders. Only then: psycopg's own loaders, in C, read every other claim.
             return _lenient_row(cursor)

@@ -48,6 +48,25 @@ INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, st
 SELECT job_id, queue, job_type, payload, attempts + 1, %(status)s, enqueued_at, process_at, %(finished_at)s
 FROM moved
 
+-- name: archive_and_delete_job_checked
+-- archive_and_delete_job for the chained pipeline (PostgresBackend(pipeline=True, compact=True, chain=True)),
+-- which sends the job's COMMIT, the next BEGIN and the next claim after it in the same exchange, before its
+-- row count comes back: so the server checks the count itself. The same DELETE and INSERT write the same
+-- rows; a count other than 1 fails the statement (invalid text for an integer, which carries the count), the
+-- transaction is aborted and the COMMIT queued after it does nothing, as a count checked by the client
+-- before COMMIT rolls everything back. Its own result is one row, 1.
+WITH moved AS (
+    DELETE FROM {job_table} WHERE job_id = %(job_id)s
+    RETURNING job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+), archived AS (
+    INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at)
+    SELECT job_id, queue, job_type, payload, attempts + 1, %(status)s, enqueued_at, process_at, %(finished_at)s
+    FROM moved
+    RETURNING 1
+)
+SELECT CAST(CASE count(*) WHEN 1 THEN '1' ELSE 'archive_and_delete_job changed ' || count(*) || ' rows' END AS integer)
+FROM archived
+
 -- name: synchronous_commit_off
 -- The first statement of the worker's own job transaction with PostgresBackend(synchronous_commit_off=True)
 -- (docs/worker.md, "Asynchronous commit"): its COMMIT returns before the WAL reaches disk. LOCAL: the
