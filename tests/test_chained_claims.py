@@ -17,7 +17,7 @@ from support import enqueue_committed
 
 import proletarian_ref as pr
 from conformance.harness import SqlHarness
-from proletarian_ref import ConfigurationError, DatabaseError, aio
+from proletarian_ref import ConfigurationError, DatabaseError, aio, sql
 from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
@@ -50,10 +50,10 @@ class _Counting(PostgresBackend):
         self.statements.append((threading.get_ident(), statement))
         return super()._execute(conn, statement, params, read, copy=copy)
 
-    def _queue_write(self, lease: Any, statement: str, params: dict[str, Any], what: str) -> None:
+    def _queue_write(self, lease: Any, statement: str, params: Any, what: str, job_id: Any) -> None:
         # A pipelined connection's one-row writes: queued, and settled by the next statement.
         self.statements.append((threading.get_ident(), statement))
-        super()._queue_write(lease, statement, params, what)
+        super()._queue_write(lease, statement, params, what, job_id)
 
 
 def _named_factory(dsn: str, name: str) -> Any:
@@ -153,71 +153,82 @@ class _CountingSyncs(_Counting):
         super()._sync(conn)
 
 
-class _ArchivesNothingChecked(PostgresBackend):
-    """The chained pipeline's archive, whose count the server checks, deletes the job but archives no row."""
+# The chained pipeline's archives, a job's and a batch's, whose row counts the server checks.
+CHECKED = ("archive_and_delete_job_checked", "archive_and_delete_jobs_checked")
 
-    def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
-        text = super()._render(name, job_table, archived_job_table)
-        if name == "archive_and_delete_job_checked":
-            assert "FROM moved\n" in text
-            text = text.replace("FROM moved\n", "FROM moved WHERE false\n", 1)
-        return text
+
+class _ArchivesNothingChecked(PostgresBackend):
+    """The chained pipeline's archive, whose count the server checks, deletes the jobs but archives no row."""
+
+    def _queue_write(self, lease: Any, statement: str, params: Any, what: str, job_id: Any) -> None:
+        if what in CHECKED:
+            assert "FROM moved\n" in statement
+            statement = statement.replace("FROM moved\n", "FROM moved WHERE false\n", 1)
+        super()._queue_write(lease, statement, params, what, job_id)
 
 
 class _ArchivesNothingUnchecked(_ArchivesNothingChecked):
     """The same, and the server's check taken out: what the chain would commit without it."""
 
-    def _render(self, name: str, job_table: TableName, archived_job_table: TableName | None = None) -> str:
-        text = super()._render(name, job_table, archived_job_table)
-        if name == "archive_and_delete_job_checked":
-            select = text.index("SELECT CAST(CASE")
-            text = text[:select] + "SELECT 1 FROM archived"
-        return text
+    def _queue_write(self, lease: Any, statement: str, params: Any, what: str, job_id: Any) -> None:
+        if what in CHECKED:
+            # The batch statement's last two placeholders were the check's: bound, and checking nothing.
+            select = "SELECT %s, %s FROM archived" if what == CHECKED[1] else "SELECT 1 FROM archived"
+            statement = statement[: statement.index("SELECT CAST(CASE")] + select
+        super()._queue_write(lease, statement, params, what, job_id)
 
 
 PIPELINE_CHAIN = {"chain": True, "pipeline": True, "compact": True}
-
-
-def test_a_chained_pipeline_sends_a_jobs_archive_with_its_commit_and_the_next_claim_in_one_exchange(
-    pg_db: SqlHarness,
-) -> None:
-    job_ids = _enqueue(pg_db, JOBS)
-    backend = _CountingSyncs(pg_db.data_source, **PIPELINE_CHAIN)
-    backend.statements = []
-    try:
-        _drain(pg_db, backend, lambda job_type, payload: None, threads=1)
-    finally:
-        backend.close()
-    _archived_once(pg_db, job_ids)
-    sent = [statement for _thread, statement in backend.statements]
-    archives = [s for s in sent if "INSERT INTO" in s]
-    # The server checks every archive's count (sql/postgresql/queries.sql, archive_and_delete_job_checked),
-    # so none was settled on its own: each went with the COMMIT, the BEGIN and the claim after it.
-    assert len(archives) == JOBS
-    checked = PostgresBackend(pg_db.data_source)._render("archive_and_delete_job_checked", *_tables(pg_db))
-    assert set(archives) == {checked}
-    assert backend.syncs == 0
 
 
 def _tables(db: SqlHarness) -> tuple[TableName, TableName]:
     return table_name(db.job_table), table_name(db.archived_job_table)
 
 
-@pytest.mark.parametrize("checked", [True, False], ids=["server-checked", "check-taken-out"])
-def test_a_chained_pipelines_archive_that_changes_no_row_rolls_back_its_commit_and_keeps_the_job(
-    pg_db: SqlHarness, checked: bool, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("batch_size", [1, BATCH])
+def test_a_chained_pipeline_sends_a_finished_archive_with_its_commit_and_the_next_claim_in_one_exchange(
+    pg_db: SqlHarness, batch_size: int
 ) -> None:
-    (job_id,) = _enqueue(pg_db, 1)
+    job_ids = _enqueue(pg_db, JOBS)
+    backend = _CountingSyncs(pg_db.data_source, **PIPELINE_CHAIN)
+    backend.statements = []
+    try:
+        _drain(pg_db, backend, lambda job_type, payload: None, threads=1, batch_size=batch_size)
+    finally:
+        backend.close()
+    _archived_once(pg_db, job_ids)
+    archives = [statement for _thread, statement in backend.statements if "INSERT INTO" in statement]
+    # The server checks every archive's count (sql/postgresql/queries.sql), so none was settled on its own:
+    # each went with the COMMIT, the BEGIN and the claim after it.
+    if batch_size == 1:
+        checked = PostgresBackend(pg_db.data_source)._render(CHECKED[0], *_tables(pg_db))
+    else:
+        checked = sql.render_ids("postgresql", CHECKED[1], *_tables(pg_db), batch_size)
+    assert archives == [checked] * (JOBS // batch_size)
+    assert backend.syncs == 0
+
+
+@pytest.mark.parametrize("batch_size", [1, BATCH])
+@pytest.mark.parametrize("checked", [True, False], ids=["server-checked", "check-taken-out"])
+def test_a_chained_pipelines_archive_that_changes_no_row_rolls_back_its_commit_and_keeps_the_jobs(
+    pg_db: SqlHarness, checked: bool, batch_size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_ids = _enqueue(pg_db, batch_size)
     cls = _ArchivesNothingChecked if checked else _ArchivesNothingUnchecked
     backend = cls(pg_db.data_source, **PIPELINE_CHAIN)
     ran: list[Any] = []
-    refused = "archive_and_delete_job changed 0 rows; expected exactly 1"
+    refused = (
+        "archive_and_delete_job changed 0 rows; expected exactly 1"
+        if batch_size == 1
+        else f"archive_and_delete_jobs changed 0 rows of {batch_size} jobs; expected {batch_size}"
+    )
     worker = pr.create_queue_worker(
         None,
         lambda job_type, payload: ran.append(payload),
         backend=backend,
         worker_threads=1,
         polling_interval_ms=20,
+        batch_size=batch_size,
         **pg_db.table_options,
     )
     try:
@@ -227,37 +238,50 @@ def test_a_chained_pipelines_archive_that_changes_no_row_rolls_back_its_commit_a
                 time.sleep(0.02)
     finally:
         backend.close()
-    assert ran == [{"n": 0}]
+    assert sorted(payload["n"] for payload in ran) == list(range(batch_size))
     decode = pg_db.job_id_strategy().decode_id
     if checked:
-        # The worker reports the job's error; the COMMIT sent with the archive did nothing.
+        # The worker reports the error; the COMMIT sent with the archive did nothing.
         assert refused in caplog.text
-        assert [(decode(job.job_id), job.attempts) for job in pg_db.jobs()] == [(job_id, 0)]
+        queued = sorted((str(decode(job.job_id)), job.attempts) for job in pg_db.jobs())
+        assert queued == sorted((str(job_id), 0) for job_id in job_ids)
     else:
-        # Without the server's check the COMMIT sent with the archive went through: the job is gone,
+        # Without the server's check the COMMIT sent with the archive went through: the jobs are gone,
         # deleted and never archived. This is what the check is for.
         assert refused not in caplog.text and pg_db.jobs() == []
     assert pg_db.archived_jobs() == []
 
 
+@pytest.mark.parametrize("batch_size", [1, BATCH])
 def test_a_chained_pipelines_refused_count_is_reported_as_the_clients_check_words_it(
-    pg_db: SqlHarness,
+    pg_db: SqlHarness, batch_size: int
 ) -> None:
-    _enqueue(pg_db, 1)
-    (queued,) = pg_db.jobs()
+    _enqueue(pg_db, batch_size)
+    queued = pg_db.jobs()
+    queue = queued[0].queue
     job_table, archived = _tables(pg_db)
     backend = _ArchivesNothingChecked(pg_db.data_source, **PIPELINE_CHAIN)
     now = datetime.now(UTC) + timedelta(minutes=1)
+    refused = (
+        r"^archive_and_delete_job changed 0 rows; expected exactly 1 \("
+        if batch_size == 1
+        else rf"^archive_and_delete_jobs changed 0 rows of {batch_size} jobs; expected {batch_size} \("
+    )
     try:
-        refused = r"^archive_and_delete_job changed 0 rows; expected exactly 1"
         with pytest.raises(DatabaseError, match=refused), backend.transaction() as conn:
-            record = backend.get_next_job(conn, job_table, queued.queue, now)
-            assert record is not None
-            backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
-            backend.commit_and_get_next_job(conn, job_table, queued.queue, now)
+            if batch_size == 1:
+                record = backend.get_next_job(conn, job_table, queue, now)
+                assert record is not None
+                backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
+                backend.commit_and_get_next_job(conn, job_table, queue, now)
+            else:
+                records = backend.get_next_jobs(conn, job_table, queue, now, batch_size)
+                ids = [record.job_id for record in records]
+                backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
+                backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
     finally:
         backend.close()
-    assert pg_db.jobs() == [queued]
+    assert pg_db.jobs() == queued
 
 
 def test_a_failed_job_does_not_end_a_chain_of_batches_and_its_failure_commits_with_its_batch(

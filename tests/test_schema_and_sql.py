@@ -43,8 +43,9 @@ def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() 
             # sends archive_job and delete_job, or archive_jobs and delete_jobs, together instead).
             "archive_and_delete_job",
             "archive_and_delete_jobs",
-            # The chained pipeline's archive_and_delete_job, its row count checked by the server.
+            # The chained pipeline's archive_and_delete_job(s), its row count checked by the server.
             "archive_and_delete_job_checked",
+            "archive_and_delete_jobs_checked",
             # The opt-in asynchronous commit of the worker's job transaction (synchronous_commit_off=True).
             "synchronous_commit_off",
             # Chained claims (chain=True): COMMIT and the next BEGIN sent together; MySQL has no chain.
@@ -92,17 +93,21 @@ def test_the_claim_is_proletarians_select_for_update_skip_locked() -> None:
 
 # The constant texts of the statement whose row count the server checks: the words of its error, and the
 # integer it casts when the count is right. No value of a job is among them.
-CHECKED_COUNT_TEXTS = ("'1'", "'archive_and_delete_job changed '", "' rows'")
+CHECKED_COUNT_TEXTS = {
+    "archive_and_delete_job_checked": ("'1'", "'archive_and_delete_job changed '", "' rows'"),
+    "archive_and_delete_jobs_checked": (
+        *("'1'", "'archive_and_delete_jobs changed '", "' rows of '", "' jobs'"),
+    ),
+}
 
 
 def test_statements_have_no_values_pasted_in() -> None:
     for dialect in sql.DIALECTS:
         for name, statement in sql.queries(dialect).items():
             text = statement
-            if name == "archive_and_delete_job_checked":
-                for constant in CHECKED_COUNT_TEXTS:
-                    assert constant in text
-                    text = text.replace(constant, "")
+            for constant in CHECKED_COUNT_TEXTS.get(name, ()):
+                assert constant in text
+                text = text.replace(constant, "")
             assert "'" not in text, f"{name}: values must be bound parameters"
 
 

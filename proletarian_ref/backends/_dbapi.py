@@ -728,16 +728,17 @@ class SqlBackend:
     def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
         lease = self._local.lease
         if lease is not None and lease.pending is not None and lease.conn is conn:
-            self._queue_write(lease, statement, params, what)
+            self._queue_write(lease, statement, params, what, params["job_id"])
             return
         count = self._execute(conn, statement, params, _rowcount)
         if count != 1:
             raise _wrong_count(count, what, params["job_id"])
 
-    def _queue_write(self, lease: _Lease, statement: str, params: dict[str, Any], what: str) -> None:
+    def _queue_write(self, lease: _Lease, statement: str, params: Any, what: str, job_id: Any) -> None:
         """Send a single-row write on a pipelined transaction; _settle counts it before anything else runs.
 
-        Each queued write has its own kept cursor, which holds its row count until then.
+        Each queued write has its own kept cursor, which holds its row count until then. `job_id` names
+        the job (or jobs) a wrong count is reported for.
         """
         assert lease.pending is not None and lease.cursors is not None  # pipelined: the thread's own
         pending = lease.pending
@@ -752,7 +753,7 @@ class SqlBackend:
             self._raise_library_error(exc)
         finally:
             lease.busy = False  # as in _execute
-        pending.append((cursor, what, params["job_id"]))
+        pending.append((cursor, what, job_id))
 
     def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
         """Complete the queued writes in one round trip, then check each changed exactly one row.

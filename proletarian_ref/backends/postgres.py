@@ -72,7 +72,9 @@ PGBOUNCER_ADVICE: Final = (
 # a count it refuses comes back as an integer's invalid text, which carries the count.
 _ARCHIVE: Final = "archive_and_delete_job"
 _CHECKED_ARCHIVE: Final = "archive_and_delete_job_checked"
-_CHECKED_COUNT: Final = re.compile(r'"archive_and_delete_job changed (\d+) rows"')
+_CHECKED_BATCH_ARCHIVE: Final = "archive_and_delete_jobs_checked"
+_SERVER_CHECKED: Final = frozenset({_CHECKED_ARCHIVE, _CHECKED_BATCH_ARCHIVE})
+_CHECKED_COUNT: Final = re.compile(r'"(archive_and_delete_jobs?) changed (\d+) rows(?: of (\d+) jobs)?"')
 _INVALID_TEXT_CODE: Final = "22P02"
 
 
@@ -317,13 +319,6 @@ class PostgresBackend(SqlBackend):
         checks its row count (archive_and_delete_job_checked): a job takes one round trip. Any other
         queued write is settled first, as before every COMMIT.
         """
-        lease = self._local.lease
-        pending = lease.pending if lease is not None and lease.conn is conn else None
-        if pending and all(what == _CHECKED_ARCHIVE for _cursor, what, _job_id in pending):
-            # A count other than 1 fails the statement on the server: the COMMIT after it does nothing and
-            # the error comes back with the claim's result, so the transaction rolls back as it would
-            # after a count the client refused.
-            pending.clear()
         self._chain_commit(conn)
         return self.get_next_job(conn, job_table, queue, now)
 
@@ -336,9 +331,38 @@ class PostgresBackend(SqlBackend):
         status: str,
         finished_at: datetime,
     ) -> None:
-        # On a chained pipeline the count is the server's to check (commit_and_get_next_job).
-        name = _CHECKED_ARCHIVE if self._chain and self._pipelines(conn, pooled=self._pooled) else _ARCHIVE
+        # On a chained pipeline the count is the server's to check (_chain_commit).
+        name = _ARCHIVE if self._checking_lease(conn) is None else _CHECKED_ARCHIVE
         self._archive(conn, name, job_table, archived_job_table, job_id, status, finished_at)
+
+    def archive_and_delete_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        lease = self._checking_lease(conn)
+        if lease is None:
+            super().archive_and_delete_jobs(conn, job_table, archived_job_table, job_ids, status, finished_at)
+            return
+        # Queued, not synced for its count as other batch writes are: the server checks it (_chain_commit).
+        jobs = str(len(job_ids))
+        params = [*job_ids, status, self._db_time(finished_at, what="finished_at"), jobs, jobs]
+        statement = sql.render_ids(
+            self.dialect, _CHECKED_BATCH_ARCHIVE, job_table, archived_job_table, len(job_ids)
+        )
+        self._queue_write(lease, statement, params, _CHECKED_BATCH_ARCHIVE, tuple(job_ids))
+
+    def _checking_lease(self, conn: Any) -> Any:
+        """The calling thread's pipelined transaction on `conn` where the backend chains, else None: there a
+        finished job's archive goes with the next claim and the server checks its count."""
+        lease = self._local.lease
+        if self._chain and lease is not None and lease.pending is not None and lease.conn is conn:
+            return lease
+        return None
 
     def commit_and_get_next_jobs(
         self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
@@ -348,6 +372,12 @@ class PostgresBackend(SqlBackend):
         return self.get_next_jobs(conn, job_table, queue, now, limit)
 
     def _chain_commit(self, conn: Any) -> None:
+        lease = self._checking_lease(conn)
+        if lease is not None and all(what in _SERVER_CHECKED for _cursor, what, _ids in lease.pending):
+            # Every queued write's count is the server's to check: a count it refuses fails the statement,
+            # the COMMIT after it does nothing and the error comes back with the claim's result, so the
+            # transaction rolls back as after a count the client refused. Left queued, they go with it.
+            lease.pending.clear()
         pipelined = self._pipelines(conn, pooled=self._pooled)
         for statement in self._chain_statements[1 if pipelined else 0]:
             self._execute(conn, statement, None, _ignore)
@@ -404,8 +434,10 @@ class PostgresBackend(SqlBackend):
         if sqlstate in _LOST_PREPARED_CODES and _PSYCOPG_PREPARED_PREFIX in message:
             return DatabaseError(f"{message}: {PGBOUNCER_ADVICE}")
         if sqlstate == _INVALID_TEXT_CODE and (counted := _CHECKED_COUNT.search(message)):
-            # As the client's own check words it (_dbapi._wrong_count), the job's id aside.
-            return DatabaseError(f"{_ARCHIVE} changed {counted[1]} rows; expected exactly 1 ({message})")
+            # As the client's own checks word it (_dbapi._wrong_count, _wrong_batch_count), ids aside.
+            what, count, jobs = counted.groups()
+            tail = f" of {jobs} jobs; expected {jobs}" if jobs else "; expected exactly 1"
+            return DatabaseError(f"{what} changed {count} rows{tail} ({message})")
         if sqlstate == _READ_ONLY_CODE:
             return TransientDatabaseError(f"{message}: {READ_ONLY_ADVICE}")
         if (

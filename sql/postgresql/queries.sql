@@ -161,6 +161,22 @@ INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, st
 SELECT job_id, queue, job_type, payload, attempts + 1, %s, enqueued_at, process_at, %s
 FROM moved
 
+-- name: archive_and_delete_jobs_checked
+-- archive_and_delete_jobs for the chained pipeline in batch mode, its count checked by the server as in
+-- archive_and_delete_job_checked: {ids} first, then status and finished_at, then the number of jobs twice
+-- (the count expected, and the words of the error). The same rows as archive_and_delete_jobs.
+WITH moved AS (
+    DELETE FROM {job_table} WHERE job_id IN ({ids})
+    RETURNING job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+), archived AS (
+    INSERT INTO {archived_job_table} (job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at)
+    SELECT job_id, queue, job_type, payload, attempts + 1, %s, enqueued_at, process_at, %s
+    FROM moved
+    RETURNING 1
+)
+SELECT CAST(CASE count(*) WHEN %s THEN '1' ELSE 'archive_and_delete_jobs changed ' || count(*) || ' rows of ' || %s || ' jobs' END AS integer)
+FROM archived
+
 -- name: job_savepoint
 -- Batch mode: around a failed job's retry or failure archive, so that if they fail only they are undone.
 SAVEPOINT proletarian_job
