@@ -232,6 +232,17 @@ def test_chained_claims_on_mysql_refuse_the_asyncio_worker_naming_why(
     assert "--chain is PostgreSQL's" in err
 
 
+@on_each_postgresql_driver
+def test_pipelining_is_the_threaded_workers_and_a_coroutine_handler_refuses_it_naming_why(
+    capsys: pytest.CaptureFixture[str], database: Target, driver: str
+) -> None:
+    options = ["--compact", "--chain", "--pipeline", *_driver_args(driver)]
+    process = _start_worker(database, "records_runs_async", *options)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.USAGE_ERROR, err
+    assert "--pipeline is the threaded worker's" in err
+
+
 @on_postgresql
 def test_wake_up_on_asyncpg_listens_on_a_connection_outside_the_pool_of_one(
     capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path

@@ -377,6 +377,48 @@ def test_chained_claims_with_a_batch_size_chain_whole_batches_on_postgresql_and_
     assert statuses == [":failure"] + [":success"] * 8
 
 
+@pytest.mark.usefixtures("sigterm_to_self")
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_pipelined_chained_claims_send_a_checked_archive_with_the_next_claim_and_are_refused_on_mysql(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    database: Target,
+    batch_size: int,
+) -> None:
+    runs = tmp_path / "runs"
+    for n in range(6):
+        _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": False})
+    queued: list[str] = []
+    original = PostgresBackend._queue_write
+
+    def spy(self: PostgresBackend, lease: Any, statement: str, params: Any, what: str, job_id: Any) -> None:
+        queued.append(what)
+        original(self, lease, statement, params, what, job_id)
+
+    monkeypatch.setattr(PostgresBackend, "_queue_write", spy)
+    command = ["worker", "--handler", "cli_handlers:records_runs", "--polling-interval-ms", "20"]
+    command += ["--compact", "--pipeline", "--batch-size", str(batch_size), *database.args]
+    if database.dialect == "mysql":
+        # Without --chain, which MySQL refuses first.
+        result = run(capsys, *command)
+        assert result.code == ExitCode.USAGE_ERROR, result.err
+        assert "--pipeline is PostgreSQL's" in result.err
+        assert not runs.exists() and len(database.jobs()) == 6
+        return
+    watcher = _stop_when(lambda: len(database.archived_jobs()) == 6, timeout=30)
+    result = run(capsys, *command, "--chain")
+    watcher.join(timeout=5)
+    assert result.code == ExitCode.OK, result.err
+    assert "on the compact plan with chained claims with pipelining" in result.err
+    # Every archive was the one whose count the server checks, sent with the next claim (docs/worker.md).
+    checked = "archive_and_delete_job_checked" if batch_size == 1 else "archive_and_delete_jobs_checked"
+    assert queued and set(queued) == {checked}
+    assert sorted(int(n) for n in runs.read_text(encoding="utf-8").split()) == list(range(6))
+    assert database.jobs() == []
+    assert sorted(a.status for a in database.archived_jobs()) == [":success"] * 6
+
+
 # -- signals and jobs in flight (a real process) ------------------------------------------------------
 
 

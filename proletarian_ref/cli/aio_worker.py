@@ -51,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
         check_async_driver(args, coroutine=False)
         return worker.run(args, handler)
     check_async_driver(args, coroutine=True)
+    if args.pipeline:
+        raise UsageError(
+            f"--pipeline is the threaded worker's (psycopg's pipeline mode on its own connections), and "
+            f"--handler {args.handler} is a coroutine function, which runs on the asyncio worker: leave "
+            "--pipeline out (its --compact --chain sends a job in three round trips)"
+        )
     retry_fn = worker.retry_strategy_fn(args.retries, args.delays)
     queues = worker.queues_of(args.queue)
     tables = tables_from(args)

@@ -152,16 +152,22 @@ def _factory(dsn: str, dialect: str, **overrides: Any) -> Callable[[], Any]:
         ) from exc
 
 
-def plan_backend(db: Database, *, compact: bool, chain: bool) -> Backend:
-    """A backend on the compact statement plan and/or with chained claims for the worker command's queue
-    workers, closed by the caller.
+def plan_backend(db: Database, *, compact: bool, chain: bool, pipeline: bool = False) -> Backend:
+    """A backend on the compact statement plan, with chained claims and/or pipelined, for the worker
+    command's queue workers, closed by the caller.
 
     On MySQL its connections are opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag, which the compact plan
     needs (the archive and delete go as one multi-statement query); no other command's connections get it.
-    Chained claims are PostgreSQL's: on MySQL --chain is refused before any worker starts.
+    Chained claims and pipelining are PostgreSQL's: on MySQL --chain and --pipeline are refused before any
+    worker starts.
     """
     if db.dialect == "mysql":
         refuse_chain(db, chain)
+        if pipeline:
+            raise UsageError(
+                f"--pipeline is PostgreSQL's (psycopg's pipeline mode); {db.describe()} is MySQL/MariaDB, "
+                "whose --compact already sends a job's archive and delete in one query"
+            )
         from pymysql.constants import CLIENT
 
         from proletarian_ref.backends.mysql import MySQLBackend
@@ -169,7 +175,7 @@ def plan_backend(db: Database, *, compact: bool, chain: bool) -> Backend:
         return MySQLBackend(_factory(db.dsn, db.dialect, client_flag=CLIENT.MULTI_STATEMENTS), compact=True)
     from proletarian_ref.backends.postgres import PostgresBackend
 
-    return PostgresBackend(db.factory, compact=compact, chain=chain)
+    return PostgresBackend(db.factory, compact=compact, chain=chain, pipeline=pipeline)
 
 
 def refuse_chain(db: Database, chain: bool) -> None:

@@ -135,6 +135,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "batch's, each batch its own (docs/worker.md)",
     )
     parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="psycopg's pipeline mode on the threaded worker's own connections (PostgreSQL): with --compact "
+        "and --chain a finished job's archive (with --batch-size, a batch's), its COMMIT, the next BEGIN and "
+        "the next claim go in one round trip, the archive's row count checked by the server (docs/worker.md)",
+    )
+    parser.add_argument(
         "--polling-interval-ms",
         type=_positive,
         default=100,
@@ -426,13 +433,13 @@ def metrics_server(args: argparse.Namespace, db: Database) -> Iterator[Any]:
 
 
 @contextmanager
-def _shared_backend(db: Database, *, compact: bool, chain: bool) -> Iterator[Backend | None]:
-    """With --compact or --chain, the backend every queue worker of the command shares, closed after they
-    stopped; else None, and each worker builds its own from the connection factory."""
-    if not compact and not chain:
+def _shared_backend(db: Database, *, compact: bool, chain: bool, pipeline: bool) -> Iterator[Backend | None]:
+    """With --compact, --chain or --pipeline, the backend every queue worker of the command shares, closed
+    after they stopped; else None, and each worker builds its own from the connection factory."""
+    if not compact and not chain and not pipeline:
         yield None
         return
-    backend = plan_backend(db, compact=compact, chain=chain)
+    backend = plan_backend(db, compact=compact, chain=chain, pipeline=pipeline)
     try:
         yield backend
     finally:
@@ -470,7 +477,8 @@ def running_notice(args: argparse.Namespace, queues: list[str], db: Database, un
 
 
 def _plan_words(args: argparse.Namespace) -> str:
-    plans = [name for name, on in (("the compact plan", args.compact), ("chained claims", args.chain)) if on]
+    named = {"the compact plan": args.compact, "chained claims": args.chain, "pipelining": args.pipeline}
+    plans = [name for name, on in named.items() if on]
     return f", on {' with '.join(plans)}" if plans else ""
 
 
@@ -516,7 +524,7 @@ def run(args: argparse.Namespace, handler: HandlerFn | None = None) -> int:
     with (
         open_database(args, tables) as db,
         metrics_server(args, db) as metrics,
-        _shared_backend(db, compact=args.compact, chain=args.chain) as backend,
+        _shared_backend(db, compact=args.compact, chain=args.chain, pipeline=args.pipeline) as backend,
     ):
         stop = threading.Event()
         watch_parent(stop)
