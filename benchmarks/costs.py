@@ -220,7 +220,6 @@ class RoundTrips:
     def installed(self) -> Iterator[RoundTrips]:
         patched: list[tuple[Any, str, Any]] = []
         targets: list[tuple[str, str]] = [
-            ("psycopg", "Connection.wait"),
             ("pymysql.connections", "Connection._execute_command"),
             # A coroutine function: counted when called, as each call is awaited once.
             ("aiomysql.connection", "Connection._execute_command"),
@@ -244,8 +243,20 @@ class RoundTrips:
         setattr(transport, "write", self._counting_asyncpg(original_write))  # noqa: B010
         patched.append((transport, "write", original_write))
         with contextlib.suppress(ImportError):
+            import psycopg
             from psycopg._connection_base import BaseConnection
+            from psycopg._pipeline_base import BasePipeline
 
+            # psycopg waits once per statement; in pipeline mode a wait only sends what was queued, and the
+            # exchange is the Sync or the flush request after which results come back.
+            for owner, name, counting in (
+                (psycopg.Connection, "wait", self._counting_outside_pipeline),
+                (BasePipeline, "_sync_gen", self._counting),
+                (BasePipeline, "_fetch_gen", self._counting_flush),
+            ):
+                original = getattr(owner, name)
+                setattr(owner, name, counting(original))
+                patched.append((owner, name, original))
             original = BaseConnection._start_query
             # setattr: mypy refuses assigning to a method.
             setattr(BaseConnection, "_start_query", self._counting_begin(original))  # noqa: B010
@@ -265,6 +276,29 @@ class RoundTrips:
             return original(*args, **kwargs)
 
         return counted
+
+    def _counting_outside_pipeline(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        counter = self._counter
+
+        @functools.wraps(original)
+        def wait(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            if not conn._pipeline:
+                next(counter)
+            return original(conn, *args, **kwargs)
+
+        return wait
+
+    def _counting_flush(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        counter = self._counter
+
+        @functools.wraps(original)
+        def fetch(pipeline: Any, *, flush: bool) -> Any:
+            # A flush request asks for the results queued so far (psycopg sends none when it has none).
+            if flush and pipeline.result_queue:
+                next(counter)
+            return original(pipeline, flush=flush)
+
+        return fetch
 
     def _counting_asyncpg(self, original: Callable[..., Any]) -> Callable[..., Any]:
         counter = self._counter

@@ -57,6 +57,34 @@ def test_round_trips_count_psycopgs_begin_apart_from_the_statement_it_opens(pg_d
 
 
 @pytest.mark.postgresql
+def test_round_trips_count_a_pipelines_exchanges_not_its_statements(pg_dsn: str) -> None:
+    import psycopg
+
+    from benchmarks.costs import RoundTrips
+
+    trips = RoundTrips()
+    with psycopg.connect(pg_dsn) as conn, conn.pipeline() as pipeline:
+        cursor = conn.cursor()
+        # The transaction's first statement: psycopg queues its BEGIN and syncs at once, an exchange of
+        # its own; then every statement runs in that transaction.
+        with trips.installed():
+            cursor.execute("SELECT 0")
+            begun = trips.count
+        pipeline.sync()
+        trips = RoundTrips()
+        with trips.installed():
+            for n in range(3):
+                cursor.execute("SELECT %s::int", (n,))
+            assert cursor.fetchone() == (2,)  # one flush request: the three statements' results come back
+            flushed = trips.count
+            cursor.execute("SELECT 3")
+            cursor.execute("SELECT 4")
+            pipeline.sync()  # one Sync, both results with it
+            synced = trips.count - flushed
+    assert (begun, flushed, synced) == (1, 1, 1)
+
+
+@pytest.mark.postgresql
 def test_round_trips_count_each_exchange_of_asyncpg_on_the_asyncio_loop(pg_dsn: str) -> None:
     import asyncio
 
