@@ -86,6 +86,47 @@ def targets_table(
     return lines
 
 
+def best_drain(row: dict[str, Any], drains: Iterable[str]) -> str:
+    """The one of `drains` that reached the largest share of the limit at the row's point."""
+    return max((d for d in drains if f"{d}_ratio_limit" in row), key=lambda d: row[f"{d}_ratio_limit"])
+
+
+def cpu_ceiling(results: dict[str, Any], row: dict[str, Any], drains: Iterable[str]) -> float:
+    """The share of the limit the run's cores could give the row's best drain if nothing were waited for:
+    every core's time over that drain's client and server CPU a job, against the limit's rate."""
+    drain = best_drain(row, drains)
+    client, server = row[f"{drain}_client_cpu_us_per_job"], row[f"{drain}_server_cpu_us_per_job"]
+    cores = int(results["meta"]["machine"]["logical_cores"])
+    return float(cores * 1e6 / (client + server) / row["limit_jobs_per_s"])
+
+
+def cpu_bound(
+    results: dict[str, Any], row: dict[str, Any], drains: Iterable[str], labels: Mapping[str, str]
+) -> str:
+    """What bounds a point sharing the cores, as the docs' prose says it: its best drain's client and server
+    CPU a job, and its CPU ceiling (cpu_ceiling)."""
+    drains = tuple(drains)
+    drain = best_drain(row, drains)
+    client, server = row[f"{drain}_client_cpu_us_per_job"], row[f"{drain}_server_cpu_us_per_job"]
+    cap = cpu_ceiling(results, row, drains)
+    point = f"{row['processes']} x {row['threads']}"
+    return (
+        f"at {point} the best drain (*{labels[drain]}*) spent {client:.0f} µs of client CPU and {server:.0f} "
+        f"µs of server CPU a job: with both cores busy and nothing waited for, at most {cap:.2f} of the "
+        f"limit's {row['limit_jobs_per_s']:,.0f} jobs/s (it reached {row[f'{drain}_ratio_limit']:.2f})"
+    )
+
+
+def missed(
+    results: dict[str, Any], backend: str, drains: Iterable[str], *, batch: bool
+) -> list[dict[str, Any]]:
+    """The points of `backend` (batch mode's or the others) where none of `drains` reached the target."""
+    drains = tuple(drains)
+    return [
+        r for r in throughput_rows(results, backend, batch=batch) if best_of_limit(r, drains) < LIMIT_TARGET
+    ]
+
+
 def span(values: Iterable[float]) -> str:
     """The lowest and the highest of `values`, as the docs quote a range: "0.25 to 0.33"."""
     found = list(values)

@@ -9,7 +9,6 @@ fails here.
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 from typing import Any, Final
@@ -19,12 +18,13 @@ from docs_support import (
     LIMIT_TARGET,
     RESULTS_DIR,
     assert_pasted,
-    best_of_limit,
+    cpu_bound,
+    cpu_ceiling,
     load_runs,
+    missed,
     prose,
     run_named,
     section,
-    span,
     targets_table,
     throughput_rows,
 )
@@ -59,14 +59,6 @@ def _rows(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
     return throughput_rows(RUNS[run], backend, batch=batch)
 
 
-def _cores(run: str) -> int:
-    return int(RUNS[run]["meta"]["machine"]["logical_cores"])
-
-
-def _best_drain(row: dict[str, Any], drains: tuple[str, ...]) -> str:
-    return max((d for d in drains if f"{d}_ratio_limit" in row), key=lambda d: row[f"{d}_ratio_limit"])
-
-
 def batch_gains(run: str) -> str:
     """What chained batches gave batch mode at each PostgreSQL batch point of `run`, as the prose says it."""
     return "; ".join(
@@ -77,40 +69,19 @@ def batch_gains(run: str) -> str:
     )
 
 
-def cpu_bound(run: str, row: dict[str, Any], drains: tuple[str, ...], labels: dict[str, str]) -> str:
-    """The bound of a point sharing the cores, as the prose says it: its best drain's client and server CPU
-    a job, and the share of the limit both cores could give it if nothing were waited for."""
-    drain = _best_drain(row, drains)
-    client, server = row[f"{drain}_client_cpu_us_per_job"], row[f"{drain}_server_cpu_us_per_job"]
-    cap = _ceiling(run, row, drains)
-    point = f"{row['processes']} x {row['threads']}"
-    return (
-        f"at {point} the best drain (*{labels[drain]}*) spent {client:.0f} µs of client CPU and {server:.0f} "
-        f"µs of server CPU a job: with both cores busy and nothing waited for, at most {cap:.2f} of the "
-        f"limit's {row['limit_jobs_per_s']:,.0f} jobs/s (it reached {row[f'{drain}_ratio_limit']:.2f})"
-    )
-
-
-def _ceiling(run: str, row: dict[str, Any], drains: tuple[str, ...]) -> float:
-    drain = _best_drain(row, drains)
-    client, server = row[f"{drain}_client_cpu_us_per_job"], row[f"{drain}_server_cpu_us_per_job"]
-    return float(_cores(run) * 1e6 / (client + server) / row["limit_jobs_per_s"])
-
-
 def over_ceiling() -> str:
     """The points missed sharing the cores whose CPU ceiling is over the target, as the prose names them."""
     named = [
         f"at {r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
         for batch, drains in ((False, DEFAULT_DRAINS), (True, BATCH_DRAINS))
         for r in _missed(SHARED_RUN, "postgresql", batch=batch)
-        if _ceiling(SHARED_RUN, r, drains) >= LIMIT_TARGET
+        if cpu_ceiling(RUNS[SHARED_RUN], r, drains) >= LIMIT_TARGET
     ]
     return ", and ".join(named)
 
 
 def _missed(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
-    drains = BATCH_DRAINS if batch else DEFAULT_DRAINS
-    return [r for r in _rows(run, backend, batch=batch) if best_of_limit(r, drains) < LIMIT_TARGET]
+    return missed(RUNS[run], backend, BATCH_DRAINS if batch else DEFAULT_DRAINS, batch=batch)
 
 
 @pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
@@ -171,7 +142,7 @@ def test_batch_modes_round_trips_are_the_cores_run() -> None:
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
     text = prose(_section())
     missed = [
-        cpu_bound(SHARED_RUN, r, drains, labels)
+        cpu_bound(RUNS[SHARED_RUN], r, drains, labels)
         for batch, drains, labels in ((False, DEFAULT_DRAINS, LABELS), (True, BATCH_DRAINS, BATCH_LABELS))
         for r in _missed(SHARED_RUN, "postgresql", batch=batch)
     ]
@@ -192,38 +163,3 @@ def test_the_python_client_cost_more_cpu_a_job_here_than_on_limit5s_machine() ->
     assert "every PostgreSQL drain at one job a commit cost the Python client more CPU a job" in prose(
         _section()
     )
-
-
-def test_readmes_figures_against_the_limit_are_the_cores_run() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in _rows(CORES_RUN, backend, batch=batch))
-
-    missed = " and ".join(
-        f"{r['processes']} x {r['threads']}" for r in _missed(CORES_RUN, "postgresql", batch=False)
-    )
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker reached "
-        f"{best('mysql', ('compact', 'async'), batch=False)} of it one job a commit, batch mode "
-        f"{best('mysql', ('library', 'async'), batch=True)}",
-        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        f"below 0.6 at {missed}",
-        f"batch mode {best('postgresql', BATCH_DRAINS, batch=True)} with chained batches",
-        f"PostgreSQL misses 0.6 at {len(_missed(SHARED_RUN, 'postgresql', batch=False))} of "
-        f"{len(_rows(SHARED_RUN, 'postgresql', batch=False))} points one job a commit and "
-        f"{len(_missed(SHARED_RUN, 'postgresql', batch=True))} of "
-        f"{len(_rows(SHARED_RUN, 'postgresql', batch=True))} in batch mode",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
-
-
-def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
-    text = section(BENCHMARKS_MD, "## Against the server's limit", "\n## ")
-    headings = "\n".join(line for line in text.splitlines() if line.startswith("### "))
-    runs = set(re.findall(r"`(limit[\w-]+)`", headings))
-    words = {7: "Seven", 8: "Eight", 9: "Nine", 10: "Ten"}
-    assert f"{words[len(runs)]} named runs follow" in prose(text)
