@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import psycopg
@@ -54,6 +54,9 @@ class _Counting(PostgresBackend):
         # A pipelined connection's one-row writes: queued, and settled by the next statement.
         self.statements.append((threading.get_ident(), statement))
         super()._queue_write(lease, statement, params, what, job_id)
+
+
+_CountingT = TypeVar("_CountingT", bound=_Counting)
 
 
 def _named_factory(dsn: str, name: str) -> Any:
@@ -113,19 +116,24 @@ def _drain(db: SqlHarness, backend: Any, handler: Any, threads: int, batch_size:
             time.sleep(0.02)
 
 
+def _drained_counting(db: SqlHarness, backend: _CountingT, batch_size: int) -> _CountingT:
+    """`backend` after one worker thread drained JOBS no-op jobs through it, each archived once."""
+    job_ids = _enqueue(db, JOBS)
+    backend.statements = []
+    try:
+        _drain(db, backend, lambda job_type, payload: None, threads=1, batch_size=batch_size)
+    finally:
+        backend.close()
+    _archived_once(db, job_ids)
+    return backend
+
+
 @pytest.mark.parametrize("batch_size", [1, BATCH])
 @pytest.mark.parametrize("options", PLANS, ids=_plan_id)
 def test_a_chained_worker_sends_commit_and_begin_together_and_claims_again_in_the_new_transaction(
     pg_db: SqlHarness, options: dict[str, bool], batch_size: int
 ) -> None:
-    job_ids = _enqueue(pg_db, JOBS)
-    backend = _Counting(pg_db.data_source, **options)
-    backend.statements = []
-    try:
-        _drain(pg_db, backend, lambda job_type, payload: None, threads=1, batch_size=batch_size)
-    finally:
-        backend.close()
-    _archived_once(pg_db, job_ids)
+    backend = _drained_counting(pg_db, _Counting(pg_db.data_source, **options), batch_size)
     claims = [(thread, s) for thread, s in backend.statements if "FOR UPDATE SKIP LOCKED" in s]
     poller, claim = claims[0]
     # Batch mode's claim, get_next_jobs, takes up to batch_size jobs.
@@ -189,14 +197,7 @@ def _tables(db: SqlHarness) -> tuple[TableName, TableName]:
 def test_a_chained_pipeline_sends_a_finished_archive_with_its_commit_and_the_next_claim_in_one_exchange(
     pg_db: SqlHarness, batch_size: int
 ) -> None:
-    job_ids = _enqueue(pg_db, JOBS)
-    backend = _CountingSyncs(pg_db.data_source, **PIPELINE_CHAIN)
-    backend.statements = []
-    try:
-        _drain(pg_db, backend, lambda job_type, payload: None, threads=1, batch_size=batch_size)
-    finally:
-        backend.close()
-    _archived_once(pg_db, job_ids)
+    backend = _drained_counting(pg_db, _CountingSyncs(pg_db.data_source, **PIPELINE_CHAIN), batch_size)
     archives = [statement for _thread, statement in backend.statements if "INSERT INTO" in statement]
     # The server checks every archive's count (sql/postgresql/queries.sql), so none was settled on its own:
     # each went with the COMMIT, the BEGIN and the claim after it.
