@@ -24,6 +24,7 @@ from docs_support import (
     cpu_ceiling,
     load_runs,
     missed,
+    point_row,
     prose,
     run_named,
     section,
@@ -203,6 +204,20 @@ def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run(
     )
     assert "Sharing the cores, PostgreSQL meets the target at 1 x 1 only; MariaDB meets it everywhere" in text
     assert not _missed_mysql(SHARED_RUN)
+
+
+def test_what_sharing_the_cores_cost_each_chain_a_job_is_the_runs() -> None:
+    cores, shared = (point_row(RUNS[run], "postgresql", 1, 4) for run in (CORES_RUN, SHARED_RUN))
+    threaded, aio = (
+        {run: row[f"{drain}_client_cpu_us_per_job"] for run, row in (("cores", cores), ("shared", shared))}
+        for drain in ("chain", "async_chain")
+    )
+    assert (
+        f"At 1 x 4 the threaded pipelined chain's client CPU a job rose from {threaded['cores']:.0f} µs with "
+        f"the database on its own core to {threaded['shared']:.0f} µs sharing the cores, the asyncio chain's "
+        f"from {aio['cores']:.0f} to {aio['shared']:.0f}" in prose(_section())
+    )
+    assert shared["async_chain_ratio_limit"] > shared["chain_ratio_limit"]
 
 
 def test_readmes_figures_against_the_limit_are_the_cores_run() -> None:
