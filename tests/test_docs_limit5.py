@@ -13,6 +13,8 @@ from typing import Any, Final
 
 import pytest
 from docs_support import (
+    DATABASES,
+    DEFAULT_DRAINS,
     RESULTS_DIR,
     assert_pasted,
     load_runs,
@@ -30,12 +32,10 @@ CORES_RUN: Final = "limit5-cores-2026-12-05"
 SHARED_RUN: Final = "limit5-shared-2026-12-05"
 RUNS: Final = load_runs(CORES_RUN, SHARED_RUN)
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
-# Issue 31's drains for each target: default mode on the compact plan or the asyncio worker (with chained
-# claims on PostgreSQL, each on the compact plan), batch mode on either worker.
-DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
+# Issue 31's drains for each target: default mode as in docs_support, batch mode on either worker (limit5
+# has no chained batches).
 BATCH_DRAINS: Final = ("library", "async")
 READINGS: Final = {CORES_RUN: "on cores of its own", SHARED_RUN: "sharing the cores"}
-NAMES: Final = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
 
 
 def _section() -> str:
@@ -72,7 +72,7 @@ def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
 
 def test_the_targets_table_is_the_runs() -> None:
     text = _section()
-    for line in targets_table(RUNS, READINGS, NAMES, DEFAULT_DRAINS, BATCH_DRAINS):
+    for line in targets_table(RUNS, READINGS, DATABASES, DEFAULT_DRAINS, BATCH_DRAINS):
         assert line in text, line
 
 

@@ -15,13 +15,18 @@ from typing import Any, Final
 
 import pytest
 from docs_support import (
-    LIMIT_TARGET,
+    BATCH_DRAIN_LABELS,
+    CHAINED_BATCH_DRAINS,
+    DATABASES,
+    DEFAULT_DRAINS,
+    DRAIN_LABELS,
     RESULTS_DIR,
+    TARGET_DIGITS,
     assert_pasted,
     cpu_bound,
-    cpu_ceiling,
     load_runs,
     missed,
+    over_ceiling,
     prose,
     run_named,
     section,
@@ -34,21 +39,7 @@ CORES_RUN: Final = "limit6-cores-2026-12-05b"
 SHARED_RUN: Final = "limit6-shared-2026-12-05c"
 RUNS: Final = load_runs(CORES_RUN, SHARED_RUN)
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
-# Issue 31's drains for each target: default mode on the compact plan or the asyncio worker, each with or
-# without chained claims (PostgreSQL); batch mode on either worker, with or without chained batches.
-DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
-BATCH_DRAINS: Final = ("library", "async", "chain", "async_chain")
 READINGS: Final = {CORES_RUN: "on cores of its own", SHARED_RUN: "sharing the cores"}
-NAMES: Final = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
-# The table's decimals: enough that a point counted as missed never reads as 0.60.
-DIGITS: Final = 3
-LABELS: Final = {"compact": "compact", "async": "async", "chain": "chain", "async_chain": "async chain"}
-BATCH_LABELS: Final = {
-    "library": "batch",
-    "async": "async batch",
-    "chain": "batch chain",
-    "async_chain": "async batch chain",
-}
 
 
 def _section() -> str:
@@ -69,19 +60,8 @@ def batch_gains(run: str) -> str:
     )
 
 
-def over_ceiling() -> str:
-    """The points missed sharing the cores whose CPU ceiling is over the target, as the prose names them."""
-    named = [
-        f"at {r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
-        for batch, drains in ((False, DEFAULT_DRAINS), (True, BATCH_DRAINS))
-        for r in _missed(SHARED_RUN, "postgresql", batch=batch)
-        if cpu_ceiling(RUNS[SHARED_RUN], r, drains) >= LIMIT_TARGET
-    ]
-    return ", and ".join(named)
-
-
 def _missed(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
-    return missed(RUNS[run], backend, BATCH_DRAINS if batch else DEFAULT_DRAINS, batch=batch)
+    return missed(RUNS[run], backend, CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS, batch=batch)
 
 
 @pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
@@ -119,7 +99,7 @@ def test_the_two_revisions_run_the_same_library_and_benchmarks() -> None:
 
 def test_the_targets_table_is_the_runs() -> None:
     text = _section()
-    for line in targets_table(RUNS, READINGS, NAMES, DEFAULT_DRAINS, BATCH_DRAINS, DIGITS):
+    for line in targets_table(RUNS, READINGS, DATABASES, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS, TARGET_DIGITS):
         assert line in text, line
 
 
@@ -131,7 +111,7 @@ def test_what_chained_batches_gave_batch_mode_is_the_runs() -> None:
 
 def test_batch_modes_round_trips_are_the_cores_run() -> None:
     (one,) = [r for r in _rows(CORES_RUN, "postgresql", batch=True) if r["processes"] == 1]
-    trips = {d: one[f"{d}_round_trips_per_job"] for d in BATCH_DRAINS}
+    trips = {d: one[f"{d}_round_trips_per_job"] for d in CHAINED_BATCH_DRAINS}
     assert (
         f"{trips['library']:.2f} round trips a job in batch mode ({trips['async']:.2f} on the asyncio "
         f"worker's compact plan), {trips['chain']:.2f} and {trips['async_chain']:.2f} chained"
@@ -141,15 +121,19 @@ def test_batch_modes_round_trips_are_the_cores_run() -> None:
 
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
     text = prose(_section())
-    missed = [
+    bounds = [
         cpu_bound(RUNS[SHARED_RUN], r, drains, labels)
-        for batch, drains, labels in ((False, DEFAULT_DRAINS, LABELS), (True, BATCH_DRAINS, BATCH_LABELS))
+        for batch, drains, labels in (
+            (False, DEFAULT_DRAINS, DRAIN_LABELS),
+            (True, CHAINED_BATCH_DRAINS, BATCH_DRAIN_LABELS),
+        )
         for r in _missed(SHARED_RUN, "postgresql", batch=batch)
     ]
-    assert missed, "no point missed sharing the cores: the prose on what bounds them is stale"
-    for phrase in missed:
+    assert bounds, "no point missed sharing the cores: the prose on what bounds them is stale"
+    for phrase in bounds:
         assert phrase in text, phrase
-    assert f"Where it is over 0.6 ({over_ceiling()}) the two cores were not kept busy" in text
+    over = over_ceiling(RUNS[SHARED_RUN], DEFAULT_DRAINS, CHAINED_BATCH_DRAINS)
+    assert f"Where it is over 0.6 ({over}) the two cores were not kept busy" in text
 
 
 def test_the_python_client_cost_more_cpu_a_job_here_than_on_limit5s_machine() -> None:

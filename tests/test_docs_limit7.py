@@ -16,14 +16,21 @@ from typing import Any, Final
 
 import pytest
 from docs_support import (
+    BATCH_DRAIN_LABELS,
+    CHAINED_BATCH_DRAINS,
+    DATABASES,
+    DEFAULT_DRAINS,
+    DRAIN_LABELS,
     LIMIT_TARGET,
     RESULTS_DIR,
+    TARGET_DIGITS,
     assert_pasted,
     best_of_limit,
     cpu_bound,
     cpu_ceiling,
     load_runs,
     missed,
+    over_ceiling,
     point_row,
     prose,
     run_named,
@@ -38,20 +45,7 @@ CORES_RUN: Final = "limit7-cores-2026-12-05"
 SHARED_RUN: Final = "limit7-shared-2026-12-05"
 RUNS: Final = load_runs(CORES_RUN, SHARED_RUN)
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
-# Issue 31's drains for each target, as in limit6: default mode on the compact plan or the asyncio worker,
-# each with or without chained claims; batch mode on either worker, with or without chained batches.
-DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
-BATCH_DRAINS: Final = ("library", "async", "chain", "async_chain")
 READINGS: Final = {CORES_RUN: "on cores of its own", SHARED_RUN: "sharing the cores"}
-NAMES: Final = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
-DIGITS: Final = 3
-LABELS: Final = {"compact": "compact", "async": "async", "chain": "chain", "async_chain": "async chain"}
-BATCH_LABELS: Final = {
-    "library": "batch",
-    "async": "async batch",
-    "chain": "batch chain",
-    "async_chain": "async batch chain",
-}
 
 
 def _section() -> str:
@@ -63,7 +57,7 @@ def _rows(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
 
 
 def _missed(run: str, *, batch: bool) -> list[dict[str, Any]]:
-    return missed(RUNS[run], "postgresql", BATCH_DRAINS if batch else DEFAULT_DRAINS, batch=batch)
+    return missed(RUNS[run], "postgresql", CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS, batch=batch)
 
 
 def _missed_mysql(run: str) -> list[dict[str, Any]]:
@@ -88,17 +82,6 @@ def what_the_chain_reached(run: str) -> str:
         for r in _rows(run, "postgresql", batch=True)
     ]
     return "; ".join(default + batch)
-
-
-def over_ceiling() -> str:
-    """The points missed sharing the cores whose CPU ceiling is over the target, as the prose names them."""
-    named = [
-        f"at {r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
-        for batch, drains in ((False, DEFAULT_DRAINS), (True, BATCH_DRAINS))
-        for r in _missed(SHARED_RUN, batch=batch)
-        if cpu_ceiling(RUNS[SHARED_RUN], r, drains) >= LIMIT_TARGET
-    ]
-    return ", and ".join(named) if named else "none"
 
 
 @pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
@@ -131,7 +114,7 @@ def test_the_chain_drained_pipelined_in_both_runs() -> None:
 
 def test_the_targets_table_is_the_runs() -> None:
     text = _section()
-    for line in targets_table(RUNS, READINGS, NAMES, DEFAULT_DRAINS, BATCH_DRAINS, DIGITS):
+    for line in targets_table(RUNS, READINGS, DATABASES, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS, TARGET_DIGITS):
         assert line in text, line
 
 
@@ -181,13 +164,17 @@ def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run(
     text = prose(_section())
     phrases = [
         cpu_bound(RUNS[SHARED_RUN], r, drains, labels)
-        for batch, drains, labels in ((False, DEFAULT_DRAINS, LABELS), (True, BATCH_DRAINS, BATCH_LABELS))
+        for batch, drains, labels in (
+            (False, DEFAULT_DRAINS, DRAIN_LABELS),
+            (True, CHAINED_BATCH_DRAINS, BATCH_DRAIN_LABELS),
+        )
         for r in _missed(SHARED_RUN, batch=batch)
     ]
     assert phrases, "no point missed sharing the cores: the prose on what bounds them is stale"
     for phrase in phrases:
         assert phrase in text, phrase
-    assert f"Over 0.6: {over_ceiling()}." in text
+    over = over_ceiling(RUNS[SHARED_RUN], DEFAULT_DRAINS, CHAINED_BATCH_DRAINS)
+    assert f"Over 0.6: {over}." in text
     under = " and ".join(
         f"{r['processes']} x {r['threads']}"
         for r in _missed(SHARED_RUN, batch=False)
@@ -228,7 +215,7 @@ def test_readmes_figures_against_the_limit_are_the_cores_run() -> None:
 
     def met(run: str, backend: str, *, batch: bool) -> str:
         rows = _rows(run, backend, batch=batch)
-        drains = BATCH_DRAINS if batch else DEFAULT_DRAINS
+        drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
         return f"{sum(best_of_limit(r, drains) >= LIMIT_TARGET for r in rows)} of {len(rows)}"
 
     phrases = [
@@ -239,7 +226,7 @@ def test_readmes_figures_against_the_limit_are_the_cores_run() -> None:
         f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
         "the best of the compact plan and the asyncio worker, with or without chained claims",
         f"0.6 met at {met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', BATCH_DRAINS, batch=True)} "
+        f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
         f"({met(CORES_RUN, 'postgresql', batch=True)})",
         f"PostgreSQL meets 0.6 at {met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit and "
         f"{met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
