@@ -698,8 +698,14 @@ class SqlBackend:
     ) -> None:
         """The compact plan in batch mode (BatchArchiveAndDelete): the dialect's archive_and_delete_jobs,
         one statement, its ids before status and finished_at."""
-        params = [*job_ids, status, self._db_time(finished_at, what="finished_at")]
+        params = self._archive_and_delete_params(job_ids, status, finished_at)
         self._write_all(conn, "archive_and_delete_jobs", job_table, archived_job_table, job_ids, params)
+
+    def _archive_and_delete_params(
+        self, job_ids: Sequence[Any], status: str, finished_at: datetime
+    ) -> list[Any]:
+        """archive_and_delete_jobs' parameters: the ids, then status and finished_at."""
+        return [*job_ids, status, self._db_time(finished_at, what="finished_at")]
 
     def _batch_count(self, cursor: Any) -> int:
         """The row count of a batch write (a reader for _execute, one cursor for every batch write).

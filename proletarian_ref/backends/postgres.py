@@ -26,7 +26,7 @@ from psycopg.rows import tuple_row
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import SqlBackend, _close_quietly, _ignore
+from proletarian_ref.backends._dbapi import SqlBackend, _close_quietly, _ignore, _Lease
 from proletarian_ref.clock import EPOCH_NAIVE, EPOCH_UTC
 from proletarian_ref.errors import (
     ConfigurationError,
@@ -350,13 +350,13 @@ class PostgresBackend(SqlBackend):
             return
         # Queued, not synced for its count as other batch writes are: the server checks it (_chain_commit).
         jobs = str(len(job_ids))
-        params = [*job_ids, status, self._db_time(finished_at, what="finished_at"), jobs, jobs]
+        params = [*self._archive_and_delete_params(job_ids, status, finished_at), jobs, jobs]
         statement = sql.render_ids(
             self.dialect, _CHECKED_BATCH_ARCHIVE, job_table, archived_job_table, len(job_ids)
         )
         self._queue_write(lease, statement, params, _CHECKED_BATCH_ARCHIVE, tuple(job_ids))
 
-    def _checking_lease(self, conn: Any) -> Any:
+    def _checking_lease(self, conn: Any) -> _Lease | None:
         """The calling thread's pipelined transaction on `conn` where the backend chains, else None: there a
         finished job's archive goes with the next claim and the server checks its count."""
         lease = self._local.lease
@@ -373,11 +373,12 @@ class PostgresBackend(SqlBackend):
 
     def _chain_commit(self, conn: Any) -> None:
         lease = self._checking_lease(conn)
-        if lease is not None and all(what in _SERVER_CHECKED for _cursor, what, _ids in lease.pending):
+        pending = None if lease is None else lease.pending
+        if pending is not None and all(what in _SERVER_CHECKED for _cursor, what, _ids in pending):
             # Every queued write's count is the server's to check: a count it refuses fails the statement,
             # the COMMIT after it does nothing and the error comes back with the claim's result, so the
             # transaction rolls back as after a count the client refused. Left queued, they go with it.
-            lease.pending.clear()
+            pending.clear()
         pipelined = self._pipelines(conn, pooled=self._pooled)
         for statement in self._chain_statements[1 if pipelined else 0]:
             self._execute(conn, statement, None, _ignore)
