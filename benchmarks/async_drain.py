@@ -1,7 +1,8 @@
 """The asyncio worker as a throughput drain: one event loop, a polling task and connection per "thread".
 
 Throughput measures it beside the threaded worker at its limit points (issue 31, section 2): on
-PostgreSQL AsyncpgBackend, on MariaDB/MySQL AsyncMySQLBackend (aiomysql), both on the compact plan. It
+PostgreSQL AsyncpgBackend, on MariaDB/MySQL AsyncMySQLBackend (aiomysql), both on the compact plan; the
+chained drain on psycopg's AsyncConnection in pipeline mode (ASYNC_CHAIN_BACKEND). It
 keeps DrainRun's drainer interface (start and stop from plain code, jobs counted by `on_job`), so a
 drain of processes x threads runs here as processes x polling tasks, each process one loop in a thread
 of its own.
@@ -56,16 +57,29 @@ def harness_dsn(harness: Harness) -> str:
     return str(given or os.environ.get(env) or default)
 
 
+# What the asyncio chain drain runs on (PostgreSQL), as the result records it: psycopg's AsyncConnection in
+# pipeline mode, one exchange a job (asyncpg cannot pipeline different statements).
+ASYNC_CHAIN_BACKEND = "AsyncPostgresBackend(pipeline=True, compact=True, chain=True)"
+
+
 def async_backend(harness: Harness, *, chain: bool = False) -> Any:
-    """The asyncio backend on the compact plan for the harness's database, over its own connections; with
-    `chain`, asyncpg's with chained claims (AsyncpgBackend(chain=True): PostgreSQL only)."""
+    """The asyncio backend on the compact plan for the harness's database, over its own connections:
+    asyncpg's on PostgreSQL, aiomysql's on MySQL. With `chain`, ASYNC_CHAIN_BACKEND (PostgreSQL only): a
+    finished job's server-checked archive, its COMMIT, the next BEGIN and the next claim in one exchange."""
     dsn = harness_dsn(harness)
     if sql_dialect(harness) == "postgresql":
+        if chain:
+            import psycopg
+
+            from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+            connect = functools.partial(psycopg.AsyncConnection.connect, dsn)
+            return AsyncPostgresBackend(connect, pipeline=True, compact=True, chain=True)
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
-        return AsyncpgBackend(asyncpg_source(dsn), compact=True, chain=chain)
+        return AsyncpgBackend(asyncpg_source(dsn), compact=True)
     if chain:
-        raise ValueError(f"{harness.name}: chained claims are PostgreSQL's (AsyncpgBackend(chain=True))")
+        raise ValueError(f"{harness.name}: chained claims are PostgreSQL's ({ASYNC_CHAIN_BACKEND})")
     import aiomysql
 
     from proletarian_ref.backends.mysql_async import AsyncMySQLBackend, aiomysql_connect_kwargs

@@ -251,6 +251,8 @@ class RoundTrips:
             # exchange is the Sync or the flush request after which results come back.
             for owner, name, counting in (
                 (psycopg.Connection, "wait", self._counting_outside_pipeline),
+                # A coroutine function: counted when called, as each call is awaited once.
+                (psycopg.AsyncConnection, "wait", self._counting_outside_pipeline),
                 (BasePipeline, "_sync_gen", self._counting),
                 (BasePipeline, "_fetch_gen", self._counting_flush),
             ):

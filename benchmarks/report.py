@@ -285,6 +285,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
                 )
     if not rows and not costs:
         return []
+    async_pipelined = any("pipeline=True" in str(e.get("async_chain_backend", "")) for e in entries)
     out = ["#### Against the server's limit", ""]
     out.append(
         "*limit*: the whole job's work done inside the server, on the same tables in the same rounds: "
@@ -297,12 +298,16 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
         "(Proletarian's statements on the bare driver), *pgbench* (Proletarian's statements under pgbench). "
         "*of raw* and *of pgbench* repeat the table above."
         + (
-            " *chain* and *async chain*: the threaded worker and the asyncio worker (asyncpg) on the "
+            " *chain* and *async chain*: the threaded worker and the asyncio worker "
+            + ("(psycopg's AsyncConnection)" if async_pipelined else "(asyncpg)")
+            + " on the "
             "compact plan with chained claims (`chain=True`: a finished job's COMMIT goes with the next "
             "BEGIN and the next claim follows in the same block; on batch rows, in batch mode, a finished "
             "batch's), PostgreSQL only."
             + (
-                " The threaded chain is pipelined (`pipeline=True`): a finished job's archive, whose row "
+                " "
+                + ("Both chains are" if async_pipelined else "The threaded chain is")
+                + " pipelined (`pipeline=True`): a finished job's archive, whose row "
                 "count the server checks, goes with that COMMIT, BEGIN and claim in one exchange."
                 if any(str(e.get("chain_factory", "")).endswith("_pipeline_chain") for e in entries)
                 else ""

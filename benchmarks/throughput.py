@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.async_drain import async_skip_reason
+from benchmarks.async_drain import ASYNC_CHAIN_BACKEND, async_skip_reason
 from benchmarks.common import (
     BackendSpec,
     analyze,
@@ -297,8 +297,10 @@ def _result(
         "rows": rows,
     }
     if chain is not None:
-        # What the chain drains ran on: the report says so (a run before this key drained unpipelined).
+        # What the chain drains ran on: the report says so (a run before this key drained unpipelined, and
+        # one before async_chain_backend drained the asyncio chain on asyncpg).
         result["chain_factory"] = chain.factory
+        result["async_chain_backend"] = ASYNC_CHAIN_BACKEND
     if cores is not None:
         result["server_cores"] = cores
     result.update((key, reason) for key, reason in skipped.items() if reason)

@@ -293,6 +293,34 @@ def postgresql_async(
     )
 
 
+def postgresql_async_pipeline(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """postgresql_async on the pipelined statement plan (AsyncPostgresBackend(pipeline=True))."""
+    from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+    harness = postgresql_async(dsn, job_table, archived_job_table)
+    backend = functools.partial(AsyncPostgresBackend, pipeline=True)
+    return harness.with_backend(blocking_backend_class(backend), "postgresql-async-pipeline")
+
+
+def postgresql_async_pipeline_chain(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """postgresql_async with chained claims in pipeline mode, one round trip a job: a finished job's
+    archive (its row count checked by the server), its COMMIT, the next BEGIN and the next claim go
+    together (AsyncPostgresBackend(pipeline=True, compact=True, chain=True))."""
+    from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+    harness = postgresql_async(dsn, job_table, archived_job_table)
+    backend = functools.partial(AsyncPostgresBackend, pipeline=True, compact=True, chain=True)
+    return harness.with_backend(blocking_backend_class(backend), "postgresql-async-pipeline-chain")
+
+
 def postgresql_asyncpg(
     dsn: str | None = None,
     job_table: str = DEFAULT_JOB_TABLE,

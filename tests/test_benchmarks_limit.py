@@ -114,6 +114,74 @@ def test_round_trips_count_each_exchange_of_asyncpg_on_the_asyncio_loop(pg_dsn: 
 
 
 @pytest.mark.postgresql
+def test_round_trips_count_psycopgs_async_connection_as_its_threaded_one(pg_dsn: str) -> None:
+    import asyncio
+
+    import psycopg
+
+    from benchmarks.costs import RoundTrips
+
+    trips = RoundTrips()
+
+    async def exchanges() -> tuple[int, int]:
+        conn = await psycopg.AsyncConnection.connect(pg_dsn)
+        try:
+            await conn.execute("SELECT 1")  # BEGIN, then the SELECT
+            await conn.commit()
+            plain = trips.count
+            async with conn.pipeline() as pipeline:
+                cursor = conn.cursor()
+                await cursor.execute("SELECT 0")  # BEGIN's own sync
+                await pipeline.sync()
+                for n in range(3):
+                    await cursor.execute("SELECT %s::int", (n,))
+                assert await cursor.fetchone() == (2,)  # one flush request
+                await conn.commit()  # COMMIT and a Sync
+                pipelined = trips.count - plain
+            return plain, pipelined
+        finally:
+            await conn.close()
+
+    with trips.installed():
+        counted = asyncio.run(exchanges())
+    assert counted == (3, 4)
+
+
+@pytest.mark.postgresql
+def test_the_asyncio_chain_drain_takes_one_exchange_a_job(pg_dsn: str) -> None:
+    import time
+
+    from benchmarks.async_drain import AsyncDrainer
+    from benchmarks.common import BackendSpec, analyze, bulk_load, open_harness
+    from benchmarks.costs import RoundTrips
+
+    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": pg_dsn})
+    harness = open_harness(spec, "achx", f"_ac{table_suffix()}")
+    jobs = 600
+    done: list[None] = []
+    trips = RoundTrips()
+    try:
+        bulk_load(harness, 0, jobs, "due")
+        analyze(harness)
+        with trips.installed():
+            drainer = AsyncDrainer(harness, 1, 50.0, lambda: done.append(None), chain=True)
+            drainer.start()
+            try:
+                deadline = time.monotonic() + 60
+                while len(done) < jobs and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                counted = trips.count
+            finally:
+                drainer.stop()
+    finally:
+        harness.clear()
+        harness.close()
+    assert len(done) == jobs
+    # The worker's first poll, the listener's and connections' setup aside: one exchange a job.
+    assert jobs <= counted < jobs * 1.1
+
+
+@pytest.mark.postgresql
 def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> None:
     from benchmarks import limit_probe
 
@@ -201,6 +269,7 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
     factory: str, dsn_fixture: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     from benchmarks.__main__ import limit_points_settings
+    from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
     from benchmarks.common import BackendSpec
     from benchmarks.progress import Progress
     from benchmarks.runner import run_all
@@ -237,9 +306,11 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
     assert "| async of limit |" in printed and "| async batch |" in printed
     if factory == "postgresql":
         assert "| batch chain |" in printed and "| async batch chain |" in printed
-        # The threaded chain drains on the pipelined chain, one exchange a job, and the report says so.
+        # Both chains drain pipelined, one exchange a job, the asyncio one on psycopg, and the report says so.
         assert throughput["chain_factory"] == "conformance.builtin:postgresql_pipeline_chain"
-        assert "The threaded chain is pipelined" in printed
+        assert throughput["async_chain_backend"] == ASYNC_CHAIN_BACKEND
+        assert "asyncio worker (psycopg's AsyncConnection)" in printed
+        assert "Both chains are pipelined" in printed
 
 
 def test_quick_mode_leaves_the_asyncio_drain_out_and_full_mode_runs_it() -> None:

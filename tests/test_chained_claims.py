@@ -372,11 +372,12 @@ def _async_backend(driver: str, dsn: str, name: str) -> Any:
         functools.partial(psycopg.AsyncConnection.connect, dsn, application_name=name),
         compact=True,
         chain=True,
+        pipeline=driver == "psycopg-pipeline",
     )
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])
-@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg-pipeline", "asyncpg"])
 def test_an_asyncio_chained_worker_runs_every_job_once_and_leaves_no_transaction_open(
     pg_db: SqlHarness, pg_dsn: str, driver: str, batch_size: int
 ) -> None:
@@ -424,3 +425,213 @@ def test_a_backend_without_chain_is_not_chained() -> None:
     assert PostgresBackend(None).chained_claims is False
     assert AsyncPostgresBackend(None).chained_claims is False
     assert AsyncPostgresBackend(None, chain=True).chained_claims is True
+
+
+class _AsyncCountingSyncs(AsyncPostgresBackend):
+    """The asyncio backend's statements, in order, queued writes included, and its settles of queued
+    writes (each a round trip of its own)."""
+
+    statements: list[str]
+    syncs: int = 0
+
+    async def _execute(self, conn: Any, statement: str, params: Any, read: Any) -> Any:
+        self.statements.append(statement)
+        return await super()._execute(conn, statement, params, read)
+
+    async def _queue_write(
+        self, conn: Any, pending: Any, statement: str, params: Any, what: str, job_id: Any
+    ) -> None:
+        self.statements.append(statement)
+        await super()._queue_write(conn, pending, statement, params, what, job_id)
+
+    async def _sync(self, conn: Any) -> None:
+        self.syncs += 1
+        await super()._sync(conn)
+
+
+class _AsyncArchivesNothingChecked(AsyncPostgresBackend):
+    """_ArchivesNothingChecked on the asyncio backend: its checked archive archives no row."""
+
+    async def _queue_write(
+        self, conn: Any, pending: Any, statement: str, params: Any, what: str, job_id: Any
+    ) -> None:
+        if what in CHECKED:
+            assert "FROM moved\n" in statement
+            statement = statement.replace("FROM moved\n", "FROM moved WHERE false\n", 1)
+        await super()._queue_write(conn, pending, statement, params, what, job_id)
+
+
+class _AsyncArchivesNothingUnchecked(_AsyncArchivesNothingChecked):
+    """The same, and the server's check taken out."""
+
+    async def _queue_write(
+        self, conn: Any, pending: Any, statement: str, params: Any, what: str, job_id: Any
+    ) -> None:
+        if what in CHECKED:
+            select = "SELECT %s, %s FROM archived" if what == CHECKED[1] else "SELECT 1 FROM archived"
+            statement = statement[: statement.index("SELECT CAST(CASE")] + select
+        await super()._queue_write(conn, pending, statement, params, what, job_id)
+
+
+def _async_pipeline_chain(cls: type[_AsyncT], dsn: str) -> _AsyncT:
+    return cls(functools.partial(psycopg.AsyncConnection.connect, dsn), **PIPELINE_CHAIN)
+
+
+_AsyncT = TypeVar("_AsyncT", bound=AsyncPostgresBackend)
+
+
+async def _adrain(db: SqlHarness, backend: Any, handler: Any, batch_size: int, until: Any) -> None:
+    """Run an asyncio worker, one task, on `backend` until `until()` or WITHIN_S, then stop it and close
+    the backend."""
+    worker = aio.create_queue_worker(
+        None,
+        handler,
+        backend=backend,
+        worker_threads=1,
+        polling_interval_ms=20,
+        batch_size=batch_size,
+        **db.table_options,
+    )
+    try:
+        await worker.start()
+        deadline = time.monotonic() + WITHIN_S
+        while not await asyncio.to_thread(until) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await worker.stop()
+    finally:
+        await backend.close()
+
+
+@pytest.mark.parametrize("batch_size", [1, BATCH])
+def test_an_asyncio_chained_pipeline_sends_a_finished_archive_with_the_next_claim_in_one_exchange(
+    pg_db: SqlHarness, pg_dsn: str, batch_size: int
+) -> None:
+    job_ids = _enqueue(pg_db, JOBS)
+    backend = _async_pipeline_chain(_AsyncCountingSyncs, pg_dsn)
+    backend.statements = []
+
+    async def handler(job_type: str, payload: Any) -> None:
+        return None
+
+    asyncio.run(_adrain(pg_db, backend, handler, batch_size, lambda: not pg_db.jobs()))
+    _archived_once(pg_db, job_ids)
+    archives = [statement for statement in backend.statements if "INSERT INTO" in statement]
+    if batch_size == 1:
+        checked = PostgresBackend(pg_db.data_source)._render(CHECKED[0], *_tables(pg_db))
+    else:
+        checked = sql.render_ids("postgresql", CHECKED[1], *_tables(pg_db), batch_size)
+    assert archives == [checked] * (JOBS // batch_size)
+    # Each archive went with the COMMIT, the BEGIN and the next claim, none settled on its own.
+    assert backend.syncs == 0
+    per_claim = [checked, "COMMIT", "BEGIN"]
+    claim = next(statement for statement in backend.statements if "FOR UPDATE SKIP LOCKED" in statement)
+    claimed = JOBS // batch_size
+    assert backend.statements[: 1 + claimed * 4] == [claim, *([*per_claim, claim] * claimed)]
+
+
+@pytest.mark.parametrize("batch_size", [1, BATCH])
+@pytest.mark.parametrize("checked", [True, False], ids=["server-checked", "check-taken-out"])
+def test_an_asyncio_chained_pipelines_archive_that_changes_no_row_rolls_back_its_commit_and_keeps_the_jobs(
+    pg_db: SqlHarness, pg_dsn: str, checked: bool, batch_size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_ids = _enqueue(pg_db, batch_size)
+    cls = _AsyncArchivesNothingChecked if checked else _AsyncArchivesNothingUnchecked
+    backend = _async_pipeline_chain(cls, pg_dsn)
+    ran: list[Any] = []
+    refused = (
+        "archive_and_delete_job changed 0 rows; expected exactly 1"
+        if batch_size == 1
+        else f"archive_and_delete_jobs changed 0 rows of {batch_size} jobs; expected {batch_size}"
+    )
+
+    async def handler(job_type: str, payload: Any) -> None:
+        ran.append(payload)
+
+    def over() -> bool:
+        return refused in caplog.text or not pg_db.jobs()
+
+    asyncio.run(_adrain(pg_db, backend, handler, batch_size, over))
+    assert sorted(payload["n"] for payload in ran)[:batch_size] == list(range(batch_size))
+    decode = pg_db.job_id_strategy().decode_id
+    if checked:
+        assert refused in caplog.text
+        queued = sorted((str(decode(job.job_id)), job.attempts) for job in pg_db.jobs())
+        assert queued == sorted((str(job_id), 0) for job_id in job_ids)
+    else:
+        # Without the server's check the COMMIT sent with the archive went through: the jobs are lost.
+        assert refused not in caplog.text and pg_db.jobs() == []
+    assert pg_db.archived_jobs() == []
+
+
+@pytest.mark.parametrize("batch_size", [1, BATCH])
+def test_an_asyncio_chained_pipelines_refused_count_is_reported_as_the_clients_check_words_it(
+    pg_db: SqlHarness, pg_dsn: str, batch_size: int
+) -> None:
+    _enqueue(pg_db, batch_size)
+    queued = pg_db.jobs()
+    queue = queued[0].queue
+    job_table, archived = _tables(pg_db)
+    backend = _async_pipeline_chain(_AsyncArchivesNothingChecked, pg_dsn)
+    now = datetime.now(UTC) + timedelta(minutes=1)
+    refused = (
+        r"^archive_and_delete_job changed 0 rows; expected exactly 1 \("
+        if batch_size == 1
+        else rf"^archive_and_delete_jobs changed 0 rows of {batch_size} jobs; expected {batch_size} \("
+    )
+
+    async def main() -> None:
+        try:
+            with pytest.raises(DatabaseError, match=refused):
+                async with backend.transaction() as conn:
+                    if batch_size == 1:
+                        record = await backend.get_next_job(conn, job_table, queue, now)
+                        assert record is not None
+                        await backend.archive_and_delete_job(
+                            conn, job_table, archived, record.job_id, ":success", now
+                        )
+                        await backend.commit_and_get_next_job(conn, job_table, queue, now)
+                    else:
+                        records = await backend.get_next_jobs(conn, job_table, queue, now, batch_size)
+                        ids = [record.job_id for record in records]
+                        await backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
+                        await backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
+        finally:
+            await backend.close()
+
+    asyncio.run(main())
+    assert pg_db.jobs() == queued
+
+
+def test_an_asyncio_pipelined_transaction_counts_a_queued_write_before_its_commit(
+    pg_db: SqlHarness, pg_dsn: str
+) -> None:
+    # A chain's last archive (the worker stops, or the claim after it finds nothing) is not sent with a
+    # claim: the transaction settles it, its count checked by the client, before COMMIT.
+    _enqueue(pg_db, 1)
+    queued = pg_db.jobs()
+    job_table, archived = _tables(pg_db)
+    backend = _async_pipeline_chain(_AsyncCountingSyncs, pg_dsn)
+    backend.statements = []
+    now = datetime.now(UTC) + timedelta(minutes=1)
+
+    async def main() -> None:
+        try:
+            async with backend.transaction() as conn:
+                record = await backend.get_next_job(conn, job_table, queued[0].queue, now)
+                assert record is not None
+                await backend.archive_and_delete_job(
+                    conn, job_table, archived, record.job_id, ":success", now
+                )
+                assert backend.syncs == 0
+            assert backend.syncs == 1
+            # A job whose archive changes no row (archived already, by this same transaction): refused.
+            with pytest.raises(DatabaseError, match="archive_and_delete_job changed 0 rows"):
+                async with backend.transaction() as conn:
+                    await backend.archive_and_delete_job(
+                        conn, job_table, archived, record.job_id, ":success", now
+                    )
+        finally:
+            await backend.close()
+
+    asyncio.run(main())
+    assert pg_db.jobs() == [] and len(pg_db.archived_jobs()) == 1

@@ -232,15 +232,44 @@ def test_chained_claims_on_mysql_refuse_the_asyncio_worker_naming_why(
     assert "--chain is PostgreSQL's" in err
 
 
-@on_each_postgresql_driver
-def test_pipelining_is_the_threaded_workers_and_a_coroutine_handler_refuses_it_naming_why(
-    capsys: pytest.CaptureFixture[str], database: Target, driver: str
+@on_postgresql
+def test_pipelined_chained_claims_run_the_asyncio_worker_on_psycopgs_pipeline_mode(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
 ) -> None:
-    options = ["--compact", "--chain", "--pipeline", *_driver_args(driver)]
+    runs = tmp_path / "runs"
+    for n in range(6):
+        _enqueue(capsys, database, {"runs": str(runs), "n": n})
+    options = ["--compact", "--chain", "--pipeline", "--threads", "2"]
+    process = _start_worker(database, "records_runs_async", *options)
+    wait_for(lambda: len(database.archived_jobs()) == 6, timeout=60, what="the jobs", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert sorted(runs.read_text(encoding="utf-8").split()) == [str(n) for n in range(6)]
+    assert {(a.status, a.attempts) for a in database.archived_jobs()} == {(":success", 1)}
+    assert "asyncio worker on psycopg in pipeline mode\n" in err
+    assert "on the compact plan with chained claims with pipelining" in err
+
+
+@on_postgresql
+def test_pipelining_on_asyncpg_is_refused_naming_why(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    options = ["--compact", "--chain", "--pipeline", "--async-driver", "asyncpg"]
     process = _start_worker(database, "records_runs_async", *options)
     _, err = process.communicate(timeout=60)
     assert process.returncode == ExitCode.USAGE_ERROR, err
-    assert "--pipeline is the threaded worker's" in err
+    assert "--pipeline is psycopg's pipeline mode, and asyncpg has none" in err
+
+
+@pytest.mark.parametrize("database", ["mysql"], indirect=True)
+def test_pipelining_on_mysql_refuses_the_asyncio_worker_naming_why(
+    capsys: pytest.CaptureFixture[str], database: Target
+) -> None:
+    process = _start_worker(database, "records_runs_async", "--compact", "--pipeline")
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == ExitCode.USAGE_ERROR, err
+    assert "--pipeline is PostgreSQL's" in err
 
 
 @on_postgresql

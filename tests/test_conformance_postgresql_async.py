@@ -62,16 +62,66 @@ class TestPostgreSQLAsyncUniqueKeys(SideTableTests):
 
 
 @pytest.fixture
-def pg_async_db_chain(pg_async_db: SqlHarness) -> Iterator[SqlHarness]:
-    """The same tables under the backend with chained claims on the compact plan."""
-    chained = pg_async_db.with_backend(
-        blocking_backend_class(functools.partial(AsyncPostgresBackend, compact=True, chain=True)),
-        "postgresql-async-chain",
-    )
+def pg_async_pipeline_db(pg_async_db: SqlHarness, pg_dsn: str) -> Iterator[SqlHarness]:
+    """The same tables under the asyncio backend on the pipelined statement plan."""
+    pipelined = _load("conformance.aio_bridge:postgresql_async_pipeline", pg_dsn)
+    try:
+        yield pipelined
+    finally:
+        pipelined.close()
+
+
+class TestPostgreSQLAsyncPipeline(BackendSuite):
+    """Every clause on the pipelined plan: BEGIN with the claim, the writes queued and counted before
+    COMMIT."""
+
+    @pytest.fixture
+    def harness(self, pg_async_pipeline_db: SqlHarness) -> SqlHarness:
+        return pg_async_pipeline_db
+
+
+class TestPostgreSQLAsyncPipelineBatch(WorkerSuite):
+    """The worker clauses in batch mode on the pipelined plan: the batch's counts read after a sync."""
+
+    @pytest.fixture
+    def harness(self, pg_async_pipeline_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = pg_async_pipeline_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()
+
+
+@pytest.fixture(params=["compact", "pipeline"])
+def pg_async_db_chain(
+    request: pytest.FixtureRequest, pg_async_db: SqlHarness, pg_dsn: str
+) -> Iterator[SqlHarness]:
+    """The same tables under the backend with chained claims on the compact plan; and in pipeline mode,
+    one round trip a job."""
+    if request.param == "pipeline":
+        chained = _load("conformance.aio_bridge:postgresql_async_pipeline_chain", pg_dsn)
+    else:
+        chained = pg_async_db.with_backend(
+            blocking_backend_class(functools.partial(AsyncPostgresBackend, compact=True, chain=True)),
+            "postgresql-async-chain",
+        )
     try:
         yield chained
     finally:
         chained.close()
+
+
+class TestPostgreSQLAsyncChainBatch(WorkerSuite):
+    """The worker clauses in batch mode with chained claims: a whole batch's COMMIT goes with the next
+    BEGIN, and in pipeline mode its server-checked archive with them."""
+
+    @pytest.fixture
+    def harness(self, pg_async_db_chain: SqlHarness) -> Iterator[SqlHarness]:
+        batched = pg_async_db_chain.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()
 
 
 class TestPostgreSQLAsyncChain(WorkerSuite):

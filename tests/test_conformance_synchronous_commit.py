@@ -77,6 +77,26 @@ class TestPostgreSQLAsyncSynchronousCommitOff(SynchronousCommitTests):
         return pg_async_sync_commit_db
 
 
+@pytest.fixture
+def pg_async_pipeline_sync_commit_db(pg_harness: SqlHarness, pg_dsn: str) -> Iterator[SqlHarness]:
+    harness = _bridged(
+        pg_dsn,
+        "conformance.aio_bridge:postgresql_async",
+        functools.partial(AsyncPostgresBackend, pipeline=True, compact=True, chain=True),
+        "postgresql-async-pipeline-chain-sync-commit-off",
+    )
+    yield harness
+    harness.close()
+
+
+class TestPostgreSQLAsyncPipelineChainSynchronousCommitOff(SynchronousCommitTests):
+    """The same on the asyncio backend's chained pipeline: the SET LOCAL goes with each BEGIN, queued."""
+
+    @pytest.fixture
+    def harness(self, pg_async_pipeline_sync_commit_db: SqlHarness) -> SqlHarness:
+        return pg_async_pipeline_sync_commit_db
+
+
 class TestAsyncpgSynchronousCommitOff(SynchronousCommitTests):
     @pytest.fixture
     def harness(self, pg_asyncpg_sync_commit_db: SqlHarness) -> SqlHarness:

@@ -14,13 +14,36 @@ import proletarian_ref
 from conformance.harness import SqlHarness
 from proletarian_ref import JobTransactionError, aio
 from proletarian_ref.backend import STATUS_FAILURE, STATUS_SUCCESS
+from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
 pytestmark = pytest.mark.postgresql
 
+# The backend each test runs on: the one process_next_job makes of the factory, and the asyncio backend's
+# chained pipeline (AsyncPostgresBackend(pipeline=True, compact=True, chain=True)), whose handler writes on
+# a connection in psycopg's pipeline mode.
+PLANS = ["default", "pipeline-chain"]
 
-def process(db: SqlHarness, dsn: str, handler: Any, **options: Any) -> bool | None:
+
+@pytest.fixture(params=PLANS)
+def plan(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def process(db: SqlHarness, dsn: str, handler: Any, plan: str = "default", **options: Any) -> bool | None:
     source = functools.partial(psycopg.AsyncConnection.connect, dsn)
-    return asyncio.run(aio.process_next_job(source, handler, **{**db.table_options, **options}))
+
+    async def run() -> bool | None:
+        if plan == "default":
+            return await aio.process_next_job(source, handler, **{**db.table_options, **options})
+        backend = AsyncPostgresBackend(source, pipeline=True, compact=True, chain=True)
+        try:
+            return await aio.process_next_job(
+                None, handler, backend=backend, **{**db.table_options, **options}
+            )
+        finally:
+            await backend.close()
+
+    return asyncio.run(run())
 
 
 async def write(db: SqlHarness, conn: Any, marker: int) -> None:
@@ -29,7 +52,7 @@ async def write(db: SqlHarness, conn: Any, marker: int) -> None:
 
 
 def test_an_async_handlers_write_and_follow_up_commit_with_the_archive_row(
-    pg_db: SqlHarness, pg_dsn: str
+    pg_db: SqlHarness, pg_dsn: str, plan: str
 ) -> None:
     enqueue_committed(pg_db, "app/first", None)
 
@@ -38,13 +61,13 @@ def test_an_async_handlers_write_and_follow_up_commit_with_the_archive_row(
         await write(pg_db, await tx.connection(), 3)
         await tx.enqueue("app/second", {"from": job_type})
 
-    assert process(pg_db, pg_dsn, handler) is True
+    assert process(pg_db, pg_dsn, handler, plan) is True
     assert pg_db.caller_markers() == [3]
     assert [row.status for row in pg_db.archived_jobs()] == [STATUS_SUCCESS]
     assert [job.job_type for job in pg_db.jobs()] == [":app/second"]
 
 
-def test_an_async_handlers_failure_rolls_its_writes_back(pg_db: SqlHarness, pg_dsn: str) -> None:
+def test_an_async_handlers_failure_rolls_its_writes_back(pg_db: SqlHarness, pg_dsn: str, plan: str) -> None:
     enqueue_committed(pg_db, "app/first", None)
     seen: list[BaseException] = []
 
@@ -54,14 +77,14 @@ def test_an_async_handlers_failure_rolls_its_writes_back(pg_db: SqlHarness, pg_d
         await tx.enqueue("app/second", None)
         await (await tx.connection()).commit()
 
-    assert process(pg_db, pg_dsn, handler, failed_job_fn=lambda job, exc: seen.append(exc)) is True
+    assert process(pg_db, pg_dsn, handler, plan, failed_job_fn=lambda job, exc: seen.append(exc)) is True
     assert pg_db.caller_markers() == []
     assert pg_db.jobs() == []
     assert [row.status for row in pg_db.archived_jobs()] == [STATUS_FAILURE]
     assert isinstance(seen[0], JobTransactionError)
 
 
-def test_an_async_commit_behind_the_guard_is_found(pg_db: SqlHarness, pg_dsn: str) -> None:
+def test_an_async_commit_behind_the_guard_is_found(pg_db: SqlHarness, pg_dsn: str, plan: str) -> None:
     enqueue_committed(pg_db, "app/first", None)
 
     async def handler(job_type: str, payload: Any) -> None:
@@ -71,7 +94,7 @@ def test_an_async_commit_behind_the_guard_is_found(pg_db: SqlHarness, pg_dsn: st
         await write(pg_db, conn, 2)
 
     with pytest.raises(JobTransactionError, match="ended the job's transaction"):
-        process(pg_db, pg_dsn, handler)
+        process(pg_db, pg_dsn, handler, plan)
     assert pg_db.caller_markers() == [1]
     assert pg_db.archived_jobs() == []
     assert [job.attempts for job in pg_db.jobs()] == [0]

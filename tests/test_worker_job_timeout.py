@@ -23,6 +23,7 @@ from proletarian_ref import (
 )
 from proletarian_ref import log as ev
 from proletarian_ref.backends.dsn import connection_factory
+from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 from proletarian_ref.job import Job
 from proletarian_ref.retry import RetryStrategy
 from proletarian_ref.watchdog import limit_warnings
@@ -318,8 +319,9 @@ def _async_factory(dsn: str, **kwargs: Any) -> Any:
 
 
 @pytest.mark.postgresql
+@pytest.mark.parametrize("pipeline_chain", [False, True], ids=["default", "pipeline-chain"])
 def test_async_a_handler_past_its_bound_is_told_then_cancelled_and_the_job_fails_with_job_timeout_error(
-    pg_db: SqlHarness, pg_dsn: str
+    pg_db: SqlHarness, pg_dsn: str, pipeline_chain: bool
 ) -> None:
     """On asyncio the handler is told at the bound (interrupted()) and cancelled after the grace; its
     transaction is still the worker's, so the job's JobTimeoutError is written: attempts counted."""
@@ -349,9 +351,16 @@ def test_async_a_handler_past_its_bound_is_told_then_cancelled_and_the_job_fails
     log = RecordingLog()
 
     async def scenario() -> None:
+        # Also on the asyncio backend's chained pipeline: the failure is written on a pipelined connection.
+        backend = (
+            AsyncPostgresBackend(_async_factory(pg_dsn), pipeline=True, compact=True, chain=True)
+            if pipeline_chain
+            else None
+        )
         worker = aio.create_queue_worker(
             _async_factory(pg_dsn),
             handler,
+            backend=backend,
             polling_interval_ms=10,
             job_timeout_ms=100,
             job_timeout_grace_ms=200,
@@ -359,11 +368,15 @@ def test_async_a_handler_past_its_bound_is_told_then_cancelled_and_the_job_fails
             log=log,
             **db.table_options,
         )
-        async with worker:
-            for _ in range(3000):
-                if len(db.archived_jobs()) == 2:
-                    break
-                await asyncio.sleep(0.01)
+        try:
+            async with worker:
+                for _ in range(3000):
+                    if len(db.archived_jobs()) == 2:
+                        break
+                    await asyncio.sleep(0.01)
+        finally:
+            if backend is not None:
+                await backend.close()
 
     asyncio.run(scenario())
     assert sorted(runs) == ["ignores", "ignores", "told", "told"]

@@ -44,7 +44,14 @@ class AsyncSqlBackend:
         # The connections this backend opened from a factory and that no transaction holds now.
         self._idle: list[Any] = []
         self._open: set[Any] = set()
-        self._cursors: dict[Any, Any] = {}  # of the connections in _open
+        # The kept cursors of the connections in _open: one a connection, or one a connection and reader
+        # on a pipelined one (_execute).
+        self._cursors: dict[Any, Any] = {}
+        # The writes sent but not yet counted on each connection in a pipelined transaction (_pipelines),
+        # each (cursor, what, job id): _settle checks each changed exactly one row before anything else
+        # runs on it, the COMMIT included. No entry for any other connection.
+        self._pending: dict[Any, list[tuple[Any, str, Any]]] = {}
+        self._write_cursors: dict[Any, list[Any]] = {}  # the queued writes' kept cursors, by connection
 
     # -- driver specifics, overridden per driver -------------------------------------------------------
 
@@ -77,6 +84,22 @@ class AsyncSqlBackend:
     async def _fetch_claimed(self, cursor: Any) -> Any:
         """The row the claim returned, or None; a driver may read what it cannot load some other way."""
         return await cursor.fetchone()
+
+    def _pipelines(self, conn: Any) -> bool:
+        """Whether the transaction just begun on `conn` queues its single-row writes until _settle."""
+        return False
+
+    async def _sync(self, conn: Any) -> None:
+        """Complete everything sent on a pipelined connection, its errors raised as the driver's."""
+        raise NotImplementedError
+
+    def _forget(self, conn: Any) -> None:
+        """Drop what the backend keeps for `conn`, a connection it opened that is broken or closed."""
+        self._cursors.pop(conn, None)
+        for key in [key for key in self._cursors if type(key) is tuple and key[0] is conn]:
+            del self._cursors[key]
+        self._write_cursors.pop(conn, None)
+        self._pending.pop(conn, None)
 
     def _caller_session(self, conn: Any) -> AbstractAsyncContextManager[str]:
         """Around enqueue's INSERT on a caller's connection: yields a prefix for the statement, and puts
@@ -121,7 +144,7 @@ class AsyncSqlBackend:
             await self._release_pooled(conn)
         elif self._is_broken(conn):
             self._open.discard(conn)
-            self._cursors.pop(conn, None)
+            self._forget(conn)
         else:
             self._idle.append(conn)
 
@@ -137,18 +160,29 @@ class AsyncSqlBackend:
     async def close(self) -> None:
         """Close the connections this backend opened (a pool, and the factory, stay the caller's)."""
         self._idle.clear()
-        self._cursors.clear()
         for conn in list(self._open):
+            self._forget(conn)
             await self._close_quietly(conn)
         self._open.clear()
 
     # -- statements ------------------------------------------------------------------------------------
 
     async def _execute(self, conn: Any, statement: str, params: Any, read: Reader) -> Any:
+        """Run one statement and return `read` of its cursor, with the driver's errors translated.
+
+        On a pipelined transaction it first settles the writes queued before it (_queue_write), so the
+        statement sees them done and counted.
+        """
+        pending = self._pending.get(conn) if self._pending else None
+        if pending:
+            await self._settle(conn, pending)
         try:
             # A connection the backend opened keeps one cursor (making one costs more than a statement's
             # own work); a caller's or a pool's gets one per statement: the backend cannot tell when it goes.
-            cursor = self._cursors.get(conn)
+            # A pipelined one keeps one per reader: results queued for one cursor pile up in it, and a claim
+            # read from the cursor that also sent the COMMIT before it would read the COMMIT's.
+            key = conn if pending is None else (conn, read)
+            cursor = self._cursors.get(key)
             if cursor is None:
                 cursor = await self._new_cursor(conn)
                 if conn not in self._open:
@@ -157,16 +191,70 @@ class AsyncSqlBackend:
                         return await read(cursor)
                     finally:
                         await cursor.close()
-                self._cursors[conn] = cursor
+                self._cursors[key] = cursor
             await cursor.execute(statement, params)
             return await read(cursor)
         except self._driver_error as exc:
             self._raise(exc)
 
     async def _write_one(self, conn: Any, statement: str, params: dict[str, Any], what: str) -> None:
+        pending = self._pending.get(conn) if self._pending else None
+        if pending is not None:
+            await self._queue_write(conn, pending, statement, params, what, params["job_id"])
+            return
         count = await self._execute(conn, statement, params, _rowcount)
         if count != 1:
             raise _wrong_count(count, what, params["job_id"])
+
+    async def _queue_write(
+        self,
+        conn: Any,
+        pending: list[tuple[Any, str, Any]],
+        statement: str,
+        params: Any,
+        what: str,
+        job_id: Any,
+    ) -> None:
+        """Send a single-row write on a pipelined transaction; _settle counts it before anything else runs.
+
+        Each queued write has its own kept cursor, which holds its row count until then. `job_id` names
+        the job (or jobs) a wrong count is reported for.
+        """
+        cursors = self._write_cursors.setdefault(conn, [])
+        if len(cursors) == len(pending):
+            cursors.append(await self._new_cursor(conn))
+        cursor = cursors[len(pending)]
+        try:
+            await cursor.execute(statement, params)
+        except self._driver_error as exc:
+            self._raise(exc)
+        pending.append((cursor, what, job_id))
+
+    def _count_reader(self, conn: Any) -> Reader:
+        """The reader of a statement's row count on `conn` that must be read (and its error raised) at once:
+        on a pipelined transaction it syncs first, as the count arrives only with the results (-1 before,
+        and a batch that wrote every row would be refused)."""
+        return self._synced_count if self._pending and conn in self._pending else _rowcount
+
+    async def _synced_count(self, cursor: Any) -> int:
+        await self._sync(cursor.connection)
+        return int(cursor.rowcount)
+
+    async def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
+        """Complete the queued writes in one round trip, then check each changed exactly one row.
+
+        Runs before the commit (and before any other statement), so a count that is wrong still rolls the
+        whole transaction back, as it does when each write is its own round trip.
+        """
+        writes = pending[:]
+        pending.clear()
+        try:
+            await self._sync(conn)
+        except self._driver_error as exc:
+            self._raise(exc)
+        for cursor, what, job_id in writes:
+            if cursor.rowcount != 1:
+                raise _wrong_count(cursor.rowcount, what, job_id)
 
     async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
         text, params, generated = self.codec._enqueue_statement(job_table, job)
@@ -290,7 +378,7 @@ class AsyncSqlBackend:
         params: list[Any],
     ) -> None:
         statement = sql.render_ids(self.dialect, name, job_table, archived_job_table, len(job_ids))
-        count = await self._execute(conn, statement, params, _rowcount)
+        count = await self._execute(conn, statement, params, self._count_reader(conn))
         if count != len(job_ids):
             raise _wrong_batch_count(count, name, len(job_ids))
 
@@ -318,20 +406,24 @@ class AsyncSqlBackend:
         status: str,
         finished_at: datetime,
     ) -> None:
-        params = [*job_ids, status, self.codec._db_time(finished_at, what="finished_at")]
+        params = self.codec._archive_and_delete_params(job_ids, status, finished_at)
         await self._write_all(conn, "archive_and_delete_jobs", job_table, archived_job_table, job_ids, params)
 
     @contextlib.asynccontextmanager
     async def savepoint(self, conn: Any) -> AsyncIterator[None]:
         statements = sql.queries(self.dialect)
         await self._execute(conn, statements["job_savepoint"], None, _rowcount)
+        # Its end is read back at once on a pipelined transaction too: a savepoint the handler's own COMMIT
+        # or ROLLBACK took away must fail here, where the job's transaction guard tells it apart, not at
+        # the COMMIT (proletarian_ref._async.job_tx).
+        read = self._count_reader(conn)
         try:
             yield
         except BaseException:
-            await self._execute(conn, statements["job_savepoint_rollback"], None, _rowcount)
-            await self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
+            await self._execute(conn, statements["job_savepoint_rollback"], None, read)
+            await self._execute(conn, statements["job_savepoint_release"], None, read)
             raise
-        await self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
+        await self._execute(conn, statements["job_savepoint_release"], None, read)
 
 
 class AsyncSessionPrefix(AbstractAsyncContextManager[str]):
@@ -404,6 +496,8 @@ class _Transaction:
         except BaseException:
             await backend._checkin(conn)
             raise
+        if backend._pipelines(conn):
+            backend._pending[conn] = []
         setting = backend._job_transaction_setting
         if setting is not None:
             try:
@@ -418,20 +512,18 @@ class _Transaction:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
         backend, conn = self._backend, self._conn
+        # Writes still queued on a pipelined transaction: counted before the COMMIT, dropped on an error.
+        pending = backend._pending.pop(conn, None) if backend._pending else None
         try:
             if exc is not None:
-                if isinstance(exc, asyncio.CancelledError):
-                    # Cancelled, perhaps inside a statement: nothing more is awaited on the connection.
-                    # The server rolls back when it sees the connection go (the row lock lasts until then).
-                    await backend._close_quietly(conn)
-                else:
-                    # Any other error, a non-Exception one too: rolled back at once, so the job is
-                    # claimable again as soon as this returns; a connection that cannot roll back is closed.
-                    try:
-                        await conn.rollback()
-                    except Exception:
-                        await backend._close_quietly(conn)
+                await self._undo(exc)
                 return  # the block's error goes on as it is
+            if pending:
+                try:
+                    await backend._settle(conn, pending)
+                except BaseException as count_error:
+                    await self._undo(count_error)
+                    raise
             try:
                 await conn.commit()
             except backend._driver_error as commit_error:
@@ -441,3 +533,17 @@ class _Transaction:
                     await backend._end(conn, self._state)
         finally:
             await backend._checkin(conn)
+
+    async def _undo(self, exc: BaseException) -> None:
+        backend, conn = self._backend, self._conn
+        if isinstance(exc, asyncio.CancelledError):
+            # Cancelled, perhaps inside a statement: nothing more is awaited on the connection.
+            # The server rolls back when it sees the connection go (the row lock lasts until then).
+            await backend._close_quietly(conn)
+        else:
+            # Any other error, a non-Exception one too: rolled back at once, so the job is claimable
+            # again as soon as this returns; a connection that cannot roll back is closed.
+            try:
+                await conn.rollback()
+            except Exception:
+                await backend._close_quietly(conn)

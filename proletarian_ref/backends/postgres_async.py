@@ -15,6 +15,10 @@ from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
 from proletarian_ref.backends._aio_dbapi import AsyncSqlBackend, _nothing
 from proletarian_ref.backends.postgres import (
+    _ARCHIVE,
+    _CHECKED_ARCHIVE,
+    _CHECKED_BATCH_ARCHIVE,
+    _SERVER_CHECKED,
     PostgresBackend,
     lenient_row,
     notification_channel,
@@ -34,6 +38,13 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     which API wrote it. With `compact=True` a finished job's archive and delete are one statement, as there;
     with `synchronous_commit_off=True` the worker's job transaction commits asynchronously, and with
     `chain=True` a finished job's commit goes with the next BEGIN (ChainedClaim), as there.
+
+    With `pipeline=True` the connections the backend opens itself from a factory stay in psycopg's
+    pipeline mode, as the threaded backend's do: BEGIN goes with the claim, single-row writes are queued
+    and their counts checked before anything else runs (the COMMIT included). With `compact=True` and
+    `chain=True` as well a job takes one round trip: its archive, whose count the server checks
+    (archive_and_delete_job_checked), goes with the COMMIT, the next BEGIN and the next claim. A pool's
+    connections and callers' connections are never put in pipeline mode.
     """
 
     dialect: ClassVar[str] = "postgresql"
@@ -48,13 +59,22 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         compact: bool = False,
         synchronous_commit_off: bool = False,
         chain: bool = False,
+        pipeline: bool = False,
     ) -> None:
         pooled = type(data_source).__module__.split(".", 1)[0] == "psycopg_pool"
+        # The codec checks every option (pipeline=True needs libpq 14), as the threaded backend would.
         codec = PostgresBackend(
-            None, compact=compact, synchronous_commit_off=synchronous_commit_off, chain=chain
+            None,
+            compact=compact,
+            synchronous_commit_off=synchronous_commit_off,
+            chain=chain,
+            pipeline=pipeline,
         )
         super().__init__(codec, data_source, pooled=pooled)
         self.synchronous_commit_off = synchronous_commit_off
+        self._pipeline = pipeline
+        # The connections in pipeline mode, each with its psycopg pipeline manager and pipeline.
+        self._pipes: dict[Any, tuple[Any, Any]] = {}
 
     @property
     def chained_claims(self) -> bool:
@@ -64,16 +84,66 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         self, conn: Any, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None:
         """AsyncChainedClaim: COMMIT and BEGIN (and the job transaction's setting) as one simple query,
-        then the claim: PostgresBackend's chain, outside pipeline mode."""
-        await self._execute(conn, self.codec._chain_statements[0][0], None, _nothing)
+        then the claim: PostgresBackend's chain. On a pipelined connection each is queued, the finished
+        job's server-checked archive before them, and the claim's result brings all of them back."""
+        await self._chain_commit(conn)
         return await self.get_next_job(conn, job_table, queue, now)
 
     async def commit_and_get_next_jobs(
         self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
     ) -> list[JobRecord]:
         """AsyncChainedBatchClaim: commit_and_get_next_job's COMMIT and BEGIN, then batch mode's claim."""
-        await self._execute(conn, self.codec._chain_statements[0][0], None, _nothing)
+        await self._chain_commit(conn)
         return await self.get_next_jobs(conn, job_table, queue, now, limit)
+
+    async def _chain_commit(self, conn: Any) -> None:
+        pending = self._pending.get(conn) if self._pending else None
+        if pending and all(what in _SERVER_CHECKED for _cursor, what, _ids in pending):
+            # As PostgresBackend._chain_commit: a count the server refuses fails its statement, the COMMIT
+            # after it does nothing and the error comes back with the claim's result. Left queued.
+            pending.clear()
+        for statement in self.codec._chain_statements[0 if pending is None else 1]:
+            await self._execute(conn, statement, None, _nothing)
+
+    def _server_checks(self, conn: Any) -> bool:
+        """Whether a finished job's archive on `conn` goes with the next claim, its count the server's to
+        check: a pipelined transaction of a backend that chains."""
+        return self.codec._chain and bool(self._pending) and conn in self._pending
+
+    async def archive_and_delete_job(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_id: Any,
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        name = _CHECKED_ARCHIVE if self._server_checks(conn) else _ARCHIVE
+        await self._archive(conn, name, job_table, archived_job_table, job_id, status, finished_at)
+
+    async def archive_and_delete_jobs(
+        self,
+        conn: Any,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> None:
+        if not self._server_checks(conn):
+            await super().archive_and_delete_jobs(
+                conn, job_table, archived_job_table, job_ids, status, finished_at
+            )
+            return
+        # Queued, not synced for its count as other batch writes are: the server checks it (_chain_commit).
+        jobs = str(len(job_ids))
+        params = [*self.codec._archive_and_delete_params(job_ids, status, finished_at), jobs, jobs]
+        statement = sql.render_ids(
+            self.dialect, _CHECKED_BATCH_ARCHIVE, job_table, archived_job_table, len(job_ids)
+        )
+        pending = self._pending[conn]
+        await self._queue_write(conn, pending, statement, params, _CHECKED_BATCH_ARCHIVE, tuple(job_ids))
 
     # -- psycopg's connections, transactions and cursors -----------------------------------------------
 
@@ -95,6 +165,15 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         return bool(conn.closed or conn.broken)
 
     async def _begin(self, conn: Any) -> bool:
+        if self._pipeline and not self._pooled and conn in self._open:
+            if conn not in self._pipes:
+                # Entered once per connection and left open across transactions, autocommit off for good:
+                # leaving pipeline mode, or changing autocommit in it, costs a round trip of its own.
+                if conn.autocommit:
+                    await conn.set_autocommit(False)
+                manager = conn.pipeline()
+                self._pipes[conn] = (manager, await manager.__aenter__())
+            return False
         was_autocommit = bool(conn.autocommit)
         if was_autocommit:
             await conn.set_autocommit(False)
@@ -107,6 +186,23 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     async def _close_quietly(self, conn: Any) -> None:
         await _close_quietly(conn)
 
+    def _pipelines(self, conn: Any) -> bool:
+        return conn in self._pipes
+
+    async def _sync(self, conn: Any) -> None:
+        await self._pipes[conn][1].sync()
+
+    def _forget(self, conn: Any) -> None:
+        self._pipes.pop(conn, None)  # closed with its connection
+        super()._forget(conn)
+
+    async def close(self) -> None:
+        for manager, _pipeline in list(self._pipes.values()):
+            # Quietly: the connection may be broken, and it is closed next anyway.
+            with contextlib.suppress(Exception):
+                await manager.__aexit__(None, None, None)
+        await super().close()
+
     async def _new_cursor(self, conn: Any) -> Any:
         return conn.cursor(row_factory=tuple_row)
 
@@ -114,6 +210,10 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         try:
             return await cursor.fetchone()
         except psycopg.DataError:
+            if cursor.pgresult is None:
+                # No row came: a statement's error (a chained pipeline's archive whose count the server
+                # refused), not a loader's, as PostgresBackend._fetch_claimed tells them apart.
+                raise
             # A stored time Python cannot hold: read with the lenient loaders, as PostgresBackend does.
             return lenient_row(cursor.pgresult, cursor.connection)
 

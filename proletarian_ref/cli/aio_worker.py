@@ -22,6 +22,7 @@ from proletarian_ref.cli.database import (
     given_dsn,
     open_database,
     refuse_chain,
+    refuse_pipeline,
     tables_from,
 )
 from proletarian_ref.cli.errors import CliError, ExitCode, UsageError
@@ -51,11 +52,10 @@ def run(args: argparse.Namespace) -> int:
         check_async_driver(args, coroutine=False)
         return worker.run(args, handler)
     check_async_driver(args, coroutine=True)
-    if args.pipeline:
+    if args.pipeline and args.async_driver == "asyncpg":
         raise UsageError(
-            f"--pipeline is the threaded worker's (psycopg's pipeline mode on its own connections), and "
-            f"--handler {args.handler} is a coroutine function, which runs on the asyncio worker: leave "
-            "--pipeline out (its --compact --chain sends a job in three round trips)"
+            "--pipeline is psycopg's pipeline mode, and asyncpg has none for a job's different statements: "
+            "leave --async-driver asyncpg out (the asyncio worker runs psycopg), or --pipeline"
         )
     retry_fn = worker.retry_strategy_fn(args.retries, args.delays)
     queues = worker.queues_of(args.queue)
@@ -63,7 +63,11 @@ def run(args: argparse.Namespace) -> int:
     if args.processes > 1:
         return worker.run_several(args)
     with open_database(args, tables) as db, worker.metrics_server(args, db) as metrics:
-        source = async_data_source(db, args.threads * len(queues), args.async_driver)
+        if args.pipeline:
+            refuse_pipeline(db)
+            source: Any = _PipelinedConnections(db)
+        else:
+            source = async_data_source(db, args.threads * len(queues), args.async_driver)
         stop = threading.Event()  # the scheduler thread's
         with running_scheduler(args.schedules, db, stop):
             try:
@@ -155,6 +159,24 @@ class _AsyncpgPool:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._pool.close()
+
+
+class _PipelinedConnections:
+    """--pipeline's data source: psycopg AsyncConnections the backend opens itself, one a polling task, and
+    keeps in pipeline mode (a pool's connections it never puts in it); entered as the pools are."""
+
+    def __init__(self, db: Database) -> None:
+        import psycopg
+
+        conninfo, options = postgresql_connect_args(db.dsn)
+        options = {**options, "connect_timeout": CONNECT_TIMEOUT_S}
+        self.connect = functools.partial(psycopg.AsyncConnection.connect, conninfo, **options)
+
+    async def __aenter__(self) -> Any:
+        return self.connect
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
 
 
 def _asyncpg(db: Database, size: int) -> Any:
@@ -271,7 +293,7 @@ async def _serve(
 ) -> None:
     stop = asyncio.Event()
     async with source as pool:
-        plans = {"compact": args.compact, "chain": args.chain}
+        plans = {"compact": args.compact, "chain": args.chain, "pipeline": args.pipeline}
         backend = _plan_backend(db, pool, args.async_driver, **plans) if any(plans.values()) else None
         listen = source.listen_factory() if isinstance(source, _AsyncpgPool) and args.wake_on_notify else None
         runs: list[tuple[AsyncWorkerRun, aio.AsyncQueueWorker]] = []
@@ -291,7 +313,7 @@ async def _serve(
         with stop_on_signals(stop):
             for _, queue_worker in runs:
                 await queue_worker.start()
-            notice(f"asyncio worker on {driver_of(pool)}")
+            notice(f"asyncio worker on {driver_of(source)}")
             notice(worker.running_notice(args, queues, db, "asyncio task"))
             await stop.wait()
             scheduler_stop.set()
@@ -307,15 +329,22 @@ async def _serve(
             raise result
 
 
-def driver_of(pool: Any) -> str:
-    """The driver of the open pool the workers run on, as --async-driver names it (aiomysql on MySQL)."""
-    package = type(pool).__module__.split(".", 1)[0]
-    return {"psycopg_pool": "psycopg"}.get(package, package)
+def driver_of(source: Any) -> str:
+    """The driver of the data source the workers run on, as --async-driver names it (aiomysql on MySQL),
+    and whether its connections are pipelined."""
+    if isinstance(source, _PipelinedConnections):
+        return "psycopg in pipeline mode"
+    return {
+        _AsyncpgPool: "asyncpg",
+        _AiomysqlPool: "aiomysql",
+    }.get(type(source), "psycopg")
 
 
-def _plan_backend(db: Database, pool: Any, driver: str | None, *, compact: bool, chain: bool) -> Any:
-    """The backend for --compact and/or --chain on `pool`: its dialect's (and driver's) asyncio backend on
-    those plans (chained claims on PostgreSQL only)."""
+def _plan_backend(
+    db: Database, pool: Any, driver: str | None, *, compact: bool, chain: bool, pipeline: bool
+) -> Any:
+    """The backend for --compact, --chain and/or --pipeline on `pool`: its dialect's (and driver's) asyncio
+    backend on those plans (chained claims and pipelining on PostgreSQL only)."""
     if driver == "asyncpg":
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
@@ -327,4 +356,4 @@ def _plan_backend(db: Database, pool: Any, driver: str | None, *, compact: bool,
         return AsyncMySQLBackend(pool, compact=True)
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
-    return AsyncPostgresBackend(pool, compact=compact, chain=chain)
+    return AsyncPostgresBackend(pool, compact=compact, chain=chain, pipeline=pipeline)

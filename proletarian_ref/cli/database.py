@@ -152,6 +152,15 @@ def _factory(dsn: str, dialect: str, **overrides: Any) -> Callable[[], Any]:
         ) from exc
 
 
+def refuse_pipeline(db: Database) -> None:
+    """--pipeline on MySQL: a usage error before any worker starts."""
+    if db.dialect == "mysql":
+        raise UsageError(
+            f"--pipeline is PostgreSQL's (psycopg's pipeline mode); {db.describe()} is MySQL/MariaDB, "
+            "whose --compact already sends a job's archive and delete in one query"
+        )
+
+
 def plan_backend(db: Database, *, compact: bool, chain: bool, pipeline: bool = False) -> Backend:
     """A backend on the compact statement plan, with chained claims and/or pipelined, for the worker
     command's queue workers, closed by the caller.
@@ -164,10 +173,7 @@ def plan_backend(db: Database, *, compact: bool, chain: bool, pipeline: bool = F
     if db.dialect == "mysql":
         refuse_chain(db, chain)
         if pipeline:
-            raise UsageError(
-                f"--pipeline is PostgreSQL's (psycopg's pipeline mode); {db.describe()} is MySQL/MariaDB, "
-                "whose --compact already sends a job's archive and delete in one query"
-            )
+            refuse_pipeline(db)
         from pymysql.constants import CLIENT
 
         from proletarian_ref.backends.mysql import MySQLBackend

@@ -137,9 +137,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--pipeline",
         action="store_true",
-        help="psycopg's pipeline mode on the threaded worker's own connections (PostgreSQL): with --compact "
-        "and --chain a finished job's archive (with --batch-size, a batch's), its COMMIT, the next BEGIN and "
-        "the next claim go in one round trip, the archive's row count checked by the server (docs/worker.md)",
+        help="psycopg's pipeline mode on the worker's own connections (PostgreSQL; a coroutine handler's "
+        "asyncio worker on psycopg too, not asyncpg): with --compact and --chain a finished job's archive "
+        "(with --batch-size, a batch's), its COMMIT, the next BEGIN and the next claim go in one round trip, "
+        "the archive's row count checked by the server (docs/worker.md)",
     )
     parser.add_argument(
         "--polling-interval-ms",
