@@ -1,6 +1,6 @@
 """The figures docs/benchmarks.md quotes from the two limit7 runs (the chain pipelined, one exchange a job;
-the database on cores of its own, and sharing them) are theirs, and so are README's figures against the
-server's limit.
+the database on cores of its own, and sharing them) are theirs. README quotes limit8 now
+(tests/test_docs_limit8.py).
 
 "One exchange a job" pastes both runs' limit and per-job cost tables and a table of the targets met per
 point, and quotes in prose what the pipelined chain reached beside the compact plan, its round trips, and
@@ -35,7 +35,6 @@ from docs_support import (
     prose,
     run_named,
     section,
-    span,
     targets_table,
     throughput_rows,
 )
@@ -205,35 +204,6 @@ def test_what_sharing_the_cores_cost_each_chain_a_job_is_the_runs() -> None:
         f"from {aio['cores']:.0f} to {aio['shared']:.0f}" in prose(_section())
     )
     assert shared["async_chain_ratio_limit"] > shared["chain_ratio_limit"]
-
-
-def test_readmes_figures_against_the_limit_are_the_cores_run() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in _rows(CORES_RUN, backend, batch=batch))
-
-    def met(run: str, backend: str, *, batch: bool) -> str:
-        rows = _rows(run, backend, batch=batch)
-        drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
-        return f"{sum(best_of_limit(r, drains) >= LIMIT_TARGET for r in rows)} of {len(rows)}"
-
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker reached "
-        f"{best('mysql', ('compact', 'async'), batch=False)} of it one job a commit, batch mode "
-        f"{best('mysql', ('library', 'async'), batch=True)}",
-        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        f"0.6 met at {met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
-        f"({met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit and "
-        f"{met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{met(SHARED_RUN, 'mysql', batch=False)} and {met(SHARED_RUN, 'mysql', batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
 
 
 def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
