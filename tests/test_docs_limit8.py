@@ -253,3 +253,14 @@ def test_readmes_figures_against_the_limit_are_the_cores_run() -> None:
     ]
     for phrase in phrases:
         assert phrase in text, phrase
+
+
+def test_the_asyncio_chain_drained_on_asyncpg_before_limit8_three_exchanges_a_job() -> None:
+    (limit7,) = load_runs("limit7-cores-2026-12-05").values()
+    (pg,) = [e for e in limit7["benchmarks"]["throughput"] if e["backend"] == "postgresql"]
+    assert "async_chain_backend" not in pg
+    one = point_row(limit7, "postgresql", 1, 1)
+    assert round(one["async_chain_round_trips_per_job"]) == 3
+    text = prose(section(BENCHMARKS_MD, "## Against the server's limit", "\n### "))
+    assert "before, it ran on asyncpg's chain, three round trips a job" in text
+    assert f"`{ASYNC_CHAIN_BACKEND}`, one exchange a job" in text
