@@ -306,6 +306,20 @@ def postgresql_async_pipeline(
     return harness.with_backend(blocking_backend_class(backend), "postgresql-async-pipeline")
 
 
+def postgresql_async_chain(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """postgresql_async with chained claims on the compact plan, three round trips a job: a finished job's
+    COMMIT goes with the next BEGIN (AsyncPostgresBackend(compact=True, chain=True))."""
+    from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
+
+    harness = postgresql_async(dsn, job_table, archived_job_table)
+    backend = functools.partial(AsyncPostgresBackend, compact=True, chain=True)
+    return harness.with_backend(blocking_backend_class(backend), "postgresql-async-chain")
+
+
 def postgresql_async_pipeline_chain(
     dsn: str | None = None,
     job_table: str = DEFAULT_JOB_TABLE,

@@ -3,17 +3,14 @@ runs it: the same clauses, through conformance.aio_bridge's blocking view on a p
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 
 import pytest
 from fix_db import _load
 
 from conformance import BackendSuite, SqlHarness, WorkerSuite
-from conformance.aio_bridge import blocking_backend_class
 from conformance.contract_chain import ChainedClaimTests
 from conformance.side_tables import SideTableTests
-from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
 
 @pytest.fixture(scope="session")
@@ -92,19 +89,13 @@ class TestPostgreSQLAsyncPipelineBatch(WorkerSuite):
             batched.close()
 
 
-@pytest.fixture(params=["compact", "pipeline"])
+@pytest.fixture(params=["postgresql_async_chain", "postgresql_async_pipeline_chain"])
 def pg_async_db_chain(
     request: pytest.FixtureRequest, pg_async_db: SqlHarness, pg_dsn: str
 ) -> Iterator[SqlHarness]:
     """The same tables under the backend with chained claims on the compact plan; and in pipeline mode,
-    one round trip a job."""
-    if request.param == "pipeline":
-        chained = _load("conformance.aio_bridge:postgresql_async_pipeline_chain", pg_dsn)
-    else:
-        chained = pg_async_db.with_backend(
-            blocking_backend_class(functools.partial(AsyncPostgresBackend, compact=True, chain=True)),
-            "postgresql-async-chain",
-        )
+    one round trip a job. Made by their factories, so the property clauses' worker processes rebuild them."""
+    chained = _load(f"conformance.aio_bridge:{request.param}", pg_dsn)
     try:
         yield chained
     finally:
