@@ -11,7 +11,13 @@ from typing import Any, ClassVar, Final, NoReturn
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import SqlBackend, _chunks, _wrong_batch_count, _wrong_count
+from proletarian_ref.backends._dbapi import (
+    SqlBackend,
+    _chunks,
+    _wrong_batch_count,
+    _wrong_count,
+    check_counts,
+)
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.tables import TableName
 
@@ -252,9 +258,7 @@ class AsyncSqlBackend:
             await self._sync(conn)
         except self._driver_error as exc:
             self._raise(exc)
-        for cursor, what, job_id in writes:
-            if cursor.rowcount != 1:
-                raise _wrong_count(cursor.rowcount, what, job_id)
+        check_counts(writes)
 
     async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
         text, params, generated = self.codec._enqueue_statement(job_table, job)

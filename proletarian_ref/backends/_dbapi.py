@@ -770,9 +770,7 @@ class SqlBackend:
         self._sync(conn)
         writes = pending[:]
         pending.clear()
-        for cursor, what, job_id in writes:
-            if cursor.rowcount != 1:
-                raise _wrong_count(cursor.rowcount, what, job_id)
+        check_counts(writes)
 
     def archive_job(
         self,
@@ -946,6 +944,14 @@ def _first_column(cursor: Any) -> list[Any]:
 
 def _fetchall(cursor: Any) -> list[Any]:
     return list(cursor.fetchall())
+
+
+def check_counts(writes: list[tuple[Any, str, Any]]) -> None:
+    """Refuse the first settled single-row write, (cursor, what, job id), whose cursor counts other than one
+    row (the threaded and the asyncio backends' _settle)."""
+    for cursor, what, job_id in writes:
+        if cursor.rowcount != 1:
+            raise _wrong_count(cursor.rowcount, what, job_id)
 
 
 def _wrong_count(count: int, what: str, job_id: Any) -> DatabaseError:

@@ -349,12 +349,27 @@ class PostgresBackend(SqlBackend):
             super().archive_and_delete_jobs(conn, job_table, archived_job_table, job_ids, status, finished_at)
             return
         # Queued, not synced for its count as other batch writes are: the server checks it (_chain_commit).
+        statement, params = self._checked_batch_archive(
+            job_table, archived_job_table, job_ids, status, finished_at
+        )
+        self._queue_write(lease, statement, params, _CHECKED_BATCH_ARCHIVE, tuple(job_ids))
+
+    def _checked_batch_archive(
+        self,
+        job_table: TableName,
+        archived_job_table: TableName,
+        job_ids: Sequence[Any],
+        status: str,
+        finished_at: datetime,
+    ) -> tuple[str, list[Any]]:
+        """archive_and_delete_jobs_checked and its parameters: archive_and_delete_jobs', then the number of
+        jobs twice (the count the server expects, and the words of its error)."""
         jobs = str(len(job_ids))
         params = [*self._archive_and_delete_params(job_ids, status, finished_at), jobs, jobs]
         statement = sql.render_ids(
             self.dialect, _CHECKED_BATCH_ARCHIVE, job_table, archived_job_table, len(job_ids)
         )
-        self._queue_write(lease, statement, params, _CHECKED_BATCH_ARCHIVE, tuple(job_ids))
+        return statement, params
 
     def _checking_lease(self, conn: Any) -> _Lease | None:
         """The calling thread's pipelined transaction on `conn` where the backend chains, else None: there a
@@ -373,15 +388,22 @@ class PostgresBackend(SqlBackend):
 
     def _chain_commit(self, conn: Any) -> None:
         lease = self._checking_lease(conn)
-        pending = None if lease is None else lease.pending
-        if pending is not None and all(what in _SERVER_CHECKED for _cursor, what, _ids in pending):
-            # Every queued write's count is the server's to check: a count it refuses fails the statement,
-            # the COMMIT after it does nothing and the error comes back with the claim's result, so the
-            # transaction rolls back as after a count the client refused. Left queued, they go with it.
-            pending.clear()
         pipelined = self._pipelines(conn, pooled=self._pooled)
-        for statement in self._chain_statements[1 if pipelined else 0]:
+        for statement in self._chain_commit_statements(None if lease is None else lease.pending, pipelined):
             self._execute(conn, statement, None, _ignore)
+
+    def _chain_commit_statements(
+        self, pending: list[tuple[Any, str, Any]] | None, pipelined: bool
+    ) -> tuple[str, ...]:
+        """The chain's COMMIT and BEGIN (and the job transaction's setting): one simple query, or one
+        statement each on a pipelined connection. The writes still queued (`pending`) are left queued to go
+        with them when every one's count is the server's to check (the asyncio backend's chain too)."""
+        if pending is not None and all(what in _SERVER_CHECKED for _cursor, what, _ids in pending):
+            # A count the server refuses fails the statement, the COMMIT after it does nothing and the error
+            # comes back with the claim's result, so the transaction rolls back as after a count the client
+            # refused. Left queued, they go with it.
+            pending.clear()
+        return self._chain_statements[1 if pipelined else 0]
 
     def _checkout_pooled(self) -> Any:
         return self._data_source.getconn()

@@ -18,7 +18,6 @@ from proletarian_ref.backends.postgres import (
     _ARCHIVE,
     _CHECKED_ARCHIVE,
     _CHECKED_BATCH_ARCHIVE,
-    _SERVER_CHECKED,
     PostgresBackend,
     lenient_row,
     notification_channel,
@@ -98,11 +97,7 @@ class AsyncPostgresBackend(AsyncSqlBackend):
 
     async def _chain_commit(self, conn: Any) -> None:
         pending = self._pending.get(conn) if self._pending else None
-        if pending and all(what in _SERVER_CHECKED for _cursor, what, _ids in pending):
-            # As PostgresBackend._chain_commit: a count the server refuses fails its statement, the COMMIT
-            # after it does nothing and the error comes back with the claim's result. Left queued.
-            pending.clear()
-        for statement in self.codec._chain_statements[0 if pending is None else 1]:
+        for statement in self.codec._chain_commit_statements(pending, pending is not None):
             await self._execute(conn, statement, None, _nothing)
 
     def _server_checks(self, conn: Any) -> bool:
@@ -137,10 +132,8 @@ class AsyncPostgresBackend(AsyncSqlBackend):
             )
             return
         # Queued, not synced for its count as other batch writes are: the server checks it (_chain_commit).
-        jobs = str(len(job_ids))
-        params = [*self.codec._archive_and_delete_params(job_ids, status, finished_at), jobs, jobs]
-        statement = sql.render_ids(
-            self.dialect, _CHECKED_BATCH_ARCHIVE, job_table, archived_job_table, len(job_ids)
+        statement, params = self.codec._checked_batch_archive(
+            job_table, archived_job_table, job_ids, status, finished_at
         )
         pending = self._pending[conn]
         await self._queue_write(conn, pending, statement, params, _CHECKED_BATCH_ARCHIVE, tuple(job_ids))
