@@ -155,6 +155,34 @@ def over_ceiling(results: dict[str, Any], default_drains: Iterable[str], batch_d
     return ", and ".join(named) if named else "none"
 
 
+def missed_cpu_bounds(results: dict[str, Any]) -> list[str]:
+    """cpu_bound of every PostgreSQL point the run missed, one job a commit (DEFAULT_DRAINS) and in batch
+    mode (CHAINED_BATCH_DRAINS), as the docs' prose says them, in that order."""
+    return [
+        cpu_bound(results, r, drains, labels)
+        for batch, drains, labels in (
+            (False, DEFAULT_DRAINS, DRAIN_LABELS),
+            (True, CHAINED_BATCH_DRAINS, BATCH_DRAIN_LABELS),
+        )
+        for r in missed(results, "postgresql", drains, batch=batch)
+    ]
+
+
+def assert_pair_named(cores: dict[str, Any], shared: dict[str, Any], text: str) -> None:
+    """`text` names a pair of runs of one clean revision, the database on cores of its own then sharing
+    them (their `meta`): the machine, the revision, and each run's load at its start and end."""
+    assert not cores["git"]["dirty"] and not shared["git"]["dirty"]
+    # One revision for both: what they drained is the same code.
+    assert cores["git"]["commit"] == shared["git"]["commit"]
+    assert f"{cores['machine']['logical_cores']}-core {cores['machine']['cpu_model']}" in text
+    for phrase in run_named(cores, end="at its end"):
+        assert phrase in text, phrase
+    assert (
+        f"load average {shared['machine']['load_average'][0]} at its start, "
+        f"{shared['machine_at_end']['load_average'][0]} at its end" in text
+    )
+
+
 def span(values: Iterable[float]) -> str:
     """The lowest and the highest of `values`, as the docs quote a range: "0.25 to 0.33"."""
     found = list(values)

@@ -15,17 +15,15 @@ from typing import Any, Final
 
 import pytest
 from docs_support import (
-    BATCH_DRAIN_LABELS,
     CHAINED_BATCH_DRAINS,
     DATABASES,
     DEFAULT_DRAINS,
-    DRAIN_LABELS,
     RESULTS_DIR,
     TARGET_DIGITS,
     assert_pasted,
-    cpu_bound,
     load_runs,
     missed,
+    missed_cpu_bounds,
     over_ceiling,
     prose,
     run_named,
@@ -121,14 +119,7 @@ def test_batch_modes_round_trips_are_the_cores_run() -> None:
 
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
     text = prose(_section())
-    bounds = [
-        cpu_bound(RUNS[SHARED_RUN], r, drains, labels)
-        for batch, drains, labels in (
-            (False, DEFAULT_DRAINS, DRAIN_LABELS),
-            (True, CHAINED_BATCH_DRAINS, BATCH_DRAIN_LABELS),
-        )
-        for r in _missed(SHARED_RUN, "postgresql", batch=batch)
-    ]
+    bounds = missed_cpu_bounds(RUNS[SHARED_RUN])
     assert bounds, "no point missed sharing the cores: the prose on what bounds them is stale"
     for phrase in bounds:
         assert phrase in text, phrase

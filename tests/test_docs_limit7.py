@@ -16,24 +16,22 @@ from typing import Any, Final
 
 import pytest
 from docs_support import (
-    BATCH_DRAIN_LABELS,
     CHAINED_BATCH_DRAINS,
     DATABASES,
     DEFAULT_DRAINS,
-    DRAIN_LABELS,
     LIMIT_TARGET,
     RESULTS_DIR,
     TARGET_DIGITS,
+    assert_pair_named,
     assert_pasted,
     best_of_limit,
-    cpu_bound,
     cpu_ceiling,
     load_runs,
     missed,
+    missed_cpu_bounds,
     over_ceiling,
     point_row,
     prose,
-    run_named,
     section,
     targets_table,
     throughput_rows,
@@ -91,18 +89,7 @@ def test_both_runs_tables_are_pasted(run: str) -> None:
 
 
 def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
-    text = prose(_section())
-    cores, shared = RUNS[CORES_RUN]["meta"], RUNS[SHARED_RUN]["meta"]
-    assert not cores["git"]["dirty"] and not shared["git"]["dirty"]
-    # One revision for both: what they drained is the same code.
-    assert cores["git"]["commit"] == shared["git"]["commit"]
-    assert f"{cores['machine']['logical_cores']}-core {cores['machine']['cpu_model']}" in text
-    for phrase in run_named(cores, end="at its end"):
-        assert phrase in text, phrase
-    assert (
-        f"load average {shared['machine']['load_average'][0]} at its start, "
-        f"{shared['machine_at_end']['load_average'][0]} at its end" in text
-    )
+    assert_pair_named(RUNS[CORES_RUN]["meta"], RUNS[SHARED_RUN]["meta"], prose(_section()))
 
 
 def test_the_chain_drained_pipelined_in_both_runs() -> None:
@@ -161,14 +148,7 @@ def test_what_one_exchange_saved_and_the_sizing_advice_are_the_cores_run() -> No
 
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
     text = prose(_section())
-    phrases = [
-        cpu_bound(RUNS[SHARED_RUN], r, drains, labels)
-        for batch, drains, labels in (
-            (False, DEFAULT_DRAINS, DRAIN_LABELS),
-            (True, CHAINED_BATCH_DRAINS, BATCH_DRAIN_LABELS),
-        )
-        for r in _missed(SHARED_RUN, batch=batch)
-    ]
+    phrases = missed_cpu_bounds(RUNS[SHARED_RUN])
     assert phrases, "no point missed sharing the cores: the prose on what bounds them is stale"
     for phrase in phrases:
         assert phrase in text, phrase

@@ -15,25 +15,23 @@ from typing import Any, Final
 
 import pytest
 from docs_support import (
-    BATCH_DRAIN_LABELS,
     CHAINED_BATCH_DRAINS,
     DATABASES,
     DEFAULT_DRAINS,
-    DRAIN_LABELS,
     LIMIT_TARGET,
     RESULTS_DIR,
     TARGET_DIGITS,
+    assert_pair_named,
     assert_pasted,
     best_drain,
     best_of_limit,
-    cpu_bound,
     cpu_ceiling,
     load_runs,
     missed,
+    missed_cpu_bounds,
     over_ceiling,
     point_row,
     prose,
-    run_named,
     section,
     span,
     targets_table,
@@ -94,17 +92,7 @@ def test_both_runs_tables_are_pasted(run: str) -> None:
 
 
 def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
-    text = prose(_section())
-    cores, shared = RUNS[CORES_RUN]["meta"], RUNS[SHARED_RUN]["meta"]
-    assert not cores["git"]["dirty"] and not shared["git"]["dirty"]
-    assert cores["git"]["commit"] == shared["git"]["commit"]
-    assert f"{cores['machine']['logical_cores']}-core {cores['machine']['cpu_model']}" in text
-    for phrase in run_named(cores, end="at its end"):
-        assert phrase in text, phrase
-    assert (
-        f"load average {shared['machine']['load_average'][0]} at its start, "
-        f"{shared['machine_at_end']['load_average'][0]} at its end" in text
-    )
+    assert_pair_named(RUNS[CORES_RUN]["meta"], RUNS[SHARED_RUN]["meta"], prose(_section()))
 
 
 def test_both_chains_drained_pipelined_the_asyncio_one_on_psycopg() -> None:
@@ -164,14 +152,7 @@ def test_where_the_targets_stand_is_the_runs() -> None:
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
     text = prose(_section())
     shared = RUNS[SHARED_RUN]
-    phrases = [
-        cpu_bound(shared, r, drains, labels)
-        for batch, drains, labels in (
-            (False, DEFAULT_DRAINS, DRAIN_LABELS),
-            (True, CHAINED_BATCH_DRAINS, BATCH_DRAIN_LABELS),
-        )
-        for r in _missed(SHARED_RUN, batch=batch)
-    ]
+    phrases = missed_cpu_bounds(shared)
     assert phrases, "no point missed sharing the cores: the prose on what bounds them is stale"
     for phrase in phrases:
         assert phrase in text, phrase
