@@ -221,16 +221,18 @@ class RoundTrips:
         patched: list[tuple[Any, str, Any]] = []
         targets: list[tuple[str, str]] = [
             ("pymysql.connections", "Connection._execute_command"),
-            # A coroutine function: counted when called, as each call is awaited once.
+            # Coroutine functions: counted when called, as each call is awaited once.
             ("aiomysql.connection", "Connection._execute_command"),
+            # AsyncPostgresBackend(pipeline=True)'s exchanges: each reads back one pipeline's results.
+            ("proletarian_ref.backends.pg_exchange", "read_results"),
         ]
         for module_name, attribute in targets:
             try:
                 module = __import__(module_name, fromlist=["_"])
             except ImportError:
                 continue
-            owner_name, method_name = attribute.split(".")
-            owner = getattr(module, owner_name)
+            owner_name, _, method_name = attribute.rpartition(".")
+            owner = getattr(module, owner_name) if owner_name else module
             original = getattr(owner, method_name)
             setattr(owner, method_name, self._counting(original))
             patched.append((owner, method_name, original))

@@ -20,6 +20,7 @@ import proletarian_ref as pr
 from conformance.harness import SqlHarness
 from proletarian_ref import ConfigurationError, DatabaseError, aio, sql
 from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
+from proletarian_ref.backends.pg_exchange import Command
 from proletarian_ref.backends.postgres import PostgresBackend
 from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 from proletarian_ref.tables import TableName, table_name
@@ -433,26 +434,20 @@ def test_a_backend_without_chain_is_not_chained() -> None:
     assert AsyncPostgresBackend(None, chain=True).chained_claims is True
 
 
-class _AsyncCountingSyncs(AsyncPostgresBackend):
-    """The asyncio backend's statements, in order, queued writes included, and its settles of queued
-    writes (each a round trip of its own)."""
+class _AsyncCountingExchanges(AsyncPostgresBackend):
+    """The asyncio backend's exchanges on its pipelined connections, each the statements it sent, in
+    order; and the statements it ran outside them."""
 
+    exchanges: list[list[str]]
     statements: list[str]
-    syncs: int = 0
 
     async def _execute(self, conn: Any, statement: str, params: Any, read: Any) -> Any:
         self.statements.append(statement)
         return await super()._execute(conn, statement, params, read)
 
-    async def _queue_write(
-        self, conn: Any, pending: Any, statement: str, params: Any, what: str, job_id: Any
-    ) -> None:
-        self.statements.append(statement)
-        await super()._queue_write(conn, pending, statement, params, what, job_id)
-
-    async def _sync(self, conn: Any) -> None:
-        self.syncs += 1
-        await super()._sync(conn)
+    async def _exchange(self, conn: Any, commands: list[Command]) -> None:
+        self.exchanges.append([command.statement for command in commands])
+        await super()._exchange(conn, commands)
 
 
 class _AsyncArchivesNothingChecked(AsyncPostgresBackend):
@@ -513,26 +508,28 @@ def test_an_asyncio_chained_pipeline_sends_a_finished_archive_with_the_next_clai
     pg_db: SqlHarness, pg_dsn: str, batch_size: int
 ) -> None:
     job_ids = _enqueue(pg_db, JOBS)
-    backend = _async_pipeline_chain(_AsyncCountingSyncs, pg_dsn)
-    backend.statements = []
+    backend = _async_pipeline_chain(_AsyncCountingExchanges, pg_dsn)
+    backend.statements, backend.exchanges = [], []
 
     async def handler(job_type: str, payload: Any) -> None:
         return None
 
     asyncio.run(_adrain(pg_db, backend, handler, batch_size, lambda: not pg_db.jobs()))
     _archived_once(pg_db, job_ids)
-    archives = [statement for statement in backend.statements if "INSERT INTO" in statement]
+    sent = [statement for exchange in backend.exchanges for statement in exchange]
+    archives = [statement for statement in sent + backend.statements if "INSERT INTO" in statement]
     if batch_size == 1:
         checked = PostgresBackend(pg_db.data_source)._render(CHECKED[0], *_tables(pg_db))
     else:
         checked = sql.render_ids("postgresql", CHECKED[1], *_tables(pg_db), batch_size)
     assert archives == [checked] * (JOBS // batch_size)
-    # Each archive went with the COMMIT, the BEGIN and the next claim, none settled on its own.
-    assert backend.syncs == 0
-    per_claim = [checked, "COMMIT", "BEGIN"]
-    claim = next(statement for statement in backend.statements if "FOR UPDATE SKIP LOCKED" in statement)
+    # The first claim goes with its BEGIN; then each archive with the COMMIT, the BEGIN and the next claim,
+    # one exchange a job (or batch), none settled on its own.
+    claim = backend.exchanges[0][-1]
+    assert "FOR UPDATE SKIP LOCKED" in claim
     claimed = JOBS // batch_size
-    assert backend.statements[: 1 + claimed * 4] == [claim, *([*per_claim, claim] * claimed)]
+    assert backend.exchanges[0] == ["BEGIN", claim]
+    assert backend.exchanges[1 : 1 + claimed] == [[checked, "COMMIT", "BEGIN", claim]] * claimed
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])
@@ -601,9 +598,10 @@ def test_an_asyncio_pipelined_transaction_counts_a_queued_write_before_its_commi
     _enqueue(pg_db, 1)
     queued = pg_db.jobs()
     job_table, archived = _tables(pg_db)
-    backend = _async_pipeline_chain(_AsyncCountingSyncs, pg_dsn)
-    backend.statements = []
+    backend = _async_pipeline_chain(_AsyncCountingExchanges, pg_dsn)
+    backend.statements, backend.exchanges = [], []
     now = datetime.now(UTC) + timedelta(minutes=1)
+    checked = PostgresBackend(pg_db.data_source)._render(CHECKED[0], job_table, archived)
 
     async def main() -> None:
         try:
@@ -613,8 +611,9 @@ def test_an_asyncio_pipelined_transaction_counts_a_queued_write_before_its_commi
                 await backend.archive_and_delete_job(
                     conn, job_table, archived, record.job_id, ":success", now
                 )
-                assert backend.syncs == 0
-            assert backend.syncs == 1
+                assert len(backend.exchanges) == 1
+            # Settled in an exchange of its own before the COMMIT.
+            assert backend.exchanges[1:] == [[checked]]
             # A job whose archive changes no row (archived already, by this same transaction): refused.
             with pytest.raises(DatabaseError, match="archive_and_delete_job changed 0 rows"):
                 async with backend.transaction() as conn:

@@ -9,11 +9,14 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 import psycopg
+from psycopg import pq
 from psycopg.rows import tuple_row
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._aio_dbapi import AsyncSqlBackend, _nothing
+from proletarian_ref.backends._aio_dbapi import AsyncSqlBackend, Reader, _nothing, _rowcount
+from proletarian_ref.backends._dbapi import check_counts
+from proletarian_ref.backends.pg_exchange import Command, Session, exchange
 from proletarian_ref.backends.postgres import (
     _ARCHIVE,
     _CHECKED_ARCHIVE,
@@ -38,15 +41,18 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     with `synchronous_commit_off=True` the worker's job transaction commits asynchronously, and with
     `chain=True` a finished job's commit goes with the next BEGIN (ChainedClaim), as there.
 
-    With `pipeline=True` the connections the backend opens itself from a factory stay in psycopg's
-    pipeline mode, as the threaded backend's do: BEGIN goes with the claim, single-row writes are queued
-    and their counts checked before anything else runs (the COMMIT included). With `compact=True` and
-    `chain=True` as well a job takes one round trip: its archive, whose count the server checks
-    (archive_and_delete_job_checked), goes with the COMMIT, the next BEGIN and the next claim. A pool's
-    connections and callers' connections are never put in pipeline mode.
+    With `pipeline=True` the connections the backend opens itself from a factory pipeline the worker's
+    statements, as the threaded backend's do: BEGIN goes with the claim, single-row writes are held and
+    sent together, their counts checked before anything else runs (the COMMIT included). With
+    `compact=True` and `chain=True` as well a job takes one round trip: its archive, whose count the server
+    checks (archive_and_delete_job_checked), goes with the COMMIT, the next BEGIN and the next claim. Each
+    exchange enters libpq's pipeline mode, sends its statements with one flush and leaves pipeline mode
+    before it returns (pg_exchange): the handler's own statements on the job's connection run as on any
+    other connection. A pool's connections and callers' connections never pipeline.
     """
 
     dialect: ClassVar[str] = "postgresql"
+    _begin_statement: ClassVar[str] = sql.queries("postgresql")["chain_begin"]
     capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
     _driver_error: ClassVar[type[Exception]] = psycopg.Error
     codec: PostgresBackend
@@ -72,8 +78,8 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         super().__init__(codec, data_source, pooled=pooled)
         self.synchronous_commit_off = synchronous_commit_off
         self._pipeline = pipeline
-        # The connections in pipeline mode, each with its psycopg pipeline manager and pipeline.
-        self._pipes: dict[Any, tuple[Any, Any]] = {}
+        # The connections whose worker statements go in exchanges (pg_exchange), each with its session.
+        self._pipes: dict[Any, Session] = {}
 
     @property
     def chained_claims(self) -> bool:
@@ -85,6 +91,9 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         """AsyncChainedClaim: COMMIT and BEGIN (and the job transaction's setting) as one simple query,
         then the claim: PostgresBackend's chain. On a pipelined connection each is queued, the finished
         job's server-checked archive before them, and the claim's result brings all of them back."""
+        if conn in self._pipes:
+            claim = self._claim(job_table, queue, now)
+            return self._claimed(conn, await self._claim_exchange(conn, *claim, True))
         await self._chain_commit(conn)
         return await self.get_next_job(conn, job_table, queue, now)
 
@@ -92,8 +101,127 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
     ) -> list[JobRecord]:
         """AsyncChainedBatchClaim: commit_and_get_next_job's COMMIT and BEGIN, then batch mode's claim."""
+        if conn in self._pipes:
+            claim = self._batch_claim(job_table, queue, now, limit)
+            return self._batch_claimed(conn, await self._claim_exchange(conn, *claim, True))
         await self._chain_commit(conn)
         return await self.get_next_jobs(conn, job_table, queue, now, limit)
+
+    async def get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        if conn not in self._pipes:
+            return await super().get_next_job(conn, job_table, queue, now)
+        claim = self._claim(job_table, queue, now)
+        return self._claimed(conn, await self._claim_exchange(conn, *claim, False))
+
+    async def get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        if conn not in self._pipes:
+            return await super().get_next_jobs(conn, job_table, queue, now, limit)
+        claim = self._batch_claim(job_table, queue, now, limit)
+        return self._batch_claimed(conn, await self._claim_exchange(conn, *claim, False))
+
+    # -- the pipelined connections' exchanges (pg_exchange) --------------------------------------------
+
+    def _claim(self, job_table: TableName, queue: str, now: datetime) -> tuple[str, dict[str, Any]]:
+        codec = self.codec
+        params = {"queue": queue, "now": codec._db_time(now, what="now")}
+        return codec._statements["get_next_job", job_table, None], params
+
+    def _batch_claim(
+        self, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> tuple[str, dict[str, Any]]:
+        codec = self.codec
+        params = {"queue": queue, "now": codec._db_time(now, what="now"), "limit": limit}
+        return codec._render("get_next_jobs", job_table), params
+
+    async def _claim_exchange(self, conn: Any, statement: str, params: Any, chained: bool) -> Command:
+        """The claim in one exchange with what goes before it: on a chain, the finished job's archives
+        whose counts the server checks, its COMMIT and the next BEGIN (and the job transaction's setting);
+        otherwise BEGIN when no transaction is open. Writes whose counts the client checks are settled in
+        an exchange of their own first, so a wrong count rolls back before anything else runs."""
+        pending = self._pending.get(conn)
+        writes = list(pending) if pending else []
+        commands: list[Command] = []
+        if chained:
+            statements = self.codec._chain_commit_statements(pending, True)
+            if pending:
+                await self._settle(conn, pending)
+            else:
+                commands.extend(command for command, _what, _ids in writes)
+            commands.extend(Command(statement) for statement in statements)
+        else:
+            if pending:
+                await self._settle(conn, pending)
+            if conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+                commands.append(Command(self._begin_statement))
+        claim = Command(statement, params)
+        commands.append(claim)
+        await self._exchange(conn, commands)
+        return claim
+
+    def _claimed(self, conn: Any, claim: Command) -> JobRecord | None:
+        result = claim.result
+        if result is None or result.ntuples == 0:
+            return None
+        loader = self._pipes[conn].loader
+        loader.set_pgresult(result)
+        try:
+            row = loader.load_row(0, tuple)
+        except psycopg.DataError:
+            # A stored time Python cannot hold: read with the lenient loaders, as _fetch_claimed does.
+            row = lenient_row(result, conn)
+        return self.codec._job_record(row)
+
+    def _batch_claimed(self, conn: Any, claim: Command) -> list[JobRecord]:
+        result = claim.result
+        if result is None or result.ntuples == 0:
+            return []
+        loader = self._pipes[conn].loader
+        loader.set_pgresult(result)
+        try:
+            rows = loader.load_rows(0, result.ntuples, tuple)
+        except psycopg.DataError as exc:
+            self._raise(exc)
+        return [self.codec._job_record(row) for row in rows]
+
+    async def _exchange(self, conn: Any, commands: list[Command]) -> None:
+        try:
+            await exchange(conn, self._pipes[conn], commands)
+        except psycopg.Error as exc:
+            self._raise(exc)
+
+    async def _queue_write(
+        self,
+        conn: Any,
+        pending: list[tuple[Any, str, Any]],
+        statement: str,
+        params: Any,
+        what: str,
+        job_id: Any,
+    ) -> None:
+        """Hold a single-row write of a pipelined transaction: it goes in the next exchange, with the claim
+        after it on a chain when the server checks its count, or settled (_settle) before anything else."""
+        pending.append((Command(statement, params), what, job_id))
+
+    async def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
+        """Send the held writes in one exchange, then check each changed exactly one row: before the
+        COMMIT and before any other statement, so a wrong count still rolls the transaction back."""
+        writes = pending[:]
+        pending.clear()
+        await self._exchange(conn, [command for command, _what, _ids in writes])
+        check_counts(writes)
+
+    async def _sync(self, conn: Any) -> None:
+        pending = self._pending.get(conn)
+        if pending:
+            await self._settle(conn, pending)
+
+    def _count_reader(self, conn: Any) -> Reader:
+        # Every statement but the held writes runs at once, outside pipeline mode: its count is there.
+        return _rowcount
 
     async def _chain_commit(self, conn: Any) -> None:
         pending = self._pending.get(conn) if self._pending else None
@@ -160,12 +288,13 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     async def _begin(self, conn: Any) -> bool:
         if self._pipeline and not self._pooled and conn in self._open:
             if conn not in self._pipes:
-                # Entered once per connection and left open across transactions, autocommit off for good:
-                # leaving pipeline mode, or changing autocommit in it, costs a round trip of its own.
+                # Autocommit off for good: BEGIN goes with the first claim (_claim_exchange).
                 if conn.autocommit:
                     await conn.set_autocommit(False)
-                manager = conn.pipeline()
-                self._pipes[conn] = (manager, await manager.__aenter__())
+                # psycopg prepares nothing of its own here: on a rollback it would deallocate every
+                # prepared statement of the connection, the exchanges' too (pg_exchange).
+                conn.prepare_threshold = None
+                self._pipes[conn] = Session(conn)
             return False
         was_autocommit = bool(conn.autocommit)
         if was_autocommit:
@@ -182,18 +311,12 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     def _pipelines(self, conn: Any) -> bool:
         return conn in self._pipes
 
-    async def _sync(self, conn: Any) -> None:
-        await self._pipes[conn][1].sync()
-
     def _forget(self, conn: Any) -> None:
-        self._pipes.pop(conn, None)  # closed with its connection
+        self._pipes.pop(conn, None)
         super()._forget(conn)
 
     async def close(self) -> None:
-        for manager, _pipeline in list(self._pipes.values()):
-            # Quietly: the connection may be broken, and it is closed next anyway.
-            with contextlib.suppress(Exception):
-                await manager.__aexit__(None, None, None)
+        self._pipes.clear()
         await super().close()
 
     async def _new_cursor(self, conn: Any) -> Any:
@@ -204,8 +327,8 @@ class AsyncPostgresBackend(AsyncSqlBackend):
             return await cursor.fetchone()
         except psycopg.DataError:
             if cursor.pgresult is None:
-                # No row came: a statement's error (a chained pipeline's archive whose count the server
-                # refused), not a loader's, as PostgresBackend._fetch_claimed tells them apart.
+                # No row came: the statement's own error, not a loader's, as PostgresBackend._fetch_claimed
+                # tells them apart.
                 raise
             # A stored time Python cannot hold: read with the lenient loaders, as PostgresBackend does.
             return lenient_row(cursor.pgresult, cursor.connection)

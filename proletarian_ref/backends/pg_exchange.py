@@ -1,0 +1,206 @@
+"""One exchange on a psycopg AsyncConnection in libpq's pipeline mode: every statement sent with one flush.
+
+AsyncPostgresBackend(pipeline=True) sends a job's statements (a chain's checked archive, COMMIT, BEGIN and
+claim) through here rather than through psycopg's own pipeline mode, which flushes every statement as it
+is queued and costs the client about as much CPU a job as the server's work (docs/benchmarks.md, limit9).
+Only the backend's own statements go this way, and only on connections the backend opened itself: libpq
+enters pipeline mode for the exchange and leaves it before it returns, so psycopg, the handler and anything
+else on the connection see it as it was, in the transaction the exchange left it in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import uuid
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any, Final
+
+import psycopg
+from psycopg import pq
+from psycopg.abc import Transformer as TransformerLike
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.errors import error_from_result
+
+# %(name)s or %s, the placeholders of sql/postgresql/queries.sql; no statement there has a literal %.
+_PLACEHOLDER: Final = re.compile(r"%\((\w+)\)s|%s")
+_PREFIX: Final = "_proletarian_"
+# A prepared statement the server no longer has (a handler's DISCARD ALL or DEALLOCATE): forgotten here too.
+_UNKNOWN_STATEMENT: Final = "26000"
+
+
+class Command:
+    """A statement of an exchange and, after it, its result."""
+
+    __slots__ = ("params", "result", "statement")
+
+    def __init__(self, statement: str, params: Any = None) -> None:
+        self.statement = statement
+        self.params = params
+        self.result: pq.abc.PGresult | None = None
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the statement changed or returned (-1 before the exchange, as a psycopg cursor's)."""
+        if self.result is None:
+            return -1
+        count = self.result.command_tuples
+        return -1 if count is None else int(count)
+
+
+@lru_cache(maxsize=256)
+def numbered(statement: str) -> tuple[bytes, tuple[str, ...] | int]:
+    """The statement with $1, $2... for its placeholders, and its parameters' names in that order (named
+    placeholders) or how many there are (positional ones)."""
+    names: list[str] = []
+    positional = 0
+
+    def number(match: re.Match[str]) -> str:
+        nonlocal positional
+        if match.group(1) is None:
+            positional += 1
+            return f"${positional}"
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    text = _PLACEHOLDER.sub(number, statement)
+    if names and positional:
+        raise ValueError("a statement mixes named and positional placeholders")
+    return text.encode(), tuple(names) if names else positional
+
+
+def _text(value: Any, transformer: TransformerLike) -> bytes | None:
+    # As psycopg sends them: str untyped, so the server infers each parameter's type from the statement.
+    if value is None:
+        return None
+    if type(value) is str:
+        return value.encode()
+    if type(value) is uuid.UUID or type(value) is int:
+        return str(value).encode()
+    dumped = transformer.get_dumper(value, PyFormat.TEXT).dump(value)
+    return None if dumped is None else bytes(dumped)
+
+
+def parameters(statement: str, params: Any, transformer: TransformerLike) -> tuple[bytes, list[bytes | None]]:
+    """The numbered statement and its parameters as text, from a dict (named) or a sequence (positional)."""
+    text, names = numbered(statement)
+    if isinstance(names, tuple):
+        values: Sequence[Any] = [params[name] for name in names]
+    else:
+        values = params if params is not None else ()
+        if len(values) != names:
+            raise ValueError(f"the statement has {names} placeholders and {len(values)} parameters")
+    return text, [_text(value, transformer) for value in values]
+
+
+class Session:
+    """What the exchanges keep for one connection: its prepared statements and its row loader."""
+
+    __slots__ = ("loader", "prepared")
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.prepared: dict[bytes, bytes] = {}
+        self.loader: TransformerLike = Transformer.from_context(conn)
+
+
+async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, commands: Sequence[Command]) -> None:
+    """Send `commands` in one pipeline with one Sync, read every result back, and leave pipeline mode.
+
+    Statements with parameters are prepared on the connection the first time (named, in the same
+    exchange). The first statement the server refused is raised as psycopg's error, once every result is
+    in and the connection is out of pipeline mode (the statements after it did nothing, and the
+    transaction is failed, for the caller to roll back). Anything else that goes wrong (a cancellation, a
+    broken connection) leaves the connection unusable: it is closed before the error goes on.
+    """
+    pgconn = conn.pgconn
+    async with conn.lock:
+        pgconn.enter_pipeline_mode()
+        try:
+            # What each result answers: a command, or the name of a statement being prepared.
+            answers: list[Command | bytes] = []
+            for command in commands:
+                if command.params is None:
+                    pgconn.send_query_params(command.statement.encode(), None)
+                else:
+                    text, values = parameters(command.statement, command.params, session.loader)
+                    name = session.prepared.get(text)
+                    if name is None:
+                        name = f"{_PREFIX}{len(session.prepared)}".encode()
+                        pgconn.send_prepare(name, text)
+                        answers.append(name)
+                        session.prepared[text] = name
+                    pgconn.send_query_prepared(name, values)
+                answers.append(command)
+            pgconn.pipeline_sync()
+            results = await read_results(pgconn, len(answers))
+            pgconn.exit_pipeline_mode()
+        except BaseException:
+            session.prepared.clear()
+            await _close_quietly(conn)
+            raise
+    refused: pq.abc.PGresult | None = None
+    for answer, result in zip(answers, results, strict=True):
+        status = result.status
+        if isinstance(answer, Command):
+            answer.result = result
+        elif status != pq.ExecStatus.COMMAND_OK:
+            # Not prepared after all (the server refused it, or skipped it after an earlier error).
+            session.prepared = {text: name for text, name in session.prepared.items() if name != answer}
+        if status == pq.ExecStatus.FATAL_ERROR and refused is None:
+            refused = result
+    if refused is not None:
+        error = error_from_result(refused, encoding=conn.info.encoding)
+        if error.sqlstate == _UNKNOWN_STATEMENT:
+            session.prepared.clear()
+        raise error
+
+
+async def read_results(pgconn: Any, count: int) -> list[pq.abc.PGresult]:
+    """The `count` results of a pipeline, up to and including its Sync's, waiting on the event loop."""
+    loop = asyncio.get_running_loop()
+    fileno = pgconn.socket
+    while pgconn.flush():
+        await _ready(loop, fileno, write=True)
+    results: list[pq.abc.PGresult] = []
+    while True:
+        while pgconn.is_busy():
+            await _ready(loop, fileno, write=False)
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:
+            continue  # the end of one statement's results
+        if result.status == pq.ExecStatus.PIPELINE_SYNC:
+            if len(results) != count:
+                raise psycopg.InternalError(f"{count} statements in a pipeline, {len(results)} results")
+            return results
+        results.append(result)
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, fileno: int, *, write: bool) -> None:
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    if write:
+        loop.add_writer(fileno, wake)
+        try:
+            await waiter
+        finally:
+            loop.remove_writer(fileno)
+    else:
+        loop.add_reader(fileno, wake)
+        try:
+            await waiter
+        finally:
+            loop.remove_reader(fileno)
+
+
+async def _close_quietly(conn: psycopg.AsyncConnection[Any]) -> None:
+    # Broken already, perhaps: the error going on is the one to report.
+    with contextlib.suppress(Exception):
+        await conn.close()
