@@ -1,6 +1,7 @@
 """The figures docs/benchmarks.md quotes from the two limit8 runs (the asyncio worker's chain pipelined
-too, one exchange a job; the database on cores of its own, and sharing them) are theirs, and so are
-README's figures against the server's limit and docs/worker.md's word on the asyncio drivers' speed.
+too, one exchange a job; the database on cores of its own, and sharing them) are theirs. README's figures
+against the server's limit and docs/worker.md's word on the asyncio chain come from limit9's runs since
+(tests/test_docs_limit9.py).
 
 "The asyncio worker, one exchange a job" pastes both runs' limit and per-job cost tables and a table of the
 targets met per point, and quotes in prose what the asyncio chain reached beside asyncpg's compact plan and
@@ -33,7 +34,6 @@ from docs_support import (
     point_row,
     prose,
     section,
-    span,
     targets_table,
     throughput_rows,
 )
@@ -188,52 +188,6 @@ def test_the_best_drain_sharing_the_cores_and_what_sharing_cost_each_chain_are_t
         f"from {aio['cores']:.0f} to {aio['shared']:.0f}" in prose(_section())
     )
     assert threaded["shared"] - threaded["cores"] > aio["shared"] - aio["cores"]
-
-
-def test_worker_mds_word_on_the_pipelined_asyncio_chain_is_the_runs() -> None:
-    text = prose((ROOT / "docs" / "worker.md").read_text(encoding="utf-8"))
-    assert (
-        "then it drained faster than asyncpg's compact plan at every point of the last named run against "
-        "the server's limit, and sharing the database's cores it was the fastest drain from four "
-        "connections up" in text
-    )
-    for run in RUNS.values():
-        for batch in (False, True):
-            for r in throughput_rows(run, "postgresql", batch=batch):
-                assert r["async_chain_ratio_limit"] > r["async_ratio_limit"]
-    for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
-        for r in _rows(SHARED_RUN, "postgresql", batch=batch):
-            if r["processes"] * r["threads"] >= 4:
-                assert best_drain(r, drains) == "async_chain"
-
-
-def test_readmes_figures_against_the_limit_are_the_cores_run() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in _rows(CORES_RUN, backend, batch=batch))
-
-    def met(run: str, backend: str, *, batch: bool) -> str:
-        rows = _rows(run, backend, batch=batch)
-        drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
-        return f"{sum(best_of_limit(r, drains) >= LIMIT_TARGET for r in rows)} of {len(rows)}"
-
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker reached "
-        f"{best('mysql', ('compact', 'async'), batch=False)} of it one job a commit, batch mode "
-        f"{best('mysql', ('library', 'async'), batch=True)}",
-        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        f"0.6 met at {met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
-        f"({met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit and "
-        f"{met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{met(SHARED_RUN, 'mysql', batch=False)} and {met(SHARED_RUN, 'mysql', batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
 
 
 def test_the_asyncio_chain_drained_on_asyncpg_before_limit8_three_exchanges_a_job() -> None:
