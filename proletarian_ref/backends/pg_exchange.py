@@ -99,11 +99,13 @@ def parameters(statement: str, params: Any, transformer: TransformerLike) -> tup
 class Session:
     """What the exchanges keep for one connection: its prepared statements and its row loader."""
 
-    __slots__ = ("loader", "prepared")
+    __slots__ = ("loader", "named", "prepared")
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.prepared: dict[bytes, bytes] = {}
         self.loader: TransformerLike = Transformer.from_context(conn)
+        # Names are never reused: a statement forgotten here may still be prepared on the server.
+        self.named = 0
 
 
 async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, commands: Sequence[Command]) -> None:
@@ -128,7 +130,8 @@ async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, command
                     text, values = parameters(command.statement, command.params, session.loader)
                     name = session.prepared.get(text)
                     if name is None:
-                        name = f"{_PREFIX}{len(session.prepared)}".encode()
+                        name = f"{_PREFIX}{session.named}".encode()
+                        session.named += 1
                         pgconn.send_prepare(name, text)
                         answers.append(name)
                         session.prepared[text] = name
