@@ -16,7 +16,6 @@ from proletarian_ref.backends._dbapi import (
     _chunks,
     _wrong_batch_count,
     _wrong_count,
-    check_counts,
 )
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.tables import TableName
@@ -50,14 +49,13 @@ class AsyncSqlBackend:
         # The connections this backend opened from a factory and that no transaction holds now.
         self._idle: list[Any] = []
         self._open: set[Any] = set()
-        # The kept cursors of the connections in _open: one a connection, or one a connection and reader
-        # on a pipelined one (_execute).
+        # The kept cursors of the connections in _open, one a connection (_execute).
         self._cursors: dict[Any, Any] = {}
-        # The writes sent but not yet counted on each connection in a pipelined transaction (_pipelines),
-        # each (cursor, what, job id): _settle checks each changed exactly one row before anything else
-        # runs on it, the COMMIT included. No entry for any other connection.
+        # The writes held but not yet counted on each connection in a pipelined transaction (_pipelines),
+        # each (what the driver's _queue_write keeps, what, job id): _settle sends them and checks each
+        # changed exactly one row before anything else runs on it, the COMMIT included. No entry for any
+        # other connection.
         self._pending: dict[Any, list[tuple[Any, str, Any]]] = {}
-        self._write_cursors: dict[Any, list[Any]] = {}  # the queued writes' kept cursors, by connection
 
     # -- driver specifics, overridden per driver -------------------------------------------------------
 
@@ -92,19 +90,33 @@ class AsyncSqlBackend:
         return await cursor.fetchone()
 
     def _pipelines(self, conn: Any) -> bool:
-        """Whether the transaction just begun on `conn` queues its single-row writes until _settle."""
+        """Whether the transaction just begun on `conn` holds its single-row writes until _settle (a driver
+        that says so implements _queue_write and _settle)."""
         return False
 
-    async def _sync(self, conn: Any) -> None:
-        """Complete everything sent on a pipelined connection, its errors raised as the driver's."""
+    async def _queue_write(
+        self,
+        conn: Any,
+        pending: list[tuple[Any, str, Any]],
+        statement: str,
+        params: Any,
+        what: str,
+        job_id: Any,
+    ) -> None:
+        """Hold a single-row write of a pipelined transaction in `pending`, as (anything with a `rowcount`
+        once settled, what, job id); _settle counts it before anything else runs. `job_id` names the job
+        (or jobs) a wrong count is reported for."""
+        raise NotImplementedError
+
+    async def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
+        """Send the held writes and check each changed exactly one row (_dbapi.check_counts), emptying
+        `pending`: before the COMMIT and before any other statement, so a wrong count still rolls the
+        whole transaction back, as it does when each write is its own round trip."""
         raise NotImplementedError
 
     def _forget(self, conn: Any) -> None:
         """Drop what the backend keeps for `conn`, a connection it opened that is broken or closed."""
         self._cursors.pop(conn, None)
-        for key in [key for key in self._cursors if type(key) is tuple and key[0] is conn]:
-            del self._cursors[key]
-        self._write_cursors.pop(conn, None)
         self._pending.pop(conn, None)
 
     def _caller_session(self, conn: Any) -> AbstractAsyncContextManager[str]:
@@ -176,7 +188,7 @@ class AsyncSqlBackend:
     async def _execute(self, conn: Any, statement: str, params: Any, read: Reader) -> Any:
         """Run one statement and return `read` of its cursor, with the driver's errors translated.
 
-        On a pipelined transaction it first settles the writes queued before it (_queue_write), so the
+        On a pipelined transaction it first settles the writes held before it (_queue_write), so the
         statement sees them done and counted.
         """
         pending = self._pending.get(conn) if self._pending else None
@@ -185,10 +197,7 @@ class AsyncSqlBackend:
         try:
             # A connection the backend opened keeps one cursor (making one costs more than a statement's
             # own work); a caller's or a pool's gets one per statement: the backend cannot tell when it goes.
-            # A pipelined one keeps one per reader: results queued for one cursor pile up in it, and a claim
-            # read from the cursor that also sent the COMMIT before it would read the COMMIT's.
-            key = conn if pending is None else (conn, read)
-            cursor = self._cursors.get(key)
+            cursor = self._cursors.get(conn)
             if cursor is None:
                 cursor = await self._new_cursor(conn)
                 if conn not in self._open:
@@ -197,7 +206,7 @@ class AsyncSqlBackend:
                         return await read(cursor)
                     finally:
                         await cursor.close()
-                self._cursors[key] = cursor
+                self._cursors[conn] = cursor
             await cursor.execute(statement, params)
             return await read(cursor)
         except self._driver_error as exc:
@@ -211,54 +220,6 @@ class AsyncSqlBackend:
         count = await self._execute(conn, statement, params, _rowcount)
         if count != 1:
             raise _wrong_count(count, what, params["job_id"])
-
-    async def _queue_write(
-        self,
-        conn: Any,
-        pending: list[tuple[Any, str, Any]],
-        statement: str,
-        params: Any,
-        what: str,
-        job_id: Any,
-    ) -> None:
-        """Send a single-row write on a pipelined transaction; _settle counts it before anything else runs.
-
-        Each queued write has its own kept cursor, which holds its row count until then. `job_id` names
-        the job (or jobs) a wrong count is reported for.
-        """
-        cursors = self._write_cursors.setdefault(conn, [])
-        if len(cursors) == len(pending):
-            cursors.append(await self._new_cursor(conn))
-        cursor = cursors[len(pending)]
-        try:
-            await cursor.execute(statement, params)
-        except self._driver_error as exc:
-            self._raise(exc)
-        pending.append((cursor, what, job_id))
-
-    def _count_reader(self, conn: Any) -> Reader:
-        """The reader of a statement's row count on `conn` that must be read (and its error raised) at once:
-        on a pipelined transaction it syncs first, as the count arrives only with the results (-1 before,
-        and a batch that wrote every row would be refused)."""
-        return self._synced_count if self._pending and conn in self._pending else _rowcount
-
-    async def _synced_count(self, cursor: Any) -> int:
-        await self._sync(cursor.connection)
-        return int(cursor.rowcount)
-
-    async def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
-        """Complete the queued writes in one round trip, then check each changed exactly one row.
-
-        Runs before the commit (and before any other statement), so a count that is wrong still rolls the
-        whole transaction back, as it does when each write is its own round trip.
-        """
-        writes = pending[:]
-        pending.clear()
-        try:
-            await self._sync(conn)
-        except self._driver_error as exc:
-            self._raise(exc)
-        check_counts(writes)
 
     async def enqueue(self, conn: Any, job_table: TableName, job: JobRecord) -> Any:
         text, params, generated = self.codec._enqueue_statement(job_table, job)
@@ -382,7 +343,7 @@ class AsyncSqlBackend:
         params: list[Any],
     ) -> None:
         statement = sql.render_ids(self.dialect, name, job_table, archived_job_table, len(job_ids))
-        count = await self._execute(conn, statement, params, self._count_reader(conn))
+        count = await self._execute(conn, statement, params, _rowcount)
         if count != len(job_ids):
             raise _wrong_batch_count(count, name, len(job_ids))
 
@@ -417,17 +378,16 @@ class AsyncSqlBackend:
     async def savepoint(self, conn: Any) -> AsyncIterator[None]:
         statements = sql.queries(self.dialect)
         await self._execute(conn, statements["job_savepoint"], None, _rowcount)
-        # Its end is read back at once on a pipelined transaction too: a savepoint the handler's own COMMIT
-        # or ROLLBACK took away must fail here, where the job's transaction guard tells it apart, not at
-        # the COMMIT (proletarian_ref._async.job_tx).
-        read = self._count_reader(conn)
+        # Its end runs at once, on a pipelined transaction too (only held writes wait): a savepoint the
+        # handler's own COMMIT or ROLLBACK took away must fail here, where the job's transaction guard tells
+        # it apart, not at the COMMIT (proletarian_ref._async.job_tx).
         try:
             yield
         except BaseException:
-            await self._execute(conn, statements["job_savepoint_rollback"], None, read)
-            await self._execute(conn, statements["job_savepoint_release"], None, read)
+            await self._execute(conn, statements["job_savepoint_rollback"], None, _rowcount)
+            await self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
             raise
-        await self._execute(conn, statements["job_savepoint_release"], None, read)
+        await self._execute(conn, statements["job_savepoint_release"], None, _rowcount)
 
 
 class AsyncSessionPrefix(AbstractAsyncContextManager[str]):

@@ -14,7 +14,7 @@ from psycopg.rows import tuple_row
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._aio_dbapi import AsyncSqlBackend, Reader, _nothing, _rowcount
+from proletarian_ref.backends._aio_dbapi import AsyncSqlBackend, _nothing
 from proletarian_ref.backends._dbapi import check_counts
 from proletarian_ref.backends.pg_exchange import Command, Session, exchange
 from proletarian_ref.backends.postgres import (
@@ -89,8 +89,8 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         self, conn: Any, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None:
         """AsyncChainedClaim: COMMIT and BEGIN (and the job transaction's setting) as one simple query,
-        then the claim: PostgresBackend's chain. On a pipelined connection each is queued, the finished
-        job's server-checked archive before them, and the claim's result brings all of them back."""
+        then the claim: PostgresBackend's chain. On a pipelined connection all of them go in one exchange
+        (_claim_exchange), the finished job's server-checked archive before them."""
         if conn in self._pipes:
             claim = self._claim(job_table, queue, now)
             return self._claimed(conn, await self._claim_exchange(conn, *claim, True))
@@ -202,26 +202,16 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         what: str,
         job_id: Any,
     ) -> None:
-        """Hold a single-row write of a pipelined transaction: it goes in the next exchange, with the claim
-        after it on a chain when the server checks its count, or settled (_settle) before anything else."""
+        # Held as a Command: it goes in the next exchange, with the claim after it on a chain when the
+        # server checks its count, or settled (_settle) before anything else.
         pending.append((Command(statement, params), what, job_id))
 
     async def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
-        """Send the held writes in one exchange, then check each changed exactly one row: before the
-        COMMIT and before any other statement, so a wrong count still rolls the transaction back."""
+        # One exchange for all of them, then their counts.
         writes = pending[:]
         pending.clear()
         await self._exchange(conn, [command for command, _what, _ids in writes])
         check_counts(writes)
-
-    async def _sync(self, conn: Any) -> None:
-        pending = self._pending.get(conn)
-        if pending:
-            await self._settle(conn, pending)
-
-    def _count_reader(self, conn: Any) -> Reader:
-        # Every statement but the held writes runs at once, outside pipeline mode: its count is there.
-        return _rowcount
 
     async def _chain_commit(self, conn: Any) -> None:
         pending = self._pending.get(conn) if self._pending else None
