@@ -217,6 +217,13 @@ def test_the_asyncio_chains_client_cpu_against_the_threaded_chains_is_the_runs()
     # "more ... at every point" in limit8 on cores of its own; "less at every point but 4 x 4 in batch mode".
     assert all(above(BEFORE["limit8-cores-2026-12-05"]))
     assert above(RUNS[CORES_RUN]) == [False, False, False, False, False, True]
+    assert not any(above(RUNS[SHARED_RUN]))
+    worker_md = prose((ROOT / "docs" / "worker.md").read_text(encoding="utf-8"))
+    assert (
+        "cost less client CPU a job than the threaded chain in psycopg's pipeline mode at every point of the "
+        "last named run against the server's limit but one (4 x 4 in batch mode, the database on a core of "
+        "its own)" in worker_md
+    )
     text = prose(_section())
     assert "here it costs less at every point but 4 x 4 in batch mode" in text
     chain9 = span(r["chain_ratio_limit"] for r in _rows(CORES_RUN, "postgresql", batch=False))
