@@ -11,12 +11,7 @@ from typing import Any, ClassVar, Final, NoReturn
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends._dbapi import (
-    SqlBackend,
-    _chunks,
-    _wrong_batch_count,
-    _wrong_count,
-)
+from proletarian_ref.backends._dbapi import SqlBackend, _chunks, _wrong_batch_count, _wrong_count
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.tables import TableName
 
@@ -271,12 +266,14 @@ class AsyncSqlBackend:
     async def get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None:
+        row = await self._execute(conn, *self._claim(job_table, queue, now), self._fetch_claimed)
+        return None if row is None else self.codec._job_record(row)
+
+    def _claim(self, job_table: TableName, queue: str, now: datetime) -> tuple[str, dict[str, Any]]:
+        """get_next_job's statement and parameters."""
         codec = self.codec
         params = {"queue": queue, "now": codec._db_time(now, what="now")}
-        row = await self._execute(
-            conn, codec._statements["get_next_job", job_table, None], params, self._fetch_claimed
-        )
-        return None if row is None else codec._job_record(row)
+        return codec._statements["get_next_job", job_table, None], params
 
     async def archive_job(
         self,
@@ -328,10 +325,16 @@ class AsyncSqlBackend:
     async def get_next_jobs(
         self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
     ) -> list[JobRecord]:
+        rows = await self._execute(conn, *self._batch_claim(job_table, queue, now, limit), _fetchall)
+        return [self.codec._job_record(row) for row in rows]
+
+    def _batch_claim(
+        self, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> tuple[str, dict[str, Any]]:
+        """get_next_jobs' statement and parameters."""
         codec = self.codec
         params = {"queue": queue, "now": codec._db_time(now, what="now"), "limit": limit}
-        rows = await self._execute(conn, codec._render("get_next_jobs", job_table), params, _fetchall)
-        return [codec._job_record(row) for row in rows]
+        return codec._render("get_next_jobs", job_table), params
 
     async def _write_all(
         self,

@@ -125,32 +125,21 @@ class AsyncPostgresBackend(AsyncSqlBackend):
 
     # -- the pipelined connections' exchanges (pg_exchange) --------------------------------------------
 
-    def _claim(self, job_table: TableName, queue: str, now: datetime) -> tuple[str, dict[str, Any]]:
-        codec = self.codec
-        params = {"queue": queue, "now": codec._db_time(now, what="now")}
-        return codec._statements["get_next_job", job_table, None], params
-
-    def _batch_claim(
-        self, job_table: TableName, queue: str, now: datetime, limit: int
-    ) -> tuple[str, dict[str, Any]]:
-        codec = self.codec
-        params = {"queue": queue, "now": codec._db_time(now, what="now"), "limit": limit}
-        return codec._render("get_next_jobs", job_table), params
-
     async def _claim_exchange(self, conn: Any, statement: str, params: Any, chained: bool) -> Command:
         """The claim in one exchange with what goes before it: on a chain, the finished job's archives
         whose counts the server checks, its COMMIT and the next BEGIN (and the job transaction's setting);
         otherwise BEGIN when no transaction is open. Writes whose counts the client checks are settled in
         an exchange of their own first, so a wrong count rolls back before anything else runs."""
         pending = self._pending.get(conn)
-        writes = list(pending) if pending else []
         commands: list[Command] = []
         if chained:
+            held = [command for command, _what, _ids in pending] if pending else []
+            # Empties `pending` when the server checks every held write's count: they go in this exchange.
             statements = self.codec._chain_commit_statements(pending, True)
             if pending:
                 await self._settle(conn, pending)
             else:
-                commands.extend(command for command, _what, _ids in writes)
+                commands.extend(held)
             commands.extend(Command(statement) for statement in statements)
         else:
             if pending:
