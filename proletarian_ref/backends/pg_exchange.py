@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import uuid
-from collections.abc import Sequence
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache
 from typing import Any, Final
 
@@ -97,15 +99,83 @@ def parameters(statement: str, params: Any, transformer: TransformerLike) -> tup
 
 
 class Session:
-    """What the exchanges keep for one connection: its prepared statements and its row loader."""
+    """What the exchanges keep for one connection: its prepared statements, its row loader, and the event
+    loop's watch on its socket (read_input)."""
 
-    __slots__ = ("loader", "named", "prepared")
+    __slots__ = (
+        "__weakref__",
+        "_close_fd",
+        "_fd",
+        "_loop",
+        "_pgconn",
+        "_waiter",
+        "loader",
+        "named",
+        "prepared",
+    )
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.prepared: dict[bytes, bytes] = {}
         self.loader: TransformerLike = Transformer.from_context(conn)
         # Names are never reused: a statement forgotten here may still be prepared on the server.
         self.named = 0
+        self._pgconn = conn.pgconn
+        # The socket under a number of its own, so that psycopg's own waits on the connection (which add
+        # and remove a reader on libpq's number) never touch the watch kept between exchanges. Closed by
+        # close(), or when the session is collected if close() was never called (it is not watched then).
+        self._fd = os.dup(conn.pgconn.socket)
+        self._close_fd = weakref.finalize(self, os.close, self._fd)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def watching(self) -> bool:
+        """Whether the event loop watches the socket for this session now."""
+        return self._loop is not None
+
+    async def read_input(self) -> None:
+        """Wait for the server's data and read it into libpq's buffer (an exchange's, under its lock).
+
+        The loop watches the socket from the first wait to close(), not once a wait: adding and removing a
+        watch costs a system call each and asyncio's bookkeeping, on every exchange. The data is read as
+        soon as the loop sees it, so that the loop's next look finds the socket empty rather than waking
+        the next exchange's wait for nothing.
+        """
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._unwatch()
+            loop.add_reader(self._fd, self._readable)
+            self._loop = loop
+        self._waiter = waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _readable(self) -> None:
+        waiter = self._waiter
+        if waiter is None:
+            # Data for no exchange (psycopg's own statement, a notice, the server closing): left for its
+            # reader, and not watched until the next exchange, rather than wake the loop at every turn.
+            self._unwatch()
+        elif not waiter.done():
+            try:
+                self._pgconn.consume_input()
+            except psycopg.Error as exc:
+                waiter.set_exception(exc)
+            else:
+                waiter.set_result(None)
+
+    def _unwatch(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._fd)
+
+    def close(self) -> None:
+        """Stop watching the socket and close this session's number for it (the connection is not closed)."""
+        if self._close_fd.alive:
+            self._unwatch()
+            self._close_fd()
 
 
 async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, commands: Sequence[Command]) -> None:
@@ -138,10 +208,11 @@ async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, command
                     pgconn.send_query_prepared(name, values)
                 answers.append(command)
             pgconn.pipeline_sync()
-            results = await read_results(pgconn, len(answers))
+            results = await read_results(pgconn, len(answers), session.read_input)
             pgconn.exit_pipeline_mode()
         except BaseException:
             session.prepared.clear()
+            session.close()
             await _close_quietly(conn)
             raise
     refused: pq.abc.PGresult | None = None
@@ -161,17 +232,19 @@ async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, command
         raise error
 
 
-async def read_results(pgconn: Any, count: int) -> list[pq.abc.PGresult]:
-    """The `count` results of a pipeline, up to and including its Sync's, waiting on the event loop."""
+async def read_results(
+    pgconn: Any, count: int, read_input: Callable[[], Awaitable[None]]
+) -> list[pq.abc.PGresult]:
+    """The `count` results of a pipeline, up to and including its Sync's, waiting on the event loop
+    (`read_input` until more of them is read)."""
     loop = asyncio.get_running_loop()
     fileno = pgconn.socket
     while pgconn.flush():
-        await _ready(loop, fileno, write=True)
+        await _writable(loop, fileno)
     results: list[pq.abc.PGresult] = []
     while True:
         while pgconn.is_busy():
-            await _ready(loop, fileno, write=False)
-            pgconn.consume_input()
+            await read_input()
         result = pgconn.get_result()
         if result is None:
             continue  # the end of one statement's results
@@ -182,25 +255,18 @@ async def read_results(pgconn: Any, count: int) -> list[pq.abc.PGresult]:
         results.append(result)
 
 
-async def _ready(loop: asyncio.AbstractEventLoop, fileno: int, *, write: bool) -> None:
+async def _writable(loop: asyncio.AbstractEventLoop, fileno: int) -> None:
     waiter: asyncio.Future[None] = loop.create_future()
 
     def wake() -> None:
         if not waiter.done():
             waiter.set_result(None)
 
-    if write:
-        loop.add_writer(fileno, wake)
-        try:
-            await waiter
-        finally:
-            loop.remove_writer(fileno)
-    else:
-        loop.add_reader(fileno, wake)
-        try:
-            await waiter
-        finally:
-            loop.remove_reader(fileno)
+    loop.add_writer(fileno, wake)
+    try:
+        await waiter
+    finally:
+        loop.remove_writer(fileno)
 
 
 async def _close_quietly(conn: psycopg.AsyncConnection[Any]) -> None:

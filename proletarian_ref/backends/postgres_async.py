@@ -291,10 +291,14 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         return conn in self._pipes
 
     def _forget(self, conn: Any) -> None:
-        self._pipes.pop(conn, None)
+        session = self._pipes.pop(conn, None)
+        if session is not None:
+            session.close()
         super()._forget(conn)
 
     async def close(self) -> None:
+        for session in self._pipes.values():
+            session.close()
         self._pipes.clear()
         await super().close()
 
