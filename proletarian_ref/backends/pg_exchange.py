@@ -141,9 +141,11 @@ class Session:
         soon as the loop sees it, so that the loop's next look finds the socket empty rather than waking
         the next exchange's wait for nothing.
         """
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            self._unwatch()
+        # The loop it watches on, once watching: asking for the running loop costs a system call (a check
+        # for a fork), and a psycopg connection is used on one loop (its lock is bound to it).
+        loop = self._loop
+        if loop is None:
+            loop = asyncio.get_running_loop()
             loop.add_reader(self._fd, self._readable)
             self._loop = loop
         self._waiter = waiter = loop.create_future()
@@ -237,10 +239,8 @@ async def read_results(
 ) -> list[pq.abc.PGresult]:
     """The `count` results of a pipeline, up to and including its Sync's, waiting on the event loop
     (`read_input` until more of them is read)."""
-    loop = asyncio.get_running_loop()
-    fileno = pgconn.socket
     while pgconn.flush():
-        await _writable(loop, fileno)
+        await _writable(pgconn.socket)
     results: list[pq.abc.PGresult] = []
     while True:
         while pgconn.is_busy():
@@ -255,7 +255,8 @@ async def read_results(
         results.append(result)
 
 
-async def _writable(loop: asyncio.AbstractEventLoop, fileno: int) -> None:
+async def _writable(fileno: int) -> None:
+    loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
 
     def wake() -> None:
