@@ -64,7 +64,7 @@ class _Watches:
             return remove(fd)
 
         loop.add_reader = add_reader  # type: ignore[method-assign,assignment]
-        loop.remove_reader = remove_reader  # type: ignore[method-assign,assignment]
+        loop.remove_reader = remove_reader  # type: ignore[method-assign]
 
 
 def _open_fds() -> int:
