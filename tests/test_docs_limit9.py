@@ -1,6 +1,7 @@
 """The figures docs/benchmarks.md quotes from the two limit9 runs (the asyncio chain's exchanges sent by the
-backend itself, pg_exchange; the database on cores of its own, and sharing them) are theirs, and so are
-README's figures against the server's limit and docs/worker.md's word on the asyncio chain's speed.
+backend itself, pg_exchange; the database on cores of its own, and sharing them) are theirs (README's
+figures against the server's limit and docs/worker.md's word on the asyncio chain's speed are limit10's,
+tests/test_docs_limit10.py).
 
 "The asyncio exchange of its own" pastes both runs' limit and per-job cost tables and a table of the targets
 met per point, and quotes in prose what the asyncio chain reached beside limit8's and its client CPU a job
@@ -152,42 +153,6 @@ def test_the_best_drain_sharing_the_cores_is_the_asyncio_chain() -> None:
     )
 
 
-def test_worker_mds_word_on_the_pipelined_asyncio_chain_is_the_runs() -> None:
-    text = prose((ROOT / "docs" / "worker.md").read_text(encoding="utf-8"))
-    assert (
-        "then it drained faster than asyncpg's compact plan at every point of the last named run against "
-        "the server's limit, and sharing the database's cores it was the fastest drain at every point" in text
-    )
-    for run in RUNS.values():
-        for batch in (False, True):
-            for r in throughput_rows(run, "postgresql", batch=batch):
-                assert r["async_chain_ratio_limit"] > r["async_ratio_limit"]
-
-
-def test_readmes_figures_against_the_limit_are_the_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in _rows(CORES_RUN, backend, batch=batch))
-
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker reached "
-        f"{best('mysql', ('compact', 'async'), batch=False)} of it one job a commit, batch mode "
-        f"{best('mysql', ('library', 'async'), batch=True)}",
-        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        f"0.6 met at {_met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
-        f"({_met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {_met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit and "
-        f"{_met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{_met(SHARED_RUN, 'mysql', batch=False)} and {_met(SHARED_RUN, 'mysql', batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
-
-
 def _met_points(results: dict[str, Any], backend: str) -> list[str]:
     return [
         f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
@@ -218,12 +183,6 @@ def test_the_asyncio_chains_client_cpu_against_the_threaded_chains_is_the_runs()
     assert all(above(BEFORE["limit8-cores-2026-12-05"]))
     assert above(RUNS[CORES_RUN]) == [False, False, False, False, False, True]
     assert not any(above(RUNS[SHARED_RUN]))
-    worker_md = prose((ROOT / "docs" / "worker.md").read_text(encoding="utf-8"))
-    assert (
-        "cost less client CPU a job than the threaded chain in psycopg's pipeline mode at every point of the "
-        "last named run against the server's limit but one (4 x 4 in batch mode, the database on a core of "
-        "its own)" in worker_md
-    )
     text = prose(_section())
     assert "here it costs less at every point but 4 x 4 in batch mode" in text
     chain9 = span(r["chain_ratio_limit"] for r in _rows(CORES_RUN, "postgresql", batch=False))
