@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Final
 
 RESULTS_DIR: Final = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+BENCHMARKS_MD: Final = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 # Issue 31's target: a drain's rate at least this share of the server's own limit.
 LIMIT_TARGET: Final = 0.6
 # Issue 31's drains for each target, from limit5 on: default mode on the compact plan or the asyncio worker,
@@ -213,3 +214,87 @@ def assert_pasted(results_md: Path, marker: str, section_text: str, *, must: str
     )
     missing = [line for line in lines if line not in section_text]
     assert not missing, f"not pasted from {results_md}: {missing}"
+
+
+class LimitPair:
+    """A pair of named runs against the server's limit of one revision, the database on cores of its own
+    then sharing them, and the docs/benchmarks.md section that quotes them (from `heading` to the next
+    "## "): the checks each such section's tests make alike, on its figures recomputed from the runs."""
+
+    def __init__(self, cores_run: str, shared_run: str, heading: str) -> None:
+        self.cores_run, self.shared_run = cores_run, shared_run
+        self.runs = load_runs(cores_run, shared_run)
+        self.readings = {cores_run: "on cores of its own", shared_run: "sharing the cores"}
+        self.heading = heading
+
+    def text(self) -> str:
+        """The section, as written."""
+        return section(BENCHMARKS_MD, self.heading, "\n## ")
+
+    def rows(self, run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
+        return throughput_rows(self.runs[run], backend, batch=batch)
+
+    def met(self, run: str, backend: str, *, batch: bool) -> str:
+        """How many of `run`'s points of `backend` met the target, as the prose says it: "3 of 4"."""
+        rows = self.rows(run, backend, batch=batch)
+        drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
+        return f"{sum(best_of_limit(r, drains) >= LIMIT_TARGET for r in rows)} of {len(rows)}"
+
+    def assert_tables_pasted(self) -> None:
+        for run in self.runs:
+            assert_pasted(
+                RESULTS_DIR / run / "results.md",
+                "#### Against the server's limit",
+                self.text(),
+                must="async batch chain",
+            )
+
+    def assert_named(self) -> None:
+        assert_pair_named(
+            self.runs[self.cores_run]["meta"], self.runs[self.shared_run]["meta"], prose(self.text())
+        )
+
+    def assert_async_chain_one_exchange_a_job(self, backend_name: str) -> None:
+        """Both runs drained the asyncio chain on `backend_name`, one exchange a job (counted at 1 x 1, and
+        quoted from the run on cores of its own)."""
+        for run in self.runs.values():
+            (pg,) = [e for e in run["benchmarks"]["throughput"] if e["backend"] == "postgresql"]
+            assert pg["async_chain_backend"] == backend_name
+            assert round(point_row(run, "postgresql", 1, 1)["async_chain_round_trips_per_job"]) == 1
+        one = point_row(self.runs[self.cores_run], "postgresql", 1, 1)
+        assert f"At 1 x 1 it took {one['async_chain_round_trips_per_job']:.2f} round trips a job" in prose(
+            self.text()
+        )
+
+    def assert_targets_table(self) -> None:
+        text = self.text()
+        for line in targets_table(
+            self.runs, self.readings, DATABASES, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS, TARGET_DIGITS
+        ):
+            assert line in text, line
+
+    def assert_where_the_targets_stand(self) -> None:
+        text = prose(self.text())
+        for run, reading in self.readings.items():
+            for backend, name in DATABASES.items():
+                phrase = (
+                    f"{reading}, {name} meets 0.6 at {self.met(run, backend, batch=False)} points one job a "
+                    f"commit and {self.met(run, backend, batch=True)} in batch mode"
+                )
+                assert phrase in text or phrase[0].upper() + phrase[1:] in text, phrase
+
+    def assert_missed_cpu_bounds(self) -> None:
+        """The CPU bound of each PostgreSQL point missed sharing the cores, and which are over the target."""
+        text = prose(self.text())
+        shared = self.runs[self.shared_run]
+        for phrase in missed_cpu_bounds(shared):
+            assert phrase in text, phrase
+        assert f"Over 0.6: {over_ceiling(shared, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS)}." in text
+
+    def assert_async_chain_best_sharing_the_cores(self) -> None:
+        for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
+            for r in self.rows(self.shared_run, "postgresql", batch=batch):
+                assert best_drain(r, drains) == "async_chain", (r["processes"], r["threads"], batch)
+        assert "Sharing the cores the asyncio chain was the best drain at every PostgreSQL point" in prose(
+            self.text()
+        )

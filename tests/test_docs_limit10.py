@@ -13,27 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-import pytest
 from docs_support import (
     CHAINED_BATCH_DRAINS,
-    DATABASES,
     DEFAULT_DRAINS,
     LIMIT_TARGET,
-    RESULTS_DIR,
-    TARGET_DIGITS,
-    assert_pair_named,
-    assert_pasted,
-    best_drain,
+    LimitPair,
     best_of_limit,
     cpu_ceiling,
     load_runs,
-    missed_cpu_bounds,
-    over_ceiling,
     point_row,
     prose,
-    section,
     span,
-    targets_table,
     throughput_rows,
 )
 
@@ -42,28 +32,11 @@ from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
 ROOT: Final = Path(__file__).resolve().parent.parent
 CORES_RUN: Final = "limit10-cores-2026-12-06"
 SHARED_RUN: Final = "limit10-shared-2026-12-06"
-RUNS: Final = load_runs(CORES_RUN, SHARED_RUN)
+PAIR: Final = LimitPair(
+    CORES_RUN, SHARED_RUN, f"### The watch kept between exchanges: `{CORES_RUN}` and `{SHARED_RUN}`"
+)
+RUNS: Final = PAIR.runs
 BEFORE: Final = load_runs("limit9-cores-2026-12-05", "limit9-shared-2026-12-05")
-BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
-READINGS: Final = {CORES_RUN: "on cores of its own", SHARED_RUN: "sharing the cores"}
-
-
-def _section() -> str:
-    return section(
-        BENCHMARKS_MD,
-        f"### The watch kept between exchanges: `{CORES_RUN}` and `{SHARED_RUN}`",
-        "\n## ",
-    )
-
-
-def _rows(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
-    return throughput_rows(RUNS[run], backend, batch=batch)
-
-
-def _met(run: str, backend: str, *, batch: bool) -> str:
-    rows = _rows(run, backend, batch=batch)
-    drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
-    return f"{sum(best_of_limit(r, drains) >= LIMIT_TARGET for r in rows)} of {len(rows)}"
 
 
 def _before(run: str) -> dict[str, Any]:
@@ -81,7 +54,7 @@ def what_the_watch_changed(run: str) -> str:
     phrases = []
     for batch in (False, True):
         before = throughput_rows(_before(run), "postgresql", batch=batch)
-        for r, b in zip(_rows(run, "postgresql", batch=batch), before, strict=True):
+        for r, b in zip(PAIR.rows(run, "postgresql", batch=batch), before, strict=True):
             assert (r["processes"], r["threads"]) == (b["processes"], b["threads"])
             point = f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
             phrases.append(
@@ -92,51 +65,28 @@ def what_the_watch_changed(run: str) -> str:
     return "; ".join(phrases)
 
 
-@pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
-def test_both_runs_tables_are_pasted(run: str) -> None:
-    assert_pasted(
-        RESULTS_DIR / run / "results.md",
-        "#### Against the server's limit",
-        _section(),
-        must="async batch chain",
-    )
+def test_both_runs_tables_are_pasted() -> None:
+    PAIR.assert_tables_pasted()
 
 
 def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
-    assert_pair_named(RUNS[CORES_RUN]["meta"], RUNS[SHARED_RUN]["meta"], prose(_section()))
+    PAIR.assert_named()
 
 
 def test_the_asyncio_chain_drained_on_the_backends_own_exchange_one_a_job() -> None:
-    for run in RUNS.values():
-        (pg,) = [e for e in run["benchmarks"]["throughput"] if e["backend"] == "postgresql"]
-        assert pg["async_chain_backend"] == ASYNC_CHAIN_BACKEND
-        one = point_row(run, "postgresql", 1, 1)
-        assert round(one["async_chain_round_trips_per_job"]) == 1
-    one = point_row(RUNS[CORES_RUN], "postgresql", 1, 1)
-    assert f"At 1 x 1 it took {one['async_chain_round_trips_per_job']:.2f} round trips a job" in prose(
-        _section()
-    )
+    PAIR.assert_async_chain_one_exchange_a_job(ASYNC_CHAIN_BACKEND)
 
 
 def test_the_targets_table_is_the_runs() -> None:
-    text = _section()
-    for line in targets_table(RUNS, READINGS, DATABASES, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS, TARGET_DIGITS):
-        assert line in text, line
+    PAIR.assert_targets_table()
 
 
 def test_where_the_targets_stand_is_the_runs() -> None:
-    text = prose(_section())
-    for run, reading in READINGS.items():
-        for backend, name in DATABASES.items():
-            phrase = (
-                f"{reading}, {name} meets 0.6 at {_met(run, backend, batch=False)} points one job a commit "
-                f"and {_met(run, backend, batch=True)} in batch mode"
-            )
-            assert phrase in text or phrase[0].upper() + phrase[1:] in text, phrase
+    PAIR.assert_where_the_targets_stand()
 
 
 def test_what_the_watch_changed_is_the_runs() -> None:
-    text = prose(_section())
+    text = prose(PAIR.text())
     for run in RUNS:
         assert what_the_watch_changed(run) in text, run
 
@@ -147,7 +97,7 @@ def test_the_asyncio_chains_client_cpu_fell_against_the_threaded_chains_at_every
         for run in (CORES_RUN, SHARED_RUN)
         for batch in (False, True)
         for r, b in zip(
-            _rows(run, "postgresql", batch=batch),
+            PAIR.rows(run, "postgresql", batch=batch),
             throughput_rows(_before(run), "postgresql", batch=batch),
             strict=True,
         )
@@ -156,25 +106,16 @@ def test_the_asyncio_chains_client_cpu_fell_against_the_threaded_chains_at_every
     assert lower == [True] * 10 + [False, True]
     assert (
         "lower than in `limit9` at every point of both readings but 1 x 4 in batch mode sharing the cores"
-        in prose(_section())
+        in prose(PAIR.text())
     )
 
 
 def test_the_best_drain_sharing_the_cores_is_the_asyncio_chain() -> None:
-    for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
-        for r in _rows(SHARED_RUN, "postgresql", batch=batch):
-            assert best_drain(r, drains) == "async_chain", (r["processes"], r["threads"], batch)
-    assert "Sharing the cores the asyncio chain was the best drain at every PostgreSQL point" in prose(
-        _section()
-    )
+    PAIR.assert_async_chain_best_sharing_the_cores()
 
 
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
-    text = prose(_section())
-    shared = RUNS[SHARED_RUN]
-    for phrase in missed_cpu_bounds(shared):
-        assert phrase in text, phrase
-    assert f"Over 0.6: {over_ceiling(shared, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS)}." in text
+    PAIR.assert_missed_cpu_bounds()
 
 
 def test_no_missed_shared_point_is_under_its_cpu_bound_yet_4_x_4s_server_cpu_is_over_the_limits() -> None:
@@ -193,7 +134,7 @@ def test_no_missed_shared_point_is_under_its_cpu_bound_yet_4_x_4s_server_cpu_is_
     assert (
         f"at 4 x 4 the server's CPU a job for the asyncio chain's four statements "
         f"({row['async_chain_server_cpu_us_per_job']:.0f} µs) is still above the limit's whole job "
-        f"({job_us:.0f} µs of the two cores)" in prose(_section())
+        f"({job_us:.0f} µs of the two cores)" in prose(PAIR.text())
     )
 
 
@@ -213,7 +154,7 @@ def test_what_sharing_the_cores_met_in_limit9_and_misses_here_is_the_runs() -> N
     assert (row["processes"], row["threads"]) == (4, 4)
     assert (
         f"4 x 4 in batch mode, met in `limit9` ({best_of_limit(before, CHAINED_BATCH_DRAINS):.3f}), is "
-        f"missed here ({best_of_limit(row, CHAINED_BATCH_DRAINS):.3f})" in prose(_section())
+        f"missed here ({best_of_limit(row, CHAINED_BATCH_DRAINS):.3f})" in prose(PAIR.text())
     )
     batch_1x4 = throughput_rows(RUNS[SHARED_RUN], "postgresql", batch=True)[0]
     assert (batch_1x4["processes"], batch_1x4["threads"]) == (1, 4)
@@ -222,7 +163,7 @@ def test_what_sharing_the_cores_met_in_limit9_and_misses_here_is_the_runs() -> N
         best_of_limit(batch_1x4, CHAINED_BATCH_DRAINS),
     ]
     assert all(LIMIT_TARGET - 0.01 <= value < LIMIT_TARGET for value in near), near
-    assert "1 x 4 and 1 x 4 in batch mode came within 0.01 of the target" in prose(_section())
+    assert "1 x 4 and 1 x 4 in batch mode came within 0.01 of the target" in prose(PAIR.text())
 
 
 def test_worker_mds_word_on_the_pipelined_asyncio_chain_is_the_runs() -> None:
@@ -247,7 +188,7 @@ def test_readmes_figures_against_the_limit_are_the_runs() -> None:
     text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
 
     def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in _rows(CORES_RUN, backend, batch=batch))
+        return span(best_of_limit(r, drains) for r in PAIR.rows(CORES_RUN, backend, batch=batch))
 
     phrases = [
         f"named run `{CORES_RUN}`",
@@ -256,12 +197,12 @@ def test_readmes_figures_against_the_limit_are_the_runs() -> None:
         f"{best('mysql', ('library', 'async'), batch=True)}",
         f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
         "the best of the compact plan and the asyncio worker, with or without chained claims",
-        f"0.6 met at {_met(CORES_RUN, 'postgresql', batch=False)} points",
+        f"0.6 met at {PAIR.met(CORES_RUN, 'postgresql', batch=False)} points",
         f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
-        f"({_met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {_met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit and "
-        f"{_met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{_met(SHARED_RUN, 'mysql', batch=False)} and {_met(SHARED_RUN, 'mysql', batch=True)}",
+        f"({PAIR.met(CORES_RUN, 'postgresql', batch=True)})",
+        f"PostgreSQL meets 0.6 at {PAIR.met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit "
+        f"and {PAIR.met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
+        f"{PAIR.met(SHARED_RUN, 'mysql', batch=False)} and {PAIR.met(SHARED_RUN, 'mysql', batch=True)}",
     ]
     for phrase in phrases:
         assert phrase in text, phrase

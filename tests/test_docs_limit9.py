@@ -14,27 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-import pytest
 from docs_support import (
     CHAINED_BATCH_DRAINS,
-    DATABASES,
     DEFAULT_DRAINS,
     LIMIT_TARGET,
-    RESULTS_DIR,
-    TARGET_DIGITS,
-    assert_pair_named,
-    assert_pasted,
-    best_drain,
+    LimitPair,
     best_of_limit,
     cpu_ceiling,
     load_runs,
-    missed_cpu_bounds,
-    over_ceiling,
-    point_row,
     prose,
-    section,
     span,
-    targets_table,
     throughput_rows,
 )
 
@@ -43,28 +32,11 @@ from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
 ROOT: Final = Path(__file__).resolve().parent.parent
 CORES_RUN: Final = "limit9-cores-2026-12-05"
 SHARED_RUN: Final = "limit9-shared-2026-12-05"
-RUNS: Final = load_runs(CORES_RUN, SHARED_RUN)
+PAIR: Final = LimitPair(
+    CORES_RUN, SHARED_RUN, f"### The asyncio exchange of its own: `{CORES_RUN}` and `{SHARED_RUN}`"
+)
+RUNS: Final = PAIR.runs
 BEFORE: Final = load_runs("limit8-cores-2026-12-05", "limit8-shared-2026-12-05")
-BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
-READINGS: Final = {CORES_RUN: "on cores of its own", SHARED_RUN: "sharing the cores"}
-
-
-def _section() -> str:
-    return section(
-        BENCHMARKS_MD,
-        f"### The asyncio exchange of its own: `{CORES_RUN}` and `{SHARED_RUN}`",
-        "\n## ",
-    )
-
-
-def _rows(run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
-    return throughput_rows(RUNS[run], backend, batch=batch)
-
-
-def _met(run: str, backend: str, *, batch: bool) -> str:
-    rows = _rows(run, backend, batch=batch)
-    drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
-    return f"{sum(best_of_limit(r, drains) >= LIMIT_TARGET for r in rows)} of {len(rows)}"
 
 
 def what_the_exchange_changed(run: str) -> str:
@@ -74,7 +46,7 @@ def what_the_exchange_changed(run: str) -> str:
     phrases = []
     for batch in (False, True):
         before = throughput_rows(BEFORE[before_run], "postgresql", batch=batch)
-        for r, b in zip(_rows(run, "postgresql", batch=batch), before, strict=True):
+        for r, b in zip(PAIR.rows(run, "postgresql", batch=batch), before, strict=True):
             assert (r["processes"], r["threads"]) == (b["processes"], b["threads"])
             point = f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
             phrases.append(
@@ -86,71 +58,38 @@ def what_the_exchange_changed(run: str) -> str:
     return "; ".join(phrases)
 
 
-@pytest.mark.parametrize("run", [CORES_RUN, SHARED_RUN])
-def test_both_runs_tables_are_pasted(run: str) -> None:
-    assert_pasted(
-        RESULTS_DIR / run / "results.md",
-        "#### Against the server's limit",
-        _section(),
-        must="async batch chain",
-    )
+def test_both_runs_tables_are_pasted() -> None:
+    PAIR.assert_tables_pasted()
 
 
 def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
-    assert_pair_named(RUNS[CORES_RUN]["meta"], RUNS[SHARED_RUN]["meta"], prose(_section()))
+    PAIR.assert_named()
 
 
 def test_the_asyncio_chain_drained_on_the_backends_own_exchange_one_a_job() -> None:
-    for run in RUNS.values():
-        (pg,) = [e for e in run["benchmarks"]["throughput"] if e["backend"] == "postgresql"]
-        assert pg["async_chain_backend"] == ASYNC_CHAIN_BACKEND
-        # The exchanges are counted (pg_exchange.read_results): one a job, as in limit8.
-        one = point_row(run, "postgresql", 1, 1)
-        assert round(one["async_chain_round_trips_per_job"]) == 1
-    one = point_row(RUNS[CORES_RUN], "postgresql", 1, 1)
-    assert f"At 1 x 1 it took {one['async_chain_round_trips_per_job']:.2f} round trips a job" in prose(
-        _section()
-    )
+    PAIR.assert_async_chain_one_exchange_a_job(ASYNC_CHAIN_BACKEND)
 
 
 def test_the_targets_table_is_the_runs() -> None:
-    text = _section()
-    for line in targets_table(RUNS, READINGS, DATABASES, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS, TARGET_DIGITS):
-        assert line in text, line
+    PAIR.assert_targets_table()
 
 
 def test_what_the_exchange_changed_is_the_runs() -> None:
-    text = prose(_section())
+    text = prose(PAIR.text())
     for run in RUNS:
         assert what_the_exchange_changed(run) in text, run
 
 
 def test_where_the_targets_stand_is_the_runs() -> None:
-    text = prose(_section())
-    for run, reading in READINGS.items():
-        for backend, name in DATABASES.items():
-            phrase = (
-                f"{reading}, {name} meets 0.6 at {_met(run, backend, batch=False)} points one job a commit "
-                f"and {_met(run, backend, batch=True)} in batch mode"
-            )
-            assert phrase in text or phrase[0].upper() + phrase[1:] in text, phrase
+    PAIR.assert_where_the_targets_stand()
 
 
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
-    text = prose(_section())
-    shared = RUNS[SHARED_RUN]
-    for phrase in missed_cpu_bounds(shared):
-        assert phrase in text, phrase
-    assert f"Over 0.6: {over_ceiling(shared, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS)}." in text
+    PAIR.assert_missed_cpu_bounds()
 
 
 def test_the_best_drain_sharing_the_cores_is_the_asyncio_chain() -> None:
-    for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
-        for r in _rows(SHARED_RUN, "postgresql", batch=batch):
-            assert best_drain(r, drains) == "async_chain", (r["processes"], r["threads"], batch)
-    assert "Sharing the cores the asyncio chain was the best drain at every PostgreSQL point" in prose(
-        _section()
-    )
+    PAIR.assert_async_chain_best_sharing_the_cores()
 
 
 def _met_points(results: dict[str, Any], backend: str) -> list[str]:
@@ -167,7 +106,7 @@ def test_what_sharing_the_cores_meets_now_and_met_in_limit8_is_the_runs() -> Non
     assert _met_points(BEFORE["limit8-shared-2026-12-05"], "postgresql") == []
     assert (
         "Sharing the cores, PostgreSQL meets 0.6 at 1 x 1 and at 4 x 4 in batch mode, where `limit8` met it "
-        "nowhere." in prose(_section())
+        "nowhere." in prose(PAIR.text())
     )
 
 
@@ -183,16 +122,16 @@ def test_the_asyncio_chains_client_cpu_against_the_threaded_chains_is_the_runs()
     assert all(above(BEFORE["limit8-cores-2026-12-05"]))
     assert above(RUNS[CORES_RUN]) == [False, False, False, False, False, True]
     assert not any(above(RUNS[SHARED_RUN]))
-    text = prose(_section())
+    text = prose(PAIR.text())
     assert "here it costs less at every point but 4 x 4 in batch mode" in text
-    chain9 = span(r["chain_ratio_limit"] for r in _rows(CORES_RUN, "postgresql", batch=False))
+    chain9 = span(r["chain_ratio_limit"] for r in PAIR.rows(CORES_RUN, "postgresql", batch=False))
     chain8 = span(
         r["chain_ratio_limit"]
         for r in throughput_rows(BEFORE["limit8-cores-2026-12-05"], "postgresql", batch=False)
     )
     assert f"as the asyncio chain's did ({chain9} here, {chain8} there)" in text
     for r, b in zip(
-        _rows(CORES_RUN, "postgresql", batch=False),
+        PAIR.rows(CORES_RUN, "postgresql", batch=False),
         throughput_rows(BEFORE["limit8-cores-2026-12-05"], "postgresql", batch=False),
         strict=True,
     ):
@@ -212,4 +151,4 @@ def test_the_point_under_its_cpu_bound_is_4_x_4_whose_server_cpu_alone_is_over_t
     assert [(r["processes"], r["threads"], batch) for r, batch in under] == [(4, 4, False)]
     ((row, _batch),) = under
     assert row["async_chain_server_cpu_us_per_job"] > cores * 1e6 / row["limit_jobs_per_s"]
-    assert "Under 0.6 (at 4 x 4) CPU is the bound" in prose(_section())
+    assert "Under 0.6 (at 4 x 4) CPU is the bound" in prose(PAIR.text())
