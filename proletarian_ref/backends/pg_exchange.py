@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
+import socket
 import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -123,8 +123,9 @@ class Session:
         # The socket under a number of its own, so that psycopg's own waits on the connection (which add
         # and remove a reader on libpq's number) never touch the watch kept between exchanges. Closed by
         # close(), or when the session is collected if close() was never called (it is not watched then).
-        self._fd = os.dup(conn.pgconn.socket)
-        self._close_fd = weakref.finalize(self, os.close, self._fd)
+        # socket's dup and close, not os's: a socket is not a C file descriptor everywhere (Windows).
+        self._fd = socket.dup(conn.pgconn.socket)
+        self._close_fd = weakref.finalize(self, socket.close, self._fd)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiter: asyncio.Future[None] | None = None
 
