@@ -122,8 +122,8 @@ class Session:
         self._pgconn = conn.pgconn
         # The socket under a number of its own, so that psycopg's own waits on the connection (which add
         # and remove a reader on libpq's number) never touch the watch kept between exchanges. Closed by
-        # close(), or when the session is collected if close() was never called (it is not watched then).
-        # socket's dup and close, not os's: a socket is not a C file descriptor everywhere (Windows).
+        # close(), or when the session is collected if close() was never called (it is not watched then);
+        # by socket's dup and close, as a socket is not a C file descriptor everywhere (Windows).
         self._fd = socket.dup(conn.pgconn.socket)
         self._close_fd = weakref.finalize(self, socket.close, self._fd)
         self._loop: asyncio.AbstractEventLoop | None = None
