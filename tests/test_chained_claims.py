@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import re
 import threading
 import time
@@ -530,6 +531,30 @@ def test_an_asyncio_chained_pipeline_sends_a_finished_archive_with_the_next_clai
     claimed = JOBS // batch_size
     assert backend.exchanges[0] == ["BEGIN", claim]
     assert backend.exchanges[1 : 1 + claimed] == [[checked, "COMMIT", "BEGIN", claim]] * claimed
+
+
+def test_an_asyncio_chained_pipelines_close_leaves_no_socket_of_its_own_open(
+    pg_db: SqlHarness, pg_dsn: str
+) -> None:
+    job_ids = _enqueue(pg_db, JOBS)
+    backend = _async_pipeline_chain(AsyncPostgresBackend, pg_dsn)
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def handler(job_type: str, payload: Any) -> None:
+        return None
+
+    async def main() -> tuple[int, int]:
+        # Counted on the running loop, whose watches would keep a session's socket number open: _adrain
+        # closes the backend, its connections and each exchange session's own number for their sockets.
+        before = open_fds()
+        await _adrain(pg_db, backend, handler, 1, lambda: not pg_db.jobs())
+        return before, open_fds()
+
+    before, after = asyncio.run(main())
+    _archived_once(pg_db, job_ids)
+    assert after == before
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])

@@ -291,16 +291,11 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         return conn in self._pipes
 
     def _forget(self, conn: Any) -> None:
+        # Every connection with a session is one of the backend's own: close() forgets each, so here too.
         session = self._pipes.pop(conn, None)
         if session is not None:
             session.close()
         super()._forget(conn)
-
-    async def close(self) -> None:
-        for session in self._pipes.values():
-            session.close()
-        self._pipes.clear()
-        await super().close()
 
     async def _new_cursor(self, conn: Any) -> Any:
         return conn.cursor(row_factory=tuple_row)
