@@ -10,6 +10,7 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from cli_support import (
@@ -23,7 +24,8 @@ from cli_support import (
     wait_for,
 )
 
-from proletarian_ref.cli import ExitCode
+from proletarian_ref.cli import ExitCode, processes
+from proletarian_ref.cli.errors import CliError
 
 pytest_generate_tests = parametrize_dialects
 
@@ -190,7 +192,11 @@ def test_a_second_signal_makes_every_process_exit_at_once(
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=30)
     assert process.returncode == ExitCode.INTERRUPTED, err
-    assert re.search(r"worker process [12] of 2 \(pid \d+\) exited with code 130 while stopping", err), err
+    assert re.search(
+        r"error: interrupted: worker process [12] of 2 \(pid \d+\) exited with code 130.*"
+        r", exiting at once on the second signal",
+        err,
+    ), err
     [job] = wait_for(database.jobs, timeout=10, what="the job to be visible")
     assert job.attempts == 0
 
@@ -232,3 +238,46 @@ def test_two_processes_of_a_coroutine_handler_run_every_job_once(
     ran = [int(n) for n in runs.read_text(encoding="utf-8").split()]
     assert Counter(ran) == Counter(range(jobs)), "each job ran exactly once"
     assert "all 2 worker processes stopped" in err
+
+
+class _Ended:
+    """A child process that has ended with `returncode` (what `_outcome` reads of a Popen)."""
+
+    def __init__(self, pid: int, returncode: int) -> None:
+        self.pid = pid
+        self.returncode = returncode
+
+
+def _outcome_of(*codes: int, at_once: bool) -> tuple[int, str]:
+    children = cast("list[subprocess.Popen[bytes]]", [_Ended(100 + i, code) for i, code in enumerate(codes)])
+    try:
+        return processes._outcome(children, len(codes), None, at_once=at_once), ""
+    except CliError as exc:
+        return int(exc.exit_code), str(exc)
+
+
+def test_a_child_ended_by_the_exit_at_once_sigint_itself_makes_the_command_exit_130_not_1() -> None:
+    # A clean-clone CI run: the idle child had finished stopping on SIGTERM and put Python's own SIGINT
+    # handler back when the passed-on SIGINT landed, so it ended by SIGINT (-2), which read as a failure (1).
+    code, message = _outcome_of(-signal.SIGINT, int(ExitCode.INTERRUPTED), at_once=True)
+    assert code == ExitCode.INTERRUPTED, message
+    assert message == (
+        "interrupted: worker process 1 of 2 (pid 100) was killed by SIGINT; worker process 2 of 2 (pid 101) "
+        "exited with code 130, exiting at once on the second signal"
+    )
+
+
+def test_after_one_signal_a_child_killed_by_sigint_or_exiting_130_is_a_failure_of_the_stop() -> None:
+    assert _outcome_of(0, -signal.SIGINT, at_once=False) == (
+        ExitCode.RUNTIME_ERROR,
+        "worker process 2 of 2 (pid 101) was killed by SIGINT while stopping (its messages above say why)",
+    )
+    assert _outcome_of(130, 0, at_once=False)[0] == ExitCode.INTERRUPTED
+    assert "while stopping" in _outcome_of(130, 0, at_once=False)[1]
+
+
+def test_a_second_signal_that_every_child_outran_leaves_exit_0_and_a_crash_keeps_its_code() -> None:
+    assert _outcome_of(0, -signal.SIGTERM, at_once=True) == (ExitCode.OK, "")
+    code, message = _outcome_of(-signal.SIGINT, 4, at_once=True)
+    assert code == 4
+    assert message.startswith("worker process 2 of 2 (pid 101) exited with code 4 while stopping")

@@ -5,7 +5,8 @@ interpreter (no shared GIL), and keeps every promise of a single worker: a stop 
 and releases the rest. The children run in a session of their own, so a terminal's Ctrl-C reaches only the
 parent, which passes each SIGINT/SIGTERM on: the first as SIGTERM, which stops every child, draining; a
 second as SIGINT (two SIGTERMs close together would reach a child as one), which makes them exit at once,
-sent again every half second to a child still running (one that took both signals as one stop).
+sent again every half second to a child still running (one that took both signals as one stop); the
+command then exits 130, whether a child ended with its own 130 or by that SIGINT.
 A child that ends before any stop was asked (a crash, a lost schema) stops the others, and the command
 exits non-zero naming it. A child whose parent is gone (killed with SIGKILL) stops itself (`PARENT_ENV`).
 """
@@ -118,30 +119,53 @@ def run_processes(argv: Sequence[str], count: int) -> int:
         if main_thread:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-    return _outcome(children, count, failed)
+    return _outcome(children, count, failed, at_once=signals_seen >= 2)
 
 
 def _outcome(
-    children: list[subprocess.Popen[bytes]], count: int, failed: tuple[int, subprocess.Popen[bytes]] | None
+    children: Sequence[subprocess.Popen[bytes]],
+    count: int,
+    failed: tuple[int, subprocess.Popen[bytes]] | None,
+    *,
+    at_once: bool,
 ) -> int:
-    """The command's exit code once every child has ended; a CliError for one that failed."""
+    """The command's exit code once every child has ended; a CliError for one that failed, or for an
+    exit at once (`at_once`: a second stop signal was passed on)."""
     if failed is not None:
         index, child = failed
         raise CliError(
-            f"worker process {index + 1} of {count} (pid {child.pid}) {_describe(child.returncode)} "
+            f"{_name(index, count, child)} {_describe(child.returncode)} "
             "without being asked to stop; the other worker processes were stopped",
             exit_code=_exit_code(child.returncode),
         )
+    # Killed by the SIGTERM passed on before it had set up its handlers: it had no worker to drain.
+    stopped: set[int] = {0, -signal.SIGTERM}
+    # The exit at once is the child's "interrupted" (130), or the SIGINT itself when it lands after the child
+    # has put back Python's own handler on its way out (an uncaught KeyboardInterrupt ends Python by SIGINT).
+    interrupted: set[int] = {int(ExitCode.INTERRUPTED), -signal.SIGINT} if at_once else set()
     for index, child in enumerate(children):
-        # Killed by the SIGTERM passed on before it had set up its handlers: it had no worker to drain.
-        if child.returncode not in (0, -signal.SIGTERM):
+        if child.returncode not in stopped | interrupted:
             raise CliError(
-                f"worker process {index + 1} of {count} (pid {child.pid}) {_describe(child.returncode)} "
+                f"{_name(index, count, child)} {_describe(child.returncode)} "
                 "while stopping (its messages above say why)",
                 exit_code=_exit_code(child.returncode),
             )
+    cut_short = [
+        f"{_name(index, count, child)} {_describe(child.returncode)}"
+        for index, child in enumerate(children)
+        if child.returncode in interrupted
+    ]
+    if cut_short:
+        raise CliError(
+            f"interrupted: {'; '.join(cut_short)}, exiting at once on the second signal",
+            exit_code=ExitCode.INTERRUPTED,
+        )
     notice(f"all {count} worker processes stopped")
     return int(ExitCode.OK)
+
+
+def _name(index: int, count: int, child: subprocess.Popen[bytes]) -> str:
+    return f"worker process {index + 1} of {count} (pid {child.pid})"
 
 
 def watch_parent(stop: threading.Event) -> None:
