@@ -82,10 +82,10 @@ def test_an_exchange_returns_each_statements_result_and_leaves_pipeline_mode(pg_
         session.loader.set_pgresult(echo.result)
         assert session.loader.load_row(0, tuple) == (job_id, 42, "é")
         # Prepared once, then executed by name.
-        assert list(session.prepared.values()) == [b"_proletarian_0"]
+        assert list(session.prepared.values()) == [b"_proletarian_0", b"_proletarian_1"]
         again = Command(echo.statement, {"id": job_id, "n": 1, "text": "x"})
         await exchange(conn, session, [again])
-        assert len(session.prepared) == 1 and again.rowcount == 1
+        assert len(session.prepared) == 2 and again.rowcount == 1
         # psycopg carries on in the same transaction.
         await conn.execute("SELECT 1")
         await conn.rollback()
@@ -102,12 +102,36 @@ def test_a_refused_statement_is_raised_after_every_result_is_in_and_the_transact
             await exchange(conn, session, [Command("BEGIN"), Command("SELECT 1 / 0"), after])
         # Skipped, not run: the pipeline was aborted at the error, and the prepare with it.
         assert after.result is not None and after.result.status == pq.ExecStatus.PIPELINE_ABORTED
-        assert session.prepared == {}
+        assert set(session.prepared) == {b"BEGIN", b"SELECT 1 / 0"}
         assert conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
         assert conn.pgconn.transaction_status == pq.TransactionStatus.INERROR
         await conn.rollback()
         await exchange(conn, session, [after])
         assert after.rowcount == 1
+
+    _run(pg_dsn, body)
+
+
+def test_transaction_statements_are_prepared_once_and_run_by_name_as_the_claim_is(pg_dsn: str) -> None:
+    # BEGIN and COMMIT go in every exchange of a chain: by name, the server parses them once a connection.
+    async def body(conn: psycopg.AsyncConnection[Any], session: Session) -> None:
+        for n in range(3):
+            claim = Command("SELECT %(n)s::int", {"n": n})
+            await exchange(conn, session, [Command("BEGIN"), claim, Command("COMMIT")])
+            assert claim.rowcount == 1
+            assert conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        assert session.prepared == {
+            b"BEGIN": b"_proletarian_0",
+            b"SELECT $1::int": b"_proletarian_1",
+            b"COMMIT": b"_proletarian_2",
+        }
+        cursor = await conn.execute("SELECT name, statement FROM pg_prepared_statements ORDER BY name")
+        assert await cursor.fetchall() == [
+            ("_proletarian_0", "BEGIN"),
+            ("_proletarian_1", "SELECT $1::int"),
+            ("_proletarian_2", "COMMIT"),
+        ]
+        await conn.rollback()
 
     _run(pg_dsn, body)
 

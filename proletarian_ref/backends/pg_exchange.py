@@ -184,8 +184,9 @@ class Session:
 async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, commands: Sequence[Command]) -> None:
     """Send `commands` in one pipeline with one Sync, read every result back, and leave pipeline mode.
 
-    Statements with parameters are prepared on the connection the first time (named, in the same
-    exchange). The first statement the server refused is raised as psycopg's error, once every result is
+    Every statement is prepared on the connection the first time (named, in the same exchange), BEGIN and
+    COMMIT too: a chain sends them with every job, and the server then parses none of them again. So the
+    statements are a fixed set (the backend's SQL files), their values bound. The first statement the server refused is raised as psycopg's error, once every result is
     in and the connection is out of pipeline mode (the statements after it did nothing, and the
     transaction is failed, for the caller to roll back). Anything else that goes wrong (a cancellation, a
     broken connection) leaves the connection unusable: it is closed before the error goes on.
@@ -198,17 +199,17 @@ async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, command
             answers: list[Command | bytes] = []
             for command in commands:
                 if command.params is None:
-                    pgconn.send_query_params(command.statement.encode(), None)
+                    text, values = command.statement.encode(), None
                 else:
                     text, values = parameters(command.statement, command.params, session.loader)
-                    name = session.prepared.get(text)
-                    if name is None:
-                        name = f"{_PREFIX}{session.named}".encode()
-                        session.named += 1
-                        pgconn.send_prepare(name, text)
-                        answers.append(name)
-                        session.prepared[text] = name
-                    pgconn.send_query_prepared(name, values)
+                name = session.prepared.get(text)
+                if name is None:
+                    name = f"{_PREFIX}{session.named}".encode()
+                    session.named += 1
+                    pgconn.send_prepare(name, text)
+                    answers.append(name)
+                    session.prepared[text] = name
+                pgconn.send_query_prepared(name, values)
                 answers.append(command)
             pgconn.pipeline_sync()
             results = await read_results(pgconn, len(answers), session.read_input)
