@@ -1,6 +1,7 @@
 """The figures docs/benchmarks.md quotes from the two limit10 runs (the asyncio chain's watch on its sockets
-kept from one exchange to the next; the database on cores of its own, and sharing them) are theirs, and so
-are README's figures against the server's limit and docs/worker.md's word on the asyncio chain's speed.
+kept from one exchange to the next; the database on cores of its own, and sharing them) are theirs (README's
+figures against the server's limit and docs/worker.md's word on the asyncio chain's speed are limit11's,
+tests/test_docs_limit11.py).
 
 "The watch kept between exchanges" pastes both runs' limit and per-job cost tables and a table of the
 targets met per point, and quotes in prose the asyncio chain's share of the limit and its client CPU a job
@@ -10,7 +11,6 @@ cores; these tests recompute each from the runs' results.json, so a new run with
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Final
 
 from docs_support import (
@@ -23,13 +23,11 @@ from docs_support import (
     load_runs,
     point_row,
     prose,
-    span,
     throughput_rows,
 )
 
 from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
 
-ROOT: Final = Path(__file__).resolve().parent.parent
 CORES_RUN: Final = "limit10-cores-2026-12-06"
 SHARED_RUN: Final = "limit10-shared-2026-12-06"
 PAIR: Final = LimitPair(
@@ -164,45 +162,3 @@ def test_what_sharing_the_cores_met_in_limit9_and_misses_here_is_the_runs() -> N
     ]
     assert all(LIMIT_TARGET - 0.01 <= value < LIMIT_TARGET for value in near), near
     assert "1 x 4 and 1 x 4 in batch mode came within 0.01 of the target" in prose(PAIR.text())
-
-
-def test_worker_mds_word_on_the_pipelined_asyncio_chain_is_the_runs() -> None:
-    text = prose((ROOT / "docs" / "worker.md").read_text(encoding="utf-8"))
-    assert (
-        "then it drained faster than asyncpg's compact plan at every point of the last named run against "
-        "the server's limit, and sharing the database's cores it was the fastest drain at every point" in text
-    )
-    assert (
-        "cost less client CPU a job than the threaded chain in psycopg's pipeline mode at every point of the "
-        "last named run against the server's limit, with the database on cores of its own and sharing them"
-        in text
-    )
-    for run in RUNS.values():
-        for batch in (False, True):
-            for r in throughput_rows(run, "postgresql", batch=batch):
-                assert r["async_chain_ratio_limit"] > r["async_ratio_limit"]
-                assert r["async_chain_client_cpu_us_per_job"] < r["chain_client_cpu_us_per_job"]
-
-
-def test_readmes_figures_against_the_limit_are_the_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in PAIR.rows(CORES_RUN, backend, batch=batch))
-
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker reached "
-        f"{best('mysql', ('compact', 'async'), batch=False)} of it one job a commit, batch mode "
-        f"{best('mysql', ('library', 'async'), batch=True)}",
-        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        f"0.6 met at {PAIR.met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
-        f"({PAIR.met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {PAIR.met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit "
-        f"and {PAIR.met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{PAIR.met(SHARED_RUN, 'mysql', batch=False)} and {PAIR.met(SHARED_RUN, 'mysql', batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase

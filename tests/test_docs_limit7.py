@@ -200,5 +200,7 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         15: "Fifteen",
         16: "Sixteen",
         17: "Seventeen",
+        18: "Eighteen",
+        19: "Nineteen",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)

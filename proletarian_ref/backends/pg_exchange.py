@@ -186,9 +186,10 @@ async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, command
 
     Every statement is prepared on the connection the first time (named, in the same exchange), BEGIN and
     COMMIT too: a chain sends them with every job, and the server then parses none of them again. So the
-    statements are a fixed set (the backend's SQL files), their values bound. The first statement the server refused is raised as psycopg's error, once every result is
-    in and the connection is out of pipeline mode (the statements after it did nothing, and the
-    transaction is failed, for the caller to roll back). Anything else that goes wrong (a cancellation, a
+    statements are a fixed set (the backend's SQL files), their values bound. The first statement the
+    server refused is raised as psycopg's error, once every result is in and the connection is out of
+    pipeline mode (the statements after it did nothing, and the transaction is failed, for the caller to
+    roll back). Anything else that goes wrong (a cancellation, a
     broken connection) leaves the connection unusable: it is closed before the error goes on.
     """
     pgconn = conn.pgconn
