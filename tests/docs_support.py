@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -218,14 +219,19 @@ def assert_pasted(results_md: Path, marker: str, section_text: str, *, must: str
 
 class LimitPair:
     """A pair of named runs against the server's limit of one revision, the database on cores of its own
-    then sharing them, and the docs/benchmarks.md section that quotes them (from `heading` to the next
-    "## "): the checks each such section's tests make alike, on its figures recomputed from the runs."""
+    then sharing them, and the docs/benchmarks.md section that quotes them (from its heading, `title` and
+    the two runs, to the next "## "): the checks each such section makes alike, on its figures recomputed
+    from the runs (tests/test_docs_limit_pairs.py runs them on every pair)."""
 
-    def __init__(self, cores_run: str, shared_run: str, heading: str) -> None:
+    def __init__(self, cores_run: str, shared_run: str, title: str) -> None:
         self.cores_run, self.shared_run = cores_run, shared_run
-        self.runs = load_runs(cores_run, shared_run)
         self.readings = {cores_run: "on cores of its own", shared_run: "sharing the cores"}
-        self.heading = heading
+        self.heading = f"### {title}: `{cores_run}` and `{shared_run}`"
+
+    @functools.cached_property
+    def runs(self) -> dict[str, dict[str, Any]]:
+        """Both runs' results.json, by name (read once, when first asked for)."""
+        return load_runs(self.cores_run, self.shared_run)
 
     def text(self) -> str:
         """The section, as written."""
@@ -298,3 +304,16 @@ class LimitPair:
         assert "Sharing the cores the asyncio chain was the best drain at every PostgreSQL point" in prose(
             self.text()
         )
+
+
+# The named pairs against the limit whose sections LimitPair checks, oldest first.
+LIMIT9: Final = LimitPair(
+    "limit9-cores-2026-12-05", "limit9-shared-2026-12-05", "The asyncio exchange of its own"
+)
+LIMIT10: Final = LimitPair(
+    "limit10-cores-2026-12-06", "limit10-shared-2026-12-06", "The watch kept between exchanges"
+)
+LIMIT11: Final = LimitPair(
+    "limit11-cores-2026-12-06", "limit11-shared-2026-12-06", "BEGIN and COMMIT prepared"
+)
+LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11)

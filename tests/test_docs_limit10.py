@@ -16,25 +16,21 @@ from typing import Any, Final
 from docs_support import (
     CHAINED_BATCH_DRAINS,
     DEFAULT_DRAINS,
+    LIMIT9,
+    LIMIT10,
     LIMIT_TARGET,
-    LimitPair,
     best_of_limit,
     cpu_ceiling,
-    load_runs,
     point_row,
     prose,
     throughput_rows,
 )
 
-from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
-
-CORES_RUN: Final = "limit10-cores-2026-12-06"
-SHARED_RUN: Final = "limit10-shared-2026-12-06"
-PAIR: Final = LimitPair(
-    CORES_RUN, SHARED_RUN, f"### The watch kept between exchanges: `{CORES_RUN}` and `{SHARED_RUN}`"
-)
+PAIR: Final = LIMIT10
+CORES_RUN: Final = PAIR.cores_run
+SHARED_RUN: Final = PAIR.shared_run
 RUNS: Final = PAIR.runs
-BEFORE: Final = load_runs("limit9-cores-2026-12-05", "limit9-shared-2026-12-05")
+BEFORE: Final = LIMIT9.runs
 
 
 def _before(run: str) -> dict[str, Any]:
@@ -61,26 +57,6 @@ def what_the_watch_changed(run: str) -> str:
                 f"chain's client CPU a job ({_client_share(b):.2f})"
             )
     return "; ".join(phrases)
-
-
-def test_both_runs_tables_are_pasted() -> None:
-    PAIR.assert_tables_pasted()
-
-
-def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
-    PAIR.assert_named()
-
-
-def test_the_asyncio_chain_drained_on_the_backends_own_exchange_one_a_job() -> None:
-    PAIR.assert_async_chain_one_exchange_a_job(ASYNC_CHAIN_BACKEND)
-
-
-def test_the_targets_table_is_the_runs() -> None:
-    PAIR.assert_targets_table()
-
-
-def test_where_the_targets_stand_is_the_runs() -> None:
-    PAIR.assert_where_the_targets_stand()
 
 
 def test_what_the_watch_changed_is_the_runs() -> None:

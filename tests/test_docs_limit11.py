@@ -17,9 +17,10 @@ from typing import Any, Final
 from docs_support import (
     CHAINED_BATCH_DRAINS,
     DEFAULT_DRAINS,
+    LIMIT10,
+    LIMIT11,
     LIMIT_TARGET,
     RESULTS_DIR,
-    LimitPair,
     best_drain,
     best_of_limit,
     cpu_ceiling,
@@ -30,16 +31,12 @@ from docs_support import (
     throughput_rows,
 )
 
-from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
-
 ROOT: Final = Path(__file__).resolve().parent.parent
-CORES_RUN: Final = "limit11-cores-2026-12-06"
-SHARED_RUN: Final = "limit11-shared-2026-12-06"
-PAIR: Final = LimitPair(
-    CORES_RUN, SHARED_RUN, f"### BEGIN and COMMIT prepared: `{CORES_RUN}` and `{SHARED_RUN}`"
-)
+PAIR: Final = LIMIT11
+CORES_RUN: Final = PAIR.cores_run
+SHARED_RUN: Final = PAIR.shared_run
 RUNS: Final = PAIR.runs
-BEFORE: Final = load_runs("limit10-cores-2026-12-06", "limit10-shared-2026-12-06")
+BEFORE: Final = LIMIT10.runs
 MYSQL_DEFAULT_DRAINS: Final = ("compact", "async")
 
 
@@ -74,26 +71,6 @@ def what_preparing_changed(run: str) -> str:
         f"limit10), {_server_share(r):.2f} of the threaded chain's server CPU a job ({_server_share(b):.2f})"
         for point, r, b in _pairs(run)
     )
-
-
-def test_both_runs_tables_are_pasted() -> None:
-    PAIR.assert_tables_pasted()
-
-
-def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
-    PAIR.assert_named()
-
-
-def test_the_asyncio_chain_drained_on_the_backends_own_exchange_one_a_job() -> None:
-    PAIR.assert_async_chain_one_exchange_a_job(ASYNC_CHAIN_BACKEND)
-
-
-def test_the_targets_table_is_the_runs() -> None:
-    PAIR.assert_targets_table()
-
-
-def test_where_the_targets_stand_is_the_runs() -> None:
-    PAIR.assert_where_the_targets_stand()
 
 
 def test_the_best_drain_sharing_the_cores_is_the_asyncio_chain_but_at_1_x_1_the_threaded_chain() -> None:

@@ -17,8 +17,8 @@ from typing import Any, Final
 from docs_support import (
     CHAINED_BATCH_DRAINS,
     DEFAULT_DRAINS,
+    LIMIT9,
     LIMIT_TARGET,
-    LimitPair,
     best_of_limit,
     cpu_ceiling,
     load_runs,
@@ -27,14 +27,10 @@ from docs_support import (
     throughput_rows,
 )
 
-from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
-
 ROOT: Final = Path(__file__).resolve().parent.parent
-CORES_RUN: Final = "limit9-cores-2026-12-05"
-SHARED_RUN: Final = "limit9-shared-2026-12-05"
-PAIR: Final = LimitPair(
-    CORES_RUN, SHARED_RUN, f"### The asyncio exchange of its own: `{CORES_RUN}` and `{SHARED_RUN}`"
-)
+PAIR: Final = LIMIT9
+CORES_RUN: Final = PAIR.cores_run
+SHARED_RUN: Final = PAIR.shared_run
 RUNS: Final = PAIR.runs
 BEFORE: Final = load_runs("limit8-cores-2026-12-05", "limit8-shared-2026-12-05")
 
@@ -58,30 +54,10 @@ def what_the_exchange_changed(run: str) -> str:
     return "; ".join(phrases)
 
 
-def test_both_runs_tables_are_pasted() -> None:
-    PAIR.assert_tables_pasted()
-
-
-def test_the_runs_are_named_with_their_revision_machine_and_load() -> None:
-    PAIR.assert_named()
-
-
-def test_the_asyncio_chain_drained_on_the_backends_own_exchange_one_a_job() -> None:
-    PAIR.assert_async_chain_one_exchange_a_job(ASYNC_CHAIN_BACKEND)
-
-
-def test_the_targets_table_is_the_runs() -> None:
-    PAIR.assert_targets_table()
-
-
 def test_what_the_exchange_changed_is_the_runs() -> None:
     text = prose(PAIR.text())
     for run in RUNS:
         assert what_the_exchange_changed(run) in text, run
-
-
-def test_where_the_targets_stand_is_the_runs() -> None:
-    PAIR.assert_where_the_targets_stand()
 
 
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
