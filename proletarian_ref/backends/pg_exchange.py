@@ -189,8 +189,8 @@ async def exchange(conn: psycopg.AsyncConnection[Any], session: Session, command
     statements are a fixed set (the backend's SQL files), their values bound. The first statement the
     server refused is raised as psycopg's error, once every result is in and the connection is out of
     pipeline mode (the statements after it did nothing, and the transaction is failed, for the caller to
-    roll back). Anything else that goes wrong (a cancellation, a
-    broken connection) leaves the connection unusable: it is closed before the error goes on.
+    roll back). Anything else that goes wrong (a cancellation, a broken connection) leaves the connection
+    unusable: it is closed before the error goes on.
     """
     pgconn = conn.pgconn
     async with conn.lock:
