@@ -240,6 +240,20 @@ class LimitPair:
     def rows(self, run: str, backend: str, *, batch: bool) -> list[dict[str, Any]]:
         return throughput_rows(self.runs[run], backend, batch=batch)
 
+    def beside(self, run: str, before: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+        """Each PostgreSQL point of `run` (one job a commit, then batch mode) as the prose names it ("1 x 4
+        in batch mode"), its row, and the row of the same point in `before` (an earlier run's results)."""
+        points = []
+        for batch in (False, True):
+            for r, b in zip(
+                self.rows(run, "postgresql", batch=batch),
+                throughput_rows(before, "postgresql", batch=batch),
+                strict=True,
+            ):
+                assert (r["processes"], r["threads"]) == (b["processes"], b["threads"])
+                points.append((f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}", r, b))
+        return points
+
     def met(self, run: str, backend: str, *, batch: bool) -> str:
         """How many of `run`'s points of `backend` met the target, as the prose says it: "3 of 4"."""
         rows = self.rows(run, backend, batch=batch)
@@ -296,6 +310,17 @@ class LimitPair:
         for phrase in missed_cpu_bounds(shared):
             assert phrase in text, phrase
         assert f"Over 0.6: {over_ceiling(shared, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS)}." in text
+
+    def assert_every_missed_shared_point_waited(self) -> None:
+        """Sharing the cores, PostgreSQL missed some point, and each one it missed has a CPU ceiling over the
+        target: the cores were not kept busy."""
+        shared = self.runs[self.shared_run]
+        found = [
+            (r, drains)
+            for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS))
+            for r in missed(shared, "postgresql", drains, batch=batch)
+        ]
+        assert found and all(cpu_ceiling(shared, r, drains) >= LIMIT_TARGET for r, drains in found)
 
     def assert_async_chain_best_sharing_the_cores(self) -> None:
         for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):

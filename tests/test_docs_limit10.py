@@ -20,7 +20,6 @@ from docs_support import (
     LIMIT10,
     LIMIT_TARGET,
     best_of_limit,
-    cpu_ceiling,
     point_row,
     prose,
     throughput_rows,
@@ -45,18 +44,12 @@ def _client_share(row: dict[str, Any]) -> float:
 def what_the_watch_changed(run: str) -> str:
     """At each PostgreSQL point of `run`: the asyncio chain's share of the limit and its client CPU a job as a
     share of the threaded chain's, each beside limit9's same reading, as the prose says it."""
-    phrases = []
-    for batch in (False, True):
-        before = throughput_rows(_before(run), "postgresql", batch=batch)
-        for r, b in zip(PAIR.rows(run, "postgresql", batch=batch), before, strict=True):
-            assert (r["processes"], r["threads"]) == (b["processes"], b["threads"])
-            point = f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
-            phrases.append(
-                f"at {point} {r['async_chain_ratio_limit']:.2f} of the limit "
-                f"({b['async_chain_ratio_limit']:.2f} in limit9), {_client_share(r):.2f} of the threaded "
-                f"chain's client CPU a job ({_client_share(b):.2f})"
-            )
-    return "; ".join(phrases)
+    return "; ".join(
+        f"at {point} {r['async_chain_ratio_limit']:.2f} of the limit "
+        f"({b['async_chain_ratio_limit']:.2f} in limit9), {_client_share(r):.2f} of the threaded "
+        f"chain's client CPU a job ({_client_share(b):.2f})"
+        for point, r, b in PAIR.beside(run, _before(run))
+    )
 
 
 def test_what_the_watch_changed_is_the_runs() -> None:
@@ -69,12 +62,7 @@ def test_the_asyncio_chains_client_cpu_fell_against_the_threaded_chains_at_every
     lower = [
         _client_share(r) < _client_share(b)
         for run in (CORES_RUN, SHARED_RUN)
-        for batch in (False, True)
-        for r, b in zip(
-            PAIR.rows(run, "postgresql", batch=batch),
-            throughput_rows(_before(run), "postgresql", batch=batch),
-            strict=True,
-        )
+        for _point, r, b in PAIR.beside(run, _before(run))
     ]
     # Cores of its own (four points, two batch points), then sharing them: all but 1 x 4 in batch mode shared.
     assert lower == [True] * 10 + [False, True]
@@ -93,14 +81,8 @@ def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run(
 
 
 def test_no_missed_shared_point_is_under_its_cpu_bound_yet_4_x_4s_server_cpu_is_over_the_limits() -> None:
+    PAIR.assert_every_missed_shared_point_waited()
     shared = RUNS[SHARED_RUN]
-    missed = [
-        (r, drains)
-        for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS))
-        for r in throughput_rows(shared, "postgresql", batch=batch)
-        if best_of_limit(r, drains) < LIMIT_TARGET
-    ]
-    assert missed and all(cpu_ceiling(shared, r, drains) >= LIMIT_TARGET for r, drains in missed)
     cores = int(shared["meta"]["machine"]["logical_cores"])
     row = point_row(shared, "postgresql", 4, 4)
     job_us = cores * 1e6 / row["limit_jobs_per_s"]

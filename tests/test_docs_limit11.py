@@ -23,7 +23,6 @@ from docs_support import (
     RESULTS_DIR,
     best_drain,
     best_of_limit,
-    cpu_ceiling,
     load_runs,
     point_row,
     prose,
@@ -49,27 +48,13 @@ def _server_share(row: dict[str, Any]) -> float:
     return float(row["async_chain_server_cpu_us_per_job"] / row["chain_server_cpu_us_per_job"])
 
 
-def _pairs(run: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """Each PostgreSQL point of `run` (one job a commit, then batch mode) beside limit10's same point."""
-    pairs = []
-    for batch in (False, True):
-        for r, b in zip(
-            PAIR.rows(run, "postgresql", batch=batch),
-            throughput_rows(_before(run), "postgresql", batch=batch),
-            strict=True,
-        ):
-            assert (r["processes"], r["threads"]) == (b["processes"], b["threads"])
-            pairs.append((f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}", r, b))
-    return pairs
-
-
 def what_preparing_changed(run: str) -> str:
     """At each PostgreSQL point of `run`: the asyncio chain's share of the limit and its server CPU a job as
     a share of the threaded chain's, each beside limit10's, as the prose says it."""
     return "; ".join(
         f"at {point} {r['async_chain_ratio_limit']:.2f} of the limit ({b['async_chain_ratio_limit']:.2f} in "
         f"limit10), {_server_share(r):.2f} of the threaded chain's server CPU a job ({_server_share(b):.2f})"
-        for point, r, b in _pairs(run)
+        for point, r, b in PAIR.beside(run, _before(run))
     )
 
 
@@ -141,7 +126,7 @@ def test_what_preparing_begin_and_commit_changed_is_the_runs() -> None:
     text = prose(PAIR.text())
     for run in RUNS:
         assert what_preparing_changed(run) in text, run
-    pairs = [(r, b) for run in RUNS for _point, r, b in _pairs(run)]
+    pairs = [(r, b) for run in RUNS for _point, r, b in PAIR.beside(run, _before(run))]
     higher = sum(r["async_chain_ratio_limit"] > b["async_chain_ratio_limit"] for r, b in pairs)
     lower = sum(_server_share(r) < _server_share(b) for r, b in pairs)
     assert (
@@ -162,14 +147,8 @@ def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run(
 
 
 def test_no_missed_shared_point_is_under_its_cpu_bound_and_4_x_4s_server_cpu_is_under_the_limits() -> None:
+    PAIR.assert_every_missed_shared_point_waited()
     shared = RUNS[SHARED_RUN]
-    missed = [
-        (r, drains)
-        for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS))
-        for r in throughput_rows(shared, "postgresql", batch=batch)
-        if best_of_limit(r, drains) < LIMIT_TARGET
-    ]
-    assert missed and all(cpu_ceiling(shared, r, drains) >= LIMIT_TARGET for r, drains in missed)
     cores = int(shared["meta"]["machine"]["logical_cores"])
 
     def job_us(results: dict[str, Any]) -> tuple[float, float]:

@@ -38,20 +38,13 @@ BEFORE: Final = load_runs("limit8-cores-2026-12-05", "limit8-shared-2026-12-05")
 def what_the_exchange_changed(run: str) -> str:
     """At each PostgreSQL point of `run`: the asyncio chain's share of the limit beside limit8's same
     reading, and its client CPU a job beside the threaded chain's in the same run, as the prose says it."""
-    before_run = run.replace("limit9", "limit8")
-    phrases = []
-    for batch in (False, True):
-        before = throughput_rows(BEFORE[before_run], "postgresql", batch=batch)
-        for r, b in zip(PAIR.rows(run, "postgresql", batch=batch), before, strict=True):
-            assert (r["processes"], r["threads"]) == (b["processes"], b["threads"])
-            point = f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
-            phrases.append(
-                f"at {point} {r['async_chain_ratio_limit']:.2f} of the limit "
-                f"({b['async_chain_ratio_limit']:.2f} in limit8), "
-                f"{r['async_chain_client_cpu_us_per_job']:.0f} µs of client CPU a job against the threaded "
-                f"chain's {r['chain_client_cpu_us_per_job']:.0f}"
-            )
-    return "; ".join(phrases)
+    return "; ".join(
+        f"at {point} {r['async_chain_ratio_limit']:.2f} of the limit "
+        f"({b['async_chain_ratio_limit']:.2f} in limit8), "
+        f"{r['async_chain_client_cpu_us_per_job']:.0f} µs of client CPU a job against the threaded "
+        f"chain's {r['chain_client_cpu_us_per_job']:.0f}"
+        for point, r, b in PAIR.beside(run, BEFORE[run.replace("limit9", "limit8")])
+    )
 
 
 def test_what_the_exchange_changed_is_the_runs() -> None:
