@@ -22,7 +22,11 @@ import functools
 import itertools
 import os
 import socket
-from collections.abc import Callable, Iterator
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -99,6 +103,117 @@ class ServerCpu:
             with contextlib.suppress(OSError):
                 self._last[path] = _stat_cpu_s(path)
         return sum(self._last.values())
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """A client tool's run (pgbench, mariadb-slap) with what it cost: its own CPU, and the server's for
+    its connections (None, with `server_cpu_reason`, when that cannot be read here)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    client_cpu_s: float
+    server_cpu_s: float | None
+    server_cpu_reason: str | None
+
+
+# How often run_tool reads the server side of the tool's connections: they end with the tool, so what each
+# used is its last reading, at most this long before the tool ended.
+TOOL_SAMPLE_S: Final = 0.02
+
+
+def run_tool(harness: Harness, command: Sequence[str], env: Mapping[str, str], timeout: float) -> ToolRun:
+    """Run `command` (a client of the harness's server) to its end, as subprocess.run with its output
+    captured, and measure it as a drain is measured: its user + system CPU (from its exit, wait4), and the
+    server's for its connections (costs.ServerCpu's backends or threads, found by the tool's client ports,
+    read from /proc while it runs). A PostgreSQL backend begins with its connection, so its whole CPU
+    counts; a MariaDB/MySQL thread may come from the thread cache, so only what it used from the first
+    reading on (the tool's connecting, at most TOOL_SAMPLE_S, is missed)."""
+    reason = server_cpu_reason(harness)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(list(command), stdout=out, stderr=err, env=dict(env), text=True)
+        try:
+            server = None if reason is not None else _ToolServer(harness, process.pid)
+            try:
+                deadline = time.monotonic() + timeout
+                while True:
+                    pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+                    if pid:
+                        break
+                    if time.monotonic() > deadline:
+                        raise subprocess.TimeoutExpired(list(command), timeout)
+                    if server is not None:
+                        server.read()
+                    time.sleep(TOOL_SAMPLE_S)
+            finally:
+                if server is not None:
+                    server.close()
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        # Reaped here: Popen must not wait for it again.
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if server is not None and server.reason is not None:
+        reason = server.reason
+    return ToolRun(
+        process.returncode,
+        stdout,
+        stderr,
+        usage.ru_utime + usage.ru_stime,
+        None if reason is not None or server is None else server.seconds(),
+        reason,
+    )
+
+
+class _ToolServer:
+    """The server side of a running tool's connections, found anew at every read (the tool opens them as
+    it goes), each one's CPU from its first reading to its last."""
+
+    def __init__(self, harness: Harness, pid: int) -> None:
+        sql_harness, self._dialect = require_sql(harness)
+        self._pid = pid
+        self._conn = sql_harness.connect()
+        self._first: dict[str, float | None] = {}
+        self._last: dict[str, float] = {}
+        self.reason: str | None = "no server process or thread of the tool's connections was found"
+
+    def read(self) -> None:
+        conn = self._conn
+        if self._dialect == "postgresql":
+            found = _postgresql_backends(conn, [self._pid])
+        else:
+            ports = _client_ports([self._pid], int(conn.port))
+            found = _mysql_threads(conn, lambda host, _cid, _own: _port(host) in ports) if ports else []
+        if isinstance(found, str):
+            # "no backend ..." or "no server thread ...": none open yet. Any other reason (the server's
+            # threads are another machine's) holds for the whole run.
+            if not found.startswith("no ") and not self._last:
+                self.reason = found
+            found = []
+        for path in found:
+            self._first.setdefault(path, None)
+        for path, first in self._first.items():
+            try:
+                cpu = _stat_cpu_s(path)
+            except OSError:
+                continue  # ended with its connection: its last reading stands
+            if first is None:
+                self._first[path] = 0.0 if self._dialect == "postgresql" else cpu
+            self._last[path] = cpu
+        if self._last:
+            self.reason = None
+
+    def seconds(self) -> float:
+        return sum(cpu - (self._first[path] or 0.0) for path, cpu in self._last.items())
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -269,7 +269,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
                         r.get("ratio_pgbench", "-"),
                     ]
                 )
-            for mode in ("library", "compact", "chain", "async", "async_chain", "raw"):
+            for mode in ("limit", "library", "compact", "chain", "async", "async_chain", "raw"):
                 if f"{mode}_client_cpu_us_per_job" not in r:
                     continue
                 label = _drain_label(mode, r)
@@ -341,7 +341,9 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "Per-job costs, median of the rounds' windows: *client CPU* of the drain's processes, *server "
             "CPU* of the PostgreSQL backends or MariaDB/MySQL server threads serving its connections (read "
             "from /proc; the server's background work not counted), *round trips* counted at the driver "
-            "(one-process drains only)."
+            "(one-process drains only). *limit*: the same for the server's limit over its whole run, *client "
+            "CPU* that of pgbench or mariadb-slap/mysqlslap, *server CPU* of the backends or threads serving "
+            "their connections, and one round trip a call (one statement, or one CALL, a transaction)."
         )
         out.append("")
         out += _table(

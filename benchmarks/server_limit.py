@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import uuid
@@ -32,6 +31,7 @@ from benchmarks.common import (
     require_sql,
     sql_dialect,
 )
+from benchmarks.costs import ToolRun, run_tool
 from benchmarks.raw import STATUS_SUCCESS
 from benchmarks.server_ceiling import pgbench_env, pgbench_path
 from conformance.harness import Harness, SqlHarness
@@ -128,6 +128,15 @@ def limit_rate(
     result["jobs"] = jobs
     result["jobs_per_s"] = result["transactions_per_s"] * jobs / transactions if transactions else 0.0
     result["per_commit"] = per_commit
+    if jobs:
+        # As a drain's (throughput.drain_rate): the tool's CPU, the server's for its connections, and a
+        # round trip a call (one statement, or one CALL, a transaction).
+        result["per_job"] = {
+            "client_cpu_us": result.pop("client_cpu_s") / jobs * 1e6,
+            "round_trips": transactions / jobs,
+        }
+        if "server_cpu_s" in result:
+            result["per_job"]["server_cpu_us"] = result.pop("server_cpu_s") / jobs * 1e6
     return result
 
 
@@ -149,14 +158,7 @@ def _pgbench_limit(harness: SqlHarness, clients: int, per_commit: int, seconds: 
             f"--define=status={STATUS_SUCCESS}",
             f"--file={file.name}",
         ]
-        done = subprocess.run(
-            command,
-            check=False,
-            env=pgbench_env(harness),
-            capture_output=True,
-            text=True,
-            timeout=seconds + 60,
-        )
+        done = run_tool(harness, command, pgbench_env(harness), seconds + 60)
     tps, processed = _TPS.search(done.stdout), _PROCESSED.search(done.stdout)
     if done.returncode != 0 or tps is None or processed is None:
         raise RuntimeError(
@@ -167,6 +169,7 @@ def _pgbench_limit(harness: SqlHarness, clients: int, per_commit: int, seconds: 
         "seconds": seconds,
         "transactions": int(processed.group(1)),
         "transactions_per_s": float(tps.group(1)),
+        **_costs(done),
     }
 
 
@@ -202,7 +205,7 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
             if password:
                 env["MYSQL_PWD"] = password
             started = time.perf_counter()
-            done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=600)
+            done = run_tool(harness, command, env, 600)
             wall = time.perf_counter() - started
         finally:
             cursor.execute(f"DROP DATABASE IF EXISTS {database}")
@@ -225,4 +228,15 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
         "wall_seconds": round(wall, 3),
         "transactions": transactions,
         "transactions_per_s": transactions / seconds if seconds > 0 else 0.0,
+        **_costs(done),
     }
+
+
+def _costs(done: ToolRun) -> dict[str, Any]:
+    """A tool run's CPU, whole-run seconds, for limit_rate to put per job (or why the server's is not)."""
+    costs: dict[str, Any] = {"client_cpu_s": done.client_cpu_s}
+    if done.server_cpu_s is None:
+        costs["server_cpu_skipped"] = done.server_cpu_reason
+    else:
+        costs["server_cpu_s"] = done.server_cpu_s
+    return costs

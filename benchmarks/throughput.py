@@ -247,7 +247,8 @@ def summarize(row: dict[str, Any], modes: list[str]) -> None:
                 row[f"{mode}_ratio_limit"] = statistics.median(ratios)
         if row.get("pgbench_rounds"):
             row["pgbench_ratio_limit"] = statistics.median(paired_ratios(row, "pgbench", "limit"))
-    for mode in modes:
+    # The limit's tool (pgbench, mariadb-slap) and the server serving it are measured as a drain is.
+    for mode in (*modes, *(["limit"] if row.get("limit_rounds") else [])):
         per_job = [r["per_job"] for r in row[f"{mode}_rounds"] if "per_job" in r]
         for key in sorted({k for p in per_job for k in p}):
             row[f"{mode}_{key}_per_job"] = statistics.median(p[key] for p in per_job if key in p)

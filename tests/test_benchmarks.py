@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,9 @@ def _check_poll_and_throughput(results: dict[str, Any], out: Path, backend: str,
             assert row["limit_jobs_per_s"] > 0 and row["library_ratio_limit"] > 0
             assert row["raw_ratio_limit"] > 0
             assert ("compact_ratio_limit" in row) == (row.get("batch_size", 1) == 1)
+            # The limit's costs a job beside the drains': its tool's CPU, the server's, a round trip a call.
+            assert row["limit_client_cpu_us_per_job"] > 0 and row["limit_server_cpu_us_per_job"] > 0
+            assert row["limit_round_trips_per_job"] > 0
         else:
             assert "limit_rounds" not in row
         if sql:
@@ -126,7 +131,9 @@ def _check_poll_and_throughput(results: dict[str, Any], out: Path, backend: str,
             assert "library_server_cpu_us_per_job" in row
     if sql:
         assert "limit_skipped" not in throughput
-        assert "| library of limit |" in (out / "results.md").read_text(encoding="utf-8")
+        printed = (out / "results.md").read_text(encoding="utf-8")
+        assert "| library of limit |" in printed
+        assert f"| {backend} | {TINY.limit_points[0][0]} x {TINY.limit_points[0][1]} | limit |" in printed
         profile = throughput["profile"]
         assert profile["library"]["us_per_job"] > 0 and profile["raw"]["us_per_job"] > 0
         assert (out / f"profile_{backend}.txt").read_text(encoding="utf-8").startswith("===== library")
@@ -686,7 +693,9 @@ def test_the_server_limit_does_the_whole_job_archiving_each_job_it_counts_once(
     # PostgreSQL drains well past 20,000 in it (seen here), so its queue holds more.
     rows = 100_000 if fixture == "pg_db" and per_commit > 1 else 20_000
     bulk_load(harness, 0, rows, "due")
+    started = time.perf_counter()
     measured = limit_rate(harness, 2, per_commit, 1, 2_000)
+    wall = time.perf_counter() - started
     done = measured["jobs"]
     assert done > 0 and measured["jobs_per_s"] > 0 and not measured["ran_dry"]
     assert count_rows(harness) == rows - done
@@ -694,6 +703,13 @@ def test_the_server_limit_does_the_whole_job_archiving_each_job_it_counts_once(
     assert len(archived) == done
     assert {(job.status, job.attempts) for job in archived} == {(":success", 1)}
     assert len({job.job_id for job in archived}) == done
+    # Measured as a drain is: the tool's own CPU, the server's for the tool's connections (read while
+    # they are open: they end with it), and a round trip a call.
+    costs = measured["per_job"]
+    assert costs["client_cpu_us"] > 0 and costs["server_cpu_us"] > 0
+    assert costs["round_trips"] == pytest.approx(1 / per_commit, rel=0.05)
+    # Only the tool's own connections: never more than the machine's cores gave over the run.
+    assert costs["server_cpu_us"] * done <= 1e6 * (os.cpu_count() or 1) * wall
     if fixture == "mysql_db":
         # Only this run's own database: the other parametrization may hold one of its own at this moment
         # under xdist (a clean-clone CI run saw exactly that).
@@ -771,3 +787,26 @@ def test_the_throughput_chart_is_drawn_when_one_backend_errored(tmp_path: Path) 
     }
     throughput_chart(results, tmp_path / "throughput.png")
     assert (tmp_path / "throughput.png").stat().st_size > 0
+
+
+@pytest.mark.postgresql
+def test_a_tool_run_past_its_timeout_is_killed_and_the_timeout_raised(pg_db: SqlHarness) -> None:
+    import subprocess
+
+    from benchmarks.costs import run_tool
+
+    started = time.perf_counter()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_tool(pg_db, [sys.executable, "-c", "import time; time.sleep(30)"], dict(os.environ), 0.3)
+    assert time.perf_counter() - started < 10
+
+
+@pytest.mark.postgresql
+def test_a_tool_that_never_connects_has_its_own_cpu_and_no_server_cpu(pg_db: SqlHarness) -> None:
+    from benchmarks.costs import run_tool
+
+    busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\nprint('ok')"
+    run = run_tool(pg_db, [sys.executable, "-c", busy], dict(os.environ), 60)
+    assert (run.returncode, run.stdout) == (0, "ok\n")
+    assert run.client_cpu_s >= 0.3
+    assert run.server_cpu_s is None and run.server_cpu_reason and "no " in run.server_cpu_reason
