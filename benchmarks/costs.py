@@ -123,18 +123,24 @@ class ToolRun:
 TOOL_SAMPLE_S: Final = 0.02
 
 
-def run_tool(harness: Harness, command: Sequence[str], env: Mapping[str, str], timeout: float) -> ToolRun:
-    """Run `command` (a client of the harness's server) to its end, as subprocess.run with its output
-    captured, and measure it as a drain is measured: its user + system CPU (from its exit, wait4), and the
-    server's for its connections (costs.ServerCpu's backends or threads, found by the tool's client ports,
-    read from /proc while it runs). A PostgreSQL backend begins with its connection, so its whole CPU
-    counts; a MariaDB/MySQL thread may come from the thread cache, so only what it used from the first
+def run_tool(
+    harness: Harness, command: Sequence[str], env: Mapping[str, str], timeout: float, connections: int
+) -> ToolRun:
+    """Run `command` (a client of the harness's server holding `connections` connections while it works)
+    to its end, as subprocess.run with its output captured, and measure it as a drain is measured: its user
+    + system CPU (from its exit, wait4), and the server's for its connections (the backends or threads
+    costs.ServerCpu finds by client port), read from /proc every TOOL_SAMPLE_S while it runs.
+
+    The server is asked for the tool's connections only until all of them are open (a query and a look at
+    the tool's sockets each time, which would otherwise take CPU from the server being measured); after
+    that only their /proc files are read. A PostgreSQL backend begins with its connection, so its whole CPU
+    counts; a MariaDB/MySQL thread may come from the thread cache, so only what it used from its first
     reading on (the tool's connecting, at most TOOL_SAMPLE_S, is missed)."""
     reason = server_cpu_reason(harness)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(list(command), stdout=out, stderr=err, env=dict(env), text=True)
         try:
-            server = None if reason is not None else _ToolServer(harness, process.pid)
+            server = None if reason is not None else _ToolServer(harness, process.pid, connections)
             try:
                 deadline = time.monotonic() + timeout
                 while True:
@@ -171,18 +177,38 @@ def run_tool(harness: Harness, command: Sequence[str], env: Mapping[str, str], t
 
 
 class _ToolServer:
-    """The server side of a running tool's connections, found anew at every read (the tool opens them as
-    it goes), each one's CPU from its first reading to its last."""
+    """The server side of a running tool's connections, looked for until `connections` of them are open at
+    once (the tool opens them as it starts, perhaps after one to check the server), each one's CPU from its
+    first reading to its last."""
 
-    def __init__(self, harness: Harness, pid: int) -> None:
+    def __init__(self, harness: Harness, pid: int, connections: int) -> None:
         sql_harness, self._dialect = require_sql(harness)
         self._pid = pid
-        self._conn = sql_harness.connect()
+        self._connections = connections
+        self._conn: Any = sql_harness.connect()
         self._first: dict[str, float | None] = {}
         self._last: dict[str, float] = {}
+        self._ended: set[str] = set()
         self.reason: str | None = "no server process or thread of the tool's connections was found"
 
     def read(self) -> None:
+        if self._conn is not None:
+            self._find()
+        for path, first in self._first.items():
+            if path in self._ended:
+                continue
+            try:
+                cpu = _stat_cpu_s(path)
+            except OSError:
+                self._ended.add(path)  # ended with its connection: its last reading stands
+                continue
+            if first is None:
+                self._first[path] = 0.0 if self._dialect == "postgresql" else cpu
+            self._last[path] = cpu
+        if self._last:
+            self.reason = None
+
+    def _find(self) -> None:
         conn = self._conn
         if self._dialect == "postgresql":
             found = _postgresql_backends(conn, [self._pid])
@@ -194,26 +220,20 @@ class _ToolServer:
             # threads are another machine's) holds for the whole run.
             if not found.startswith("no ") and not self._last:
                 self.reason = found
-            found = []
+            return
         for path in found:
             self._first.setdefault(path, None)
-        for path, first in self._first.items():
-            try:
-                cpu = _stat_cpu_s(path)
-            except OSError:
-                continue  # ended with its connection: its last reading stands
-            if first is None:
-                self._first[path] = 0.0 if self._dialect == "postgresql" else cpu
-            self._last[path] = cpu
-        if self._last:
-            self.reason = None
+        if sum(os.path.exists(path) for path in self._first) >= self._connections:
+            self.close()
 
     def seconds(self) -> float:
         return sum(cpu - (self._first[path] or 0.0) for path, cpu in self._last.items())
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._conn.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

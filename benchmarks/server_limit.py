@@ -158,7 +158,7 @@ def _pgbench_limit(harness: SqlHarness, clients: int, per_commit: int, seconds: 
             f"--define=status={STATUS_SUCCESS}",
             f"--file={file.name}",
         ]
-        done = run_tool(harness, command, pgbench_env(harness), seconds + 60)
+        done = run_tool(harness, command, pgbench_env(harness), seconds + 60, clients)
     tps, processed = _TPS.search(done.stdout), _PROCESSED.search(done.stdout)
     if done.returncode != 0 or tps is None or processed is None:
         raise RuntimeError(
@@ -205,7 +205,7 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
             if password:
                 env["MYSQL_PWD"] = password
             started = time.perf_counter()
-            done = run_tool(harness, command, env, 600)
+            done = run_tool(harness, command, env, 600, clients)
             wall = time.perf_counter() - started
         finally:
             cursor.execute(f"DROP DATABASE IF EXISTS {database}")

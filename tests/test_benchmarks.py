@@ -797,7 +797,7 @@ def test_a_tool_run_past_its_timeout_is_killed_and_the_timeout_raised(pg_db: Sql
 
     started = time.perf_counter()
     with pytest.raises(subprocess.TimeoutExpired):
-        run_tool(pg_db, [sys.executable, "-c", "import time; time.sleep(30)"], dict(os.environ), 0.3)
+        run_tool(pg_db, [sys.executable, "-c", "import time; time.sleep(30)"], dict(os.environ), 0.3, 1)
     assert time.perf_counter() - started < 10
 
 
@@ -806,7 +806,30 @@ def test_a_tool_that_never_connects_has_its_own_cpu_and_no_server_cpu(pg_db: Sql
     from benchmarks.costs import run_tool
 
     busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\nprint('ok')"
-    run = run_tool(pg_db, [sys.executable, "-c", busy], dict(os.environ), 60)
+    run = run_tool(pg_db, [sys.executable, "-c", busy], dict(os.environ), 60, 1)
     assert (run.returncode, run.stdout) == (0, "ok\n")
     assert run.client_cpu_s >= 0.3
     assert run.server_cpu_s is None and run.server_cpu_reason and "no " in run.server_cpu_reason
+
+
+@pytest.mark.postgresql
+def test_the_limits_tool_is_looked_for_on_the_server_only_until_its_connections_are_open(
+    pg_db: SqlHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each look is a query on the server being measured (and a scan of the tool's sockets): run all the
+    # time, every TOOL_SAMPLE_S, it took a quarter of the limit's rate on a 2-core machine.
+    from benchmarks import costs
+
+    looks: list[int] = []
+    original = costs._postgresql_backends
+
+    def counted(conn: Any, client_pids: list[int]) -> list[str] | str:
+        looks.append(1)
+        return original(conn, client_pids)
+
+    monkeypatch.setattr(costs, "_postgresql_backends", counted)
+    bulk_load(pg_db, 0, 20_000, "due")
+    measured = limit_rate(pg_db, 2, 1, 1, 2_000)
+    assert measured["per_job"]["server_cpu_us"] > 0
+    # pgbench runs a whole second, fifty reads and more: only its first few look for the connections.
+    assert 0 < len(looks) <= 10
