@@ -341,4 +341,7 @@ LIMIT10: Final = LimitPair(
 LIMIT11: Final = LimitPair(
     "limit11-cores-2026-12-06", "limit11-shared-2026-12-06", "BEGIN and COMMIT prepared"
 )
-LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11)
+LIMIT12: Final = LimitPair(
+    "limit12-cores-2026-12-06", "limit12-shared-2026-12-06", "The limit's own costs a job"
+)
+LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12)

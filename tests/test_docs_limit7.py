@@ -202,5 +202,7 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         17: "Seventeen",
         18: "Eighteen",
         19: "Nineteen",
+        20: "Twenty",
+        21: "Twenty-one",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)
