@@ -816,8 +816,8 @@ def test_a_tool_that_never_connects_has_its_own_cpu_and_no_server_cpu(pg_db: Sql
 def test_the_limits_tool_is_looked_for_on_the_server_only_until_its_connections_are_open(
     pg_db: SqlHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Each look is a query on the server being measured (and a scan of the tool's sockets): run all the
-    # time, every TOOL_SAMPLE_S, it took a quarter of the limit's rate on a 2-core machine.
+    # Each look is a query on the server being measured and a scan of the tool's sockets: every
+    # TOOL_SAMPLE_S all run long, they took a quarter of the limit's rate on a 2-core machine.
     from benchmarks import costs
 
     looks: list[int] = []
