@@ -57,6 +57,17 @@ def load_runs(*names: str) -> dict[str, dict[str, Any]]:
     }
 
 
+def cores_runs(*, before: int) -> list[str]:
+    """The named runs with the database on cores of its own (limitN-cores-...) kept in benchmarks/results
+    whose N is under `before`, in N's order."""
+    numbered: dict[str, int] = {}
+    for path in RESULTS_DIR.iterdir():
+        found = re.fullmatch(r"limit(\d+)-cores-.+", path.name)
+        if found and int(found.group(1)) < before:
+            numbered[path.name] = int(found.group(1))
+    return sorted(numbered, key=numbered.__getitem__)
+
+
 def point_row(results: dict[str, Any], backend: str, processes: int, threads: int) -> dict[str, Any]:
     """The one-job-a-commit throughput row of `backend` at `processes` x `threads`."""
     (row,) = [

@@ -19,9 +19,9 @@ from docs_support import (
     LIMIT10,
     LIMIT11,
     LIMIT_TARGET,
-    RESULTS_DIR,
     best_drain,
     best_of_limit,
+    cores_runs,
     load_runs,
     point_row,
     prose,
@@ -104,16 +104,12 @@ def test_what_moved_against_limit10_is_the_runs() -> None:
 
 def test_mariadbs_1_x_1_on_cores_of_its_own_over_every_such_run_is_the_spread_quoted() -> None:
     # The runs up to this one: the section speaks of those.
-    names = sorted(
-        p.name
-        for p in RESULTS_DIR.iterdir()
-        if p.name.startswith("limit") and "-cores-" in p.name and int(p.name[5:].split("-")[0]) <= 11
-    )
+    names = cores_runs(before=12)
     runs = load_runs(*names)
     ones = {
         name: best_of_limit(point_row(run, "mysql", 1, 1), MYSQL_DEFAULT_DRAINS) for name, run in runs.items()
     }
-    assert names[0].startswith("limit10") and "limit4-cores-2026-12-05" in names and len(names) == 8
+    assert names[0] == "limit4-cores-2026-12-05" and names[-1] == CORES_RUN and len(names) == 8
     # Met in every such run before this one.
     assert [name for name, value in ones.items() if value < LIMIT_TARGET] == [CORES_RUN]
     low, high = min(ones.values()), max(ones.values())

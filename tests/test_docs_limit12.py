@@ -21,9 +21,9 @@ from docs_support import (
     LIMIT11,
     LIMIT12,
     LIMIT_TARGET,
-    RESULTS_DIR,
     best_drain,
     best_of_limit,
+    cores_runs,
     load_runs,
     missed,
     point_row,
@@ -234,11 +234,7 @@ def test_readmes_figures_against_the_limit_are_the_runs() -> None:
     for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
         rows = PAIR.rows(CORES_RUN, "postgresql", batch=batch)
         assert {best_drain(r, drains) for r in rows} == {"async_chain"}
-    earlier = sorted(
-        p.name
-        for p in RESULTS_DIR.iterdir()
-        if p.name.startswith("limit") and "-cores-" in p.name and int(p.name[5:].split("-")[0]) < 11
-    )
+    earlier = cores_runs(before=11)
     ones = [
         best_of_limit(point_row(r, "mysql", 1, 1), ("compact", "async")) for r in load_runs(*earlier).values()
     ]
