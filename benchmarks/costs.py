@@ -73,14 +73,7 @@ class ServerCpu:
         self.reason: str | None = None
         conn = sql_harness.connect()
         try:
-            if dialect == "postgresql":
-                found = _postgresql_backends(conn, client_pids)
-            else:
-                ports = _client_ports(client_pids, int(conn.port))
-                # This process's own connections count, but not the one asking.
-                found = _mysql_threads(
-                    conn, lambda host, connection_id, own: _port(host) in ports and connection_id != own
-                )
+            found = _serving(conn, dialect, client_pids)
         finally:
             conn.close()
         if isinstance(found, str):
@@ -209,12 +202,7 @@ class _ToolServer:
             self.reason = None
 
     def _find(self) -> None:
-        conn = self._conn
-        if self._dialect == "postgresql":
-            found = _postgresql_backends(conn, [self._pid])
-        else:
-            ports = _client_ports([self._pid], int(conn.port))
-            found = _mysql_threads(conn, lambda host, _cid, _own: _port(host) in ports) if ports else []
+        found = _serving(self._conn, self._dialect, [self._pid])
         if isinstance(found, str):
             # "no backend ..." or "no server thread ...": none open yet. Any other reason (the server's
             # threads are another machine's) holds for the whole run.
@@ -245,6 +233,16 @@ def _stat_cpu_s(path: str) -> float:
     # The command name (field 2) may hold spaces and parentheses: fields are counted after its last ")".
     fields = text[text.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _serving(conn: Any, dialect: str, client_pids: list[int]) -> list[str] | str:
+    """The /proc stat files of what serves `client_pids`' connections (found by their client ports), or why
+    none is found: the PostgreSQL backends, or the MariaDB/MySQL server threads. The connection asking is
+    never one of them, though `client_pids` may hold its process."""
+    if dialect == "postgresql":
+        return _postgresql_backends(conn, client_pids)
+    ports = _client_ports(client_pids, int(conn.port))
+    return _mysql_threads(conn, lambda host, cid, own: _port(host) in ports and cid != own)
 
 
 def _postgresql_backends(conn: Any, client_pids: list[int]) -> list[str] | str:
