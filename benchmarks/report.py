@@ -236,8 +236,8 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
     return out + _notes(entries)
 
 
-# The chained-claim drains (ChainedClaim, PostgreSQL): columns only in a run that has them, so a report of
-# a run before them reads as it did.
+# The chained-claim drains (ChainedClaim; the asyncio one PostgreSQL's): columns only in a run that has them,
+# so a report of a run before them reads as it did.
 _CHAIN_MODES = ("chain", "async_chain")
 
 
@@ -303,7 +303,14 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             + " on the "
             "compact plan with chained claims (`chain=True`: a finished job's COMMIT goes with the next "
             "BEGIN and the next claim follows in the same block; on batch rows, in batch mode, a finished "
-            "batch's), PostgreSQL only."
+            "batch's), "
+            + (
+                "*async chain* on PostgreSQL only; *chain* on MySQL too, where a finished job's archive and "
+                "delete, each count checked by the server, its COMMIT and the next claim go as one "
+                "multi-statement query (conformance.builtin:mysql_chain)."
+                if any(str(e.get("chain_factory", "")).endswith(":mysql_chain") for e in entries)
+                else "PostgreSQL only."
+            )
             + (
                 " "
                 + ("Both chains are" if async_pipelined else "The threaded chain is")

@@ -90,11 +90,14 @@ def _row_modes(
 
 
 def chain_spec(spec: BackendSpec) -> BackendSpec | None:
-    """The built-in PostgreSQL backend on the compact plan with chained claims, pipelined
-    (conformance.builtin:postgresql_pipeline_chain: a finished job's archive, its COMMIT, the next BEGIN
-    and the next claim in one exchange), else None: MySQL's backends do not chain."""
+    """The built-in backend on the compact plan with chained claims, one round trip a job, else None: on
+    PostgreSQL pipelined (conformance.builtin:postgresql_pipeline_chain: a finished job's archive, its
+    COMMIT, the next BEGIN and the next claim in one exchange), on MySQL as one multi-statement query
+    (conformance.builtin:mysql_chain: the archive and delete, each checked, COMMIT and the next claim)."""
     if spec.factory == "conformance.builtin:postgresql":
         return BackendSpec(f"{spec.factory}_pipeline_chain", spec.options)
+    if spec.factory == "conformance.builtin:mysql":
+        return BackendSpec(f"{spec.factory}_chain", spec.options)
     return None
 
 
@@ -334,10 +337,10 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         # The asyncio worker (asyncpg or aiomysql, compact plan) drains each limit point too, when enabled.
         async_reason = async_skip_reason(harness) if settings.throughput_async else None
         async_points = limit_points if settings.throughput_async and not async_reason else set()
-        # Chained claims (PostgreSQL), threaded and asyncio, drain the limit points: one job a commit, and
+        # Chained claims, threaded (and on PostgreSQL asyncio), drain the limit points: one job a commit, and
         # batch mode's chained batches (ChainedBatchClaim) at the batch points.
         chain_points = set(limit_points) if chain is not None else set()
-        async_chain_points = chain_points & async_points
+        async_chain_points = chain_points & async_points if harness.dialect == "postgresql" else set()
         last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)
         drains = len(configs) * len(modes) + (0 if pgbench_reason else single)

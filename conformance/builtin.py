@@ -145,6 +145,29 @@ def mysql_compact(
     )
 
 
+def mysql_chain(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """mysql_compact with chained claims: a finished job's archive and delete (each count checked by the
+    server), its COMMIT and the next claim go as one query, one round trip a job (MySQLBackend(compact=True,
+    chain=True), backend.ChainedClaim)."""
+    from pymysql.constants import CLIENT
+
+    from proletarian_ref.backends.mysql import MySQLBackend
+
+    backend_class = functools.partial(MySQLBackend, compact=True, chain=True)
+    return _mysql(
+        "mysql-chain",
+        dsn,
+        job_table,
+        archived_job_table,
+        backend_class,
+        client_flag=CLIENT.MULTI_STATEMENTS,
+    )
+
+
 def _mysql(
     name: str,
     dsn: str | None,

@@ -106,7 +106,7 @@ class ChainedClaimTests(SuiteBase):
         def handler(job: Job) -> None:
             seen.append(
                 (
-                    self.key(harness, job.job_id),
+                    str(job.job_id),  # a handler's Job carries the decoded id, not the stored one
                     self._archived(harness),
                     [key for key, _ in self._queued(harness)],
                 )
@@ -149,7 +149,7 @@ class ChainedClaimTests(SuiteBase):
         backend = harness.backend()
 
         def handler(job: Job) -> None:
-            ran.append(self.key(harness, job.job_id))
+            ran.append(str(job.job_id))  # decoded already, as above
             if len(ran) == batch_size:
                 thread = threading.Thread(target=worker.stop, name=f"conformance-{clause.lower()}-stop")
                 thread.start()

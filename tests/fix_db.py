@@ -55,7 +55,14 @@ _BACKEND_FIXTURES = {
         *("pg_db", "pg_harness", "pg_dsn", "pg_pipeline_db", "pg_pipeline_harness"),
         *("pg_compact_db", "pg_compact_harness"),
     ),
-    "mysql": ("mysql_db", "mysql_harness", "mysql_dsn", "mysql_compact_db", "mysql_compact_harness"),
+    "mysql": (
+        "mysql_db",
+        "mysql_harness",
+        "mysql_dsn",
+        "mysql_compact_db",
+        "mysql_compact_harness",
+        "mysql_chain_db",
+    ),
 }
 
 
@@ -231,6 +238,12 @@ def mysql_compact_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> S
     return _load("conformance.builtin:mysql_compact", mysql_time_zones)
 
 
+@pytest.fixture(scope="session")
+def mysql_chain_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> SqlHarness:
+    # The tables mysql_harness installed, under the backend on the compact plan with chained claims.
+    return _load("conformance.builtin:mysql_chain", mysql_time_zones)
+
+
 @pytest.fixture
 def db(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """The backend named by the test's parameter, with empty tables."""
@@ -280,6 +293,13 @@ def mysql_compact_db(mysql_compact_harness: SqlHarness) -> Iterator[SqlHarness]:
     mysql_compact_harness.clear()
     yield mysql_compact_harness
     mysql_compact_harness.close()
+
+
+@pytest.fixture
+def mysql_chain_db(mysql_chain_harness: SqlHarness) -> Iterator[SqlHarness]:
+    mysql_chain_harness.clear()
+    yield mysql_chain_harness
+    mysql_chain_harness.close()
 
 
 @pytest.fixture(scope="session")

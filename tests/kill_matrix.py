@@ -70,7 +70,7 @@ _SLOW_CLAUSES: Final = frozenset({"P1", "P2", "M1", "T5"})
 
 def full_matrix(backends: list[str]) -> dict[str, dict[str, str]]:
     """Run every mutant of `backends` against every clause but the slow ones (the test environment's DSNs)."""
-    from mutants import MEMORY_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, in_mode
+    from mutants import MEMORY_MUTANTS, MYSQL_CHAIN_MUTANTS, MYSQL_MUTANTS, POSTGRESQL_MUTANTS, in_mode
     from test_mutants import EXAMPLES, BriefSuite
 
     from conformance import MemoryHarness, SqlHarness, builtin
@@ -85,6 +85,7 @@ def full_matrix(backends: list[str]) -> dict[str, dict[str, str]]:
         "memory": (builtin.memory(), MEMORY_MUTANTS),
         "postgresql": (builtin.postgresql(**tables), POSTGRESQL_MUTANTS),
         "mysql": (builtin.mysql(**tables), MYSQL_MUTANTS),
+        "mysql-chain": (builtin.mysql_chain(**tables), MYSQL_CHAIN_MUTANTS),
     }
     rows: dict[str, dict[str, str]] = {}
     for base, mutants in (bases[name] for name in backends):
@@ -115,7 +116,7 @@ def only_killers(rows: dict[str, dict[str, str]]) -> dict[str, list[str]]:
 if __name__ == "__main__":
     # The full matrix and, per clause, the mutants only it kills.
     # python tests/kill_matrix.py [memory] [postgresql] [mysql]: all three when none is named.
-    matrix = full_matrix(sys.argv[1:] or ["memory", "postgresql", "mysql"])
+    matrix = full_matrix(sys.argv[1:] or ["memory", "postgresql", "mysql", "mysql-chain"])
     for line in kill_matrix_lines(matrix, full=True):
         print(line)
     for clause, mutants in sorted(only_killers(matrix).items(), key=lambda item: _clause_order(item[0])):

@@ -1321,6 +1321,11 @@ from mutants_protocols import (  # noqa: E402  (beside the rest, which its mutan
     MemoryBatchClaimOverLimit,
     MemoryListenerQuietWhenKilled,
     MemoryOneSavepointPerBatch,
+    MySQLBatchChainOverLimit,
+    MySQLBatchChainWithoutCommit,
+    MySQLChainClaimsBeforeCommit,
+    MySQLChainDropsKeptBackWrite,
+    MySQLChainWithoutCommit,
     MySQLChunksWithoutSavepoint,
     MySQLEndsNoTimedOutTransaction,
     PgBatchChainClaimsBeforeCommit,
@@ -1454,6 +1459,41 @@ PROTOCOL_MYSQL_MUTANTS: tuple[Mutant, ...] = (
         "end_transaction does nothing on MySQL: a job past job_timeout_ms stays held while its handler runs",
         MySQLEndsNoTimedOutTransaction,
         ("L2",),
+    ),
+)
+
+# MySQL's chained plan: run on its own harness (conformance.builtin:mysql_chain), whose connections take
+# multi-statement queries.
+MYSQL_CHAIN_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "mysql_chain_without_commit",
+        "MySQL: commit_and_get_next_job claims in the same transaction, so nothing commits until the end",
+        MySQLChainWithoutCommit,
+        ("J1", "J2", "J3"),
+    ),
+    Mutant(
+        "mysql_chain_claims_before_commit",
+        "MySQL: commit_and_get_next_job claims before its COMMIT, which ends the next job's row lock",
+        MySQLChainClaimsBeforeCommit,
+        ("J2",),
+    ),
+    Mutant(
+        "mysql_chain_drops_kept_back_write",
+        "a finished job's archive and delete, kept back for the chain, are dropped when the worker stops",
+        MySQLChainDropsKeptBackWrite,
+        ("J4", "J7"),
+    ),
+    Mutant(
+        "mysql_batch_chain_without_commit",
+        "MySQL: commit_and_get_next_jobs claims in the same transaction, so nothing commits until the end",
+        MySQLBatchChainWithoutCommit,
+        ("J5", "J6"),
+    ),
+    Mutant(
+        "mysql_batch_chain_over_limit",
+        "MySQL: commit_and_get_next_jobs claims one job more than its limit, outgrowing batch_size",
+        MySQLBatchChainOverLimit,
+        ("J5", "J6"),
     ),
 )
 

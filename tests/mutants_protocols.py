@@ -274,3 +274,62 @@ class PgBatchChainClaimsBeforeCommit(_PgChained):
         records = self.get_next_jobs(conn, job_table, queue, now, limit)
         self._execute(conn, "COMMIT; BEGIN", None, _ignore)
         return records
+
+
+# -- chained claims on MySQL: MySQLBackend(compact=True, chain=True) wrong in one way each -------------------
+
+
+class _MySQLChained(MySQLBackend):
+    """MySQLBackend on the compact plan with chained claims whatever it is given; its harness
+    (conformance.builtin:mysql_chain) opens connections with CLIENT.MULTI_STATEMENTS, which both need."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "compact": True, "chain": True})
+
+
+class MySQLChainWithoutCommit(_MySQLChained):
+    """commit_and_get_next_job claims the next job in the same transaction: nothing commits until the chain
+    ends, and a later job's rollback undoes the earlier ones."""
+
+    def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        return self.get_next_job(conn, job_table, queue, now)
+
+
+class MySQLChainClaimsBeforeCommit(_MySQLChained):
+    """commit_and_get_next_job claims the next job before its COMMIT: the commit ends that lock at once."""
+
+    def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        record = self.get_next_job(conn, job_table, queue, now)
+        self._execute(conn, "COMMIT", None, _ignore)
+        return record
+
+
+class MySQLChainDropsKeptBackWrite(_MySQLChained):
+    """A finished job's (or batch's) archive and delete, kept back for the next chained query, are dropped
+    when the transaction ends without one (the worker stopping): the job stays queued and runs again."""
+
+    def _send_deferred(self, conn: Any, lease: Any) -> None:
+        lease.deferred = None
+
+
+class MySQLBatchChainWithoutCommit(_MySQLChained):
+    """commit_and_get_next_jobs claims the next batch in the same transaction: nothing commits until the
+    chain ends, and a later batch's rollback undoes the earlier ones."""
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        return self.get_next_jobs(conn, job_table, queue, now, limit)
+
+
+class MySQLBatchChainOverLimit(_MySQLChained):
+    """commit_and_get_next_jobs claims one job more than its limit: chained batches grow past batch_size."""
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        return super().commit_and_get_next_jobs(conn, job_table, queue, now, limit + 1)

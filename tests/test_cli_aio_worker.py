@@ -229,7 +229,8 @@ def test_chained_claims_on_mysql_refuse_the_asyncio_worker_naming_why(
     process = _start_worker(database, "records_runs_async", "--chain")
     _, err = process.communicate(timeout=60)
     assert process.returncode == ExitCode.USAGE_ERROR, err
-    assert "--chain is PostgreSQL's" in err
+    assert "--chain with a coroutine handler is PostgreSQL's" in err
+    assert "the threaded worker has them" in err
 
 
 @on_postgresql

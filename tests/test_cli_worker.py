@@ -298,7 +298,7 @@ def test_the_compact_plan_runs_every_job_once_and_archives_the_rows_of_the_plain
 
 @pytest.mark.usefixtures("sigterm_to_self")
 @pytest.mark.parametrize("switch", ["--chain", "PROLETARIAN_CHAIN=1"])
-def test_chained_claims_run_every_job_once_on_postgresql_and_are_a_usage_error_on_mysql(
+def test_chained_claims_run_every_job_once_on_both_databases(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
@@ -309,23 +309,18 @@ def test_chained_claims_run_every_job_once_on_postgresql_and_are_a_usage_error_o
     for n in range(6):
         _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 3})
     chained: list[int] = []
-    original = PostgresBackend.commit_and_get_next_job
+    backend_class = MySQLBackend if database.dialect == "mysql" else PostgresBackend
+    original = backend_class.commit_and_get_next_job
 
-    def spy(self: PostgresBackend, *args: Any) -> Any:
+    def spy(self: Any, *args: Any) -> Any:
         chained.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(PostgresBackend, "commit_and_get_next_job", spy)
+    monkeypatch.setattr(backend_class, "commit_and_get_next_job", spy)
     extra = ["--chain"] if switch == "--chain" else []
     if not extra:
         monkeypatch.setenv("PROLETARIAN_CHAIN", "1")
     command = ["worker", "--handler", "cli_handlers:records_runs", "--polling-interval-ms", "20"]
-    if database.dialect == "mysql":
-        result = run(capsys, *command, *extra, *database.args)
-        assert result.code == ExitCode.USAGE_ERROR, result.err
-        assert "--chain is PostgreSQL's" in result.err
-        assert not runs.exists() and len(database.jobs()) == 6
-        return
     watcher = _stop_when(lambda: len(database.archived_jobs()) == 6, timeout=30)
     result = run(capsys, *command, "--threads", "2", "--compact", *extra, *database.args)
     watcher.join(timeout=5)
@@ -340,7 +335,7 @@ def test_chained_claims_run_every_job_once_on_postgresql_and_are_a_usage_error_o
 
 
 @pytest.mark.usefixtures("sigterm_to_self")
-def test_chained_claims_with_a_batch_size_chain_whole_batches_on_postgresql_and_are_refused_on_mysql(
+def test_chained_claims_with_a_batch_size_chain_whole_batches_on_both_databases(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
@@ -350,21 +345,16 @@ def test_chained_claims_with_a_batch_size_chain_whole_batches_on_postgresql_and_
     for n in range(9):
         _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 4})
     chained: list[int] = []
-    original = PostgresBackend.commit_and_get_next_jobs
+    backend_class = MySQLBackend if database.dialect == "mysql" else PostgresBackend
+    original = backend_class.commit_and_get_next_jobs
 
-    def spy(self: PostgresBackend, *args: Any) -> Any:
+    def spy(self: Any, *args: Any) -> Any:
         chained.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(PostgresBackend, "commit_and_get_next_jobs", spy)
+    monkeypatch.setattr(backend_class, "commit_and_get_next_jobs", spy)
     command = ["worker", "--handler", "cli_handlers:records_runs", "--polling-interval-ms", "20"]
     command += ["--chain", "--batch-size", "3", *database.args]
-    if database.dialect == "mysql":
-        result = run(capsys, *command)
-        assert result.code == ExitCode.USAGE_ERROR, result.err
-        assert "--chain is PostgreSQL's" in result.err
-        assert not runs.exists() and len(database.jobs()) == 9
-        return
     watcher = _stop_when(lambda: len(database.archived_jobs()) == 9, timeout=30)
     result = run(capsys, *command, "--compact")
     watcher.join(timeout=5)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from conformance import BackendSuite, SqlHarness, WorkerSuite
+from conformance.contract_chain import ChainedClaimTests
 from conformance.runner import run_suite_test
 from conformance.suite import clauses
 from proletarian_ref.backends.mysql import MySQLBackend
@@ -53,6 +54,36 @@ class TestMySQLCompactBatch(WorkerSuite):
             yield batched
         finally:
             batched.close()
+
+
+class TestMySQLChain(WorkerSuite):
+    """The worker clauses with chained claims: each job still its own transaction, claimed and run once."""
+
+    @pytest.fixture
+    def harness(self, mysql_chain_db: SqlHarness) -> SqlHarness:
+        return mysql_chain_db
+
+
+class TestMySQLChainBatch(WorkerSuite):
+    """The worker clauses in batch mode with chained claims: each batch its own transaction."""
+
+    @pytest.fixture
+    def harness(self, mysql_chain_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = mysql_chain_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()
+
+
+class TestMySQLChainClauses(ChainedClaimTests):
+    """J1-J7, what a backend with chained claims owes the worker, on MySQL's chained plan."""
+
+    __test__ = True
+
+    @pytest.fixture
+    def harness(self, mysql_chain_db: SqlHarness) -> SqlHarness:
+        return mysql_chain_db
 
 
 def test_innodb_claims_keep_the_lock_on_the_record_that_ends_their_scan(mysql_db: SqlHarness) -> None:

@@ -14,6 +14,7 @@ from kill_matrix import KILL_MATRIX_PROPERTY
 from mutants import (
     ERROR_HISTORY_MUTANTS,
     MEMORY_MUTANTS,
+    MYSQL_CHAIN_MUTANTS,
     MYSQL_MUTANTS,
     POSTGRESQL_MUTANTS,
     SIDE_TABLE_MUTANTS,
@@ -90,6 +91,15 @@ def test_the_suite_catches_the_mysql_mutant(
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
 
 
+@pytest.mark.parametrize("mutant", MYSQL_CHAIN_MUTANTS, ids=lambda m: m.name)
+def test_the_suite_catches_the_mysql_chain_mutant(
+    mutant: Mutant, mysql_chain_db: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    harness = mysql_chain_db.with_backend(mutant.backend_class, name=f"mutant {mutant.name}")
+    survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
 @pytest.mark.parametrize("mutant", MEMORY_MUTANTS, ids=lambda m: m.name)
 def test_the_suite_catches_the_in_memory_mutant(
     mutant: Mutant, record_property: Callable[[str, object], None]
@@ -125,6 +135,14 @@ def test_each_catching_test_passes_on_the_real_mysql_backend(test: str, mysql_db
     assert result.outcome == "passed", f"{test}: {result.outcome} {result.message}"
 
 
+@pytest.mark.parametrize("test", _catching_tests(MYSQL_CHAIN_MUTANTS))
+def test_each_catching_test_passes_on_the_real_mysql_chain_backend(
+    test: str, mysql_chain_db: SqlHarness
+) -> None:
+    result = run_suite_test(BriefSuite, test, mysql_chain_db, max_examples=EXAMPLES)
+    assert result.outcome == "passed", f"{test}: {result.outcome} {result.message}"
+
+
 @pytest.mark.parametrize("test", _catching_tests(MEMORY_MUTANTS))
 def test_each_catching_test_passes_on_the_real_in_memory_backend(test: str) -> None:
     result = run_suite_test(
@@ -140,7 +158,7 @@ def test_every_suite_test_names_one_clause() -> None:
 
 def test_every_mutant_names_known_clauses_and_a_unique_name() -> None:
     known = clauses()
-    everything = POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS
+    everything = POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MYSQL_CHAIN_MUTANTS + MEMORY_MUTANTS
     assert len({m.name for m in everything}) == len(everything)
     for mutant in everything:
         assert mutant.killed_by, f"{mutant.name} names no clause that catches it"
@@ -155,6 +173,7 @@ def test_the_docs_list_every_mutant_with_the_clauses_that_catch_it() -> None:
     everything = (
         POSTGRESQL_MUTANTS
         + MYSQL_MUTANTS
+        + MYSQL_CHAIN_MUTANTS
         + MEMORY_MUTANTS
         + SIDE_TABLE_MUTANTS
         + ERROR_HISTORY_MUTANTS
@@ -167,7 +186,7 @@ def test_the_docs_list_every_mutant_with_the_clauses_that_catch_it() -> None:
 def test_the_readme_counts_every_mutant() -> None:
     readme = (DOCS.parent.parent / "README.md").read_text(encoding="utf-8")
     counts = re.findall(r"(\d+) deliberately broken backends", readme)
-    assert counts == [str(len(POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS))]
+    assert counts == [str(len(POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MYSQL_CHAIN_MUTANTS + MEMORY_MUTANTS))]
     side = re.findall(r"catch (\d+) broken stores more", re.sub(r"\s+", " ", readme))
     assert side == [str(len(SIDE_TABLE_MUTANTS + ERROR_HISTORY_MUTANTS))]
 
@@ -184,7 +203,7 @@ def test_the_docs_say_what_each_clause_kills_alone() -> None:
     section = text[text.index("### What each clause kills alone") :].split("\n## ", 1)[0]
     entries = re.findall(r"^- \*\*([A-Z]\d+)\*\*: (.*)$", section, re.M)
     assert sorted(clause for clause, _ in entries) == sorted(clauses()), "clauses missing or listed twice"
-    mutants = {m.name: m for m in POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MEMORY_MUTANTS}
+    mutants = {m.name: m for m in POSTGRESQL_MUTANTS + MYSQL_MUTANTS + MYSQL_CHAIN_MUTANTS + MEMORY_MUTANTS}
     for clause, entry in entries:
         if "Kept:" in entry:
             continue

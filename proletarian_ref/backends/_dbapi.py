@@ -65,6 +65,9 @@ class _Lease:
     # Writes sent but not yet counted, on a connection whose backend pipelines them (_pipelines): each
     # (cursor, what, job id) is checked for exactly one row before the transaction may commit.
     pending: list[tuple[Any, str, Any]] | None = None
+    # A write not yet sent, kept back to go in one query with the COMMIT after it (MySQLBackend's chained
+    # plan, _send_deferred): sent before any other statement, and before the transaction's own COMMIT.
+    deferred: Any = None
 
 
 class _ThreadState(threading.local):
@@ -195,6 +198,11 @@ class SqlBackend:
         """Send what the connection has queued and read every result (only where _pipelines said so)."""
         raise NotImplementedError
 
+    def _send_deferred(self, conn: Any, lease: _Lease) -> None:
+        """Send the write kept back in `lease.deferred` and check it, on a lease already marked busy (only
+        where a backend keeps writes back)."""
+        raise NotImplementedError
+
     def _cancel_statement(self, conn: Any) -> None:
         """Ask the server, from another thread, to end the statement `conn` is running; may do nothing."""
 
@@ -300,6 +308,8 @@ class SqlBackend:
     def _commit(self, conn: Any, lease: _Lease) -> None:
         self._start_round_trip(lease)
         try:
+            if lease.deferred is not None:
+                self._send_deferred(conn, lease)
             if lease.pending:
                 self._settle(conn, lease.pending)
             conn.commit()
@@ -446,8 +456,11 @@ class SqlBackend:
         try:
             if lease is None:
                 self._prepare_session(conn)
-            elif lease.pending:
-                self._settle(conn, lease.pending)
+            else:
+                if lease.deferred is not None:
+                    self._send_deferred(conn, lease)
+                if lease.pending:
+                    self._settle(conn, lease.pending)
             if cursors is not None:
                 # The thread's own connection keeps its cursors: making one costs more than a statement's
                 # own Python work. One per kind of result (`read`): a psycopg cursor that switches between

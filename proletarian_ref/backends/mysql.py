@@ -14,11 +14,14 @@ from pymysql.constants import CLIENT
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
+from proletarian_ref.backends import mysql_chain
 from proletarian_ref.backends._dbapi import (
     SessionPrefix,
     SqlBackend,
     _close_quietly,
+    _fetchall,
     _ignore,
+    _Lease,
     _wrong_batch_count,
     _wrong_count,
 )
@@ -70,6 +73,8 @@ _TIME_ZONE_SQL: Final = "SET time_zone = %s"
 _MARIADB_UTC_PREFIX: Final = f"SET STATEMENT time_zone = '{_UTC}' FOR "
 _MARIADB_UTC_SESSION: Final = SessionPrefix(_MARIADB_UTC_PREFIX)
 _UNPREPARED: Final = object()
+# The key of the chain's kept cursor among a lease's cursors (whose others are keyed by reader or by -n).
+_CHAIN_CURSOR: Final = "chain"
 _ISOLATION_SQL: Final = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 
@@ -82,6 +87,11 @@ class MySQLBackend(SqlBackend):
     the backend runs transactions on to be opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag (e.g.
     connection_factory(dsn, client_flag=CLIENT.MULTI_STATEMENTS)); on one without it the transaction
     raises ConfigurationError before it claims a job.
+
+    With `chain=True` (backend.ChainedClaim and ChainedBatchClaim) a queue worker chains each finished job's
+    COMMIT to the next claim, which it sends in the same query; on the compact plan the job's archive and
+    delete go in it too, each row count checked by the server (backends/mysql_chain.py): one round trip a
+    job. It needs the same connections as the compact plan.
     """
 
     dialect: ClassVar[str] = "mysql"
@@ -92,9 +102,17 @@ class MySQLBackend(SqlBackend):
     )
 
     def __init__(
-        self, data_source: Any = None, *, first_connection: Any = None, compact: bool = False
+        self,
+        data_source: Any = None,
+        *,
+        first_connection: Any = None,
+        compact: bool = False,
+        chain: bool = False,
     ) -> None:
         super().__init__(data_source, first_connection=first_connection, compact=compact)
+        if not isinstance(chain, bool):
+            raise ConfigurationError(f"chain must be True or False, got {chain!r}")
+        self._chain = chain
         # The payload columns of (server, job table, archive table); read once, re-read before refusing.
         self._payload_columns: dict[tuple[Any, ...], list[PayloadColumn]] = {}
 
@@ -173,14 +191,21 @@ class MySQLBackend(SqlBackend):
         prepared = (conn, _server_session(conn))
         if self._local.prepared == prepared:
             return
-        if self.compact_plan and not getattr(conn, "client_flag", 0) & CLIENT.MULTI_STATEMENTS:
+        if (self.compact_plan or self._chain) and not getattr(
+            conn, "client_flag", 0
+        ) & CLIENT.MULTI_STATEMENTS:
             # Refused rather than run as two statements: the option would silently do nothing. Raised
             # before the claim, so no handler runs a job whose outcome could not be written.
+            option, sends = (
+                ("compact=True", "a job's archive and delete")
+                if self.compact_plan
+                else ("chain=True", "a job's COMMIT and the next claim")
+            )
             raise ConfigurationError(
-                "MySQLBackend(compact=True) sends a job's archive and delete as one multi-statement "
+                f"MySQLBackend({option}) sends {sends} as one multi-statement "
                 "query, which this connection was not opened for: open the backend's connections with "
                 "client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS (connection_factory(dsn, "
-                "client_flag=CLIENT.MULTI_STATEMENTS)), or leave compact off"
+                f"client_flag=CLIENT.MULTI_STATEMENTS)), or leave {option.split('=')[0]} off"
             )
         with conn.cursor() as cursor:
             cursor.execute(_TIME_ZONE_SQL, (_UTC,))
@@ -319,8 +344,14 @@ class MySQLBackend(SqlBackend):
         """The compact plan: archive_job and delete_job in one multi-statement query, each count checked.
 
         Both counts are read before either is checked, so the connection is left with no result unread.
+        In a chained transaction they are kept back to go with its COMMIT (mysql_chain).
         """
         statements = self._statements
+        lease = self._chaining(conn)
+        if lease is not None:
+            params = self._archive_params(job_id, status, finished_at)
+            lease.deferred = mysql_chain.deferred_job(conn, statements, job_table, archived_job_table, params)
+            return
         statement = (
             f"{statements['archive_job', job_table, archived_job_table]};\n"
             f"{statements['delete_job', job_table, None]}"
@@ -342,7 +373,14 @@ class MySQLBackend(SqlBackend):
         finished_at: datetime,
     ) -> None:
         """The compact plan in batch mode: archive_jobs and delete_jobs in one multi-statement query, each
-        count checked as archive_and_delete_job checks its two."""
+        count checked as archive_and_delete_job checks its two, or kept back as it keeps them."""
+        lease = self._chaining(conn)
+        if lease is not None:
+            finished = self._db_time(finished_at, what="finished_at")
+            lease.deferred = mysql_chain.deferred_batch(
+                conn, job_table, archived_job_table, job_ids, status, finished
+            )
+            return
         count = len(job_ids)
         statement = (
             f"{sql.render_ids(self.dialect, 'archive_jobs', job_table, archived_job_table, count)};\n"
@@ -354,6 +392,79 @@ class MySQLBackend(SqlBackend):
             raise _wrong_batch_count(archived, "archive_jobs", count)
         if deleted != count:
             raise _wrong_batch_count(deleted, "delete_jobs", count)
+
+    # -- chained claims (ChainedClaim, ChainedBatchClaim) ------------------------------------------------
+
+    @property
+    def chained_claims(self) -> bool:
+        return self._chain
+
+    def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        """ChainedClaim: the kept-back archive and delete (checked by the server), COMMIT and the next claim
+        as one query. On a connection outside transaction() (a caller's), COMMIT and the claim apart."""
+        params = {"queue": queue, "now": self._db_time(now, what="now")}
+        row = self._chained(
+            conn, self._statements["get_next_job", job_table, None], params, self._fetch_claimed
+        )
+        return None if row is None else self._job_record(row)
+
+    def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        """ChainedBatchClaim: commit_and_get_next_job's query with batch mode's claim."""
+        params = {"queue": queue, "now": self._db_time(now, what="now"), "limit": limit}
+        rows = self._chained(conn, self._render("get_next_jobs", job_table), params, _fetchall)
+        return [self._job_record(row) for row in rows]
+
+    def _chained(self, conn: Any, claim: str, params: dict[str, Any], read: Any) -> Any:
+        lease = self._local.lease
+        if lease is None or lease.conn is not conn:
+            self._execute(conn, mysql_chain.commit_statement(), None, _ignore)
+            return self._execute(conn, claim, params, read)
+        deferred, lease.deferred = lease.deferred, None
+        parts = (mysql_chain.commit_statement(), mysql_chain.literal(conn, claim, params))
+        text = ";\n".join(parts if deferred is None else (deferred.text, *parts))
+        self._start_round_trip(lease)  # as in _execute: refused on a released connection, before the try
+        try:
+            cursor = self._kept_cursor(lease)
+            cursor.execute(text)
+            if deferred is not None:
+                deferred.check(cursor)
+                cursor.nextset()  # to the COMMIT's result
+            cursor.nextset()  # to the claim's: a failed COMMIT raised, and the claim did not run
+            return read(cursor)
+        except Exception as exc:
+            self._raise_library_error(exc)
+        finally:
+            lease.busy = False  # as in _execute
+
+    def _chaining(self, conn: Any) -> _Lease | None:
+        """The calling thread's transaction on `conn` where the backend chains, else None: there a finished
+        job's archive and delete are kept back to go with the COMMIT."""
+        lease = self._local.lease
+        if self._chain and lease is not None and lease.conn is conn:
+            return lease
+        return None
+
+    def _send_deferred(self, conn: Any, lease: _Lease) -> None:
+        # The kept-back writes alone, before another statement or the transaction's own COMMIT: checked by
+        # the server as in a chain, so a wrong count raises before anything after them runs.
+        deferred, lease.deferred = lease.deferred, None
+        cursor = self._kept_cursor(lease)
+        cursor.execute(deferred.text)
+        deferred.check(cursor)
+
+    def _kept_cursor(self, lease: _Lease) -> Any:
+        """The cursor of the chain's queries on the lease's connection, kept with its others."""
+        cursors = lease.cursors
+        if cursors is None:
+            return self._cursor(lease.conn)
+        cursor = cursors.get(_CHAIN_CURSOR)
+        if cursor is None:
+            cursor = cursors[_CHAIN_CURSOR] = self._cursor(lease.conn)
+        return cursor
 
     def _cursor(self, conn: Any) -> Any:
         # A plain tuple cursor whatever cursorclass the caller's connection was made with.

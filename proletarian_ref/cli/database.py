@@ -166,30 +166,31 @@ def plan_backend(db: Database, *, compact: bool, chain: bool, pipeline: bool = F
     command's queue workers, closed by the caller.
 
     On MySQL its connections are opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag, which the compact plan
-    needs (the archive and delete go as one multi-statement query); no other command's connections get it.
-    Chained claims and pipelining are PostgreSQL's: on MySQL --chain and --pipeline are refused before any
-    worker starts.
+    and chained claims need (their statements go as one multi-statement query); no other command's
+    connections get it. Pipelining is PostgreSQL's: on MySQL --pipeline is refused before any worker starts.
     """
     if db.dialect == "mysql":
-        refuse_chain(db, chain)
         if pipeline:
             refuse_pipeline(db)
         from pymysql.constants import CLIENT
 
         from proletarian_ref.backends.mysql import MySQLBackend
 
-        return MySQLBackend(_factory(db.dsn, db.dialect, client_flag=CLIENT.MULTI_STATEMENTS), compact=True)
+        factory = _factory(db.dsn, db.dialect, client_flag=CLIENT.MULTI_STATEMENTS)
+        return MySQLBackend(factory, compact=True, chain=chain)
     from proletarian_ref.backends.postgres import PostgresBackend
 
     return PostgresBackend(db.factory, compact=compact, chain=chain, pipeline=pipeline)
 
 
 def refuse_chain(db: Database, chain: bool) -> None:
-    """--chain on a database without chained claims: a usage error naming why."""
+    """--chain for the asyncio worker on MySQL, whose backend (aiomysql) has no chained claims: a usage error
+    naming why and what has them."""
     if chain:
         raise UsageError(
-            f"--chain is PostgreSQL's (chained claims send COMMIT and BEGIN together); {db.describe()} is "
-            "MySQL/MariaDB, whose --compact already sends a job's archive and delete in one query"
+            f"--chain with a coroutine handler is PostgreSQL's; on {db.describe()} (MySQL/MariaDB) the "
+            "asyncio worker's backend (aiomysql) has no chained claims: the threaded worker has them, with a "
+            "plain function as --handler"
         )
 
 

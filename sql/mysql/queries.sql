@@ -36,6 +36,21 @@ DELETE FROM {job_table} WHERE job_id = %(job_id)s
 -- these very two statements, as one multi-statement query: one round trip, each row count checked apart.
 -- They stay two statements: MySQL has no DELETE ... RETURNING, and neither server takes a DELETE in a WITH.
 
+-- name: chain_check_count
+-- The chained plan (MySQLBackend(chain=True), backend.ChainedClaim; not Proletarian's plan, whose worker ends
+-- every job's transaction and polls again in a new one) sends a finished job's archive_job and delete_job,
+-- its COMMIT and the next claim as one multi-statement query, before any row count comes back: so the
+-- server checks each write's count itself, with this statement right after it. A count other than
+-- %(count)s takes the sum past BIGINT UNSIGNED's largest value, an error (1690) on MySQL and MariaDB in
+-- every sql_mode, which stops the query there: the COMMIT after it never runs, as with a count the client
+-- checks before COMMIT. (Not DO: MariaDB's DO reports an expression's error as a warning and goes on.)
+SELECT 18446744073709551615 + (ROW_COUNT() <> %(count)s) AS count_check
+
+-- name: chain_commit
+-- The chained plan's COMMIT, sent in one query with the writes before it and the next claim after it; the
+-- session stays out of autocommit, so the claim begins the next job's transaction.
+COMMIT
+
 -- name: retry_at
 -- (R) Reschedule a failed job and count the failed attempt.
 UPDATE {job_table} SET process_at = %(retry_at)s, attempts = attempts + 1 WHERE job_id = %(job_id)s

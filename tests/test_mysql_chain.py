@@ -1,0 +1,300 @@
+"""MySQL's chained plan (MySQLBackend(chain=True)): a finished job's checked archive and delete, its COMMIT
+and the next claim in one query; each job still its own transaction."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from support import enqueue_committed
+
+import proletarian_ref as pr
+from conformance.harness import SqlHarness
+from proletarian_ref import ConfigurationError, DatabaseError, sql
+from proletarian_ref.backends.mysql import MySQLBackend
+from proletarian_ref.tables import TableName, table_name
+
+JOBS = 12
+# Jobs a batch in batch mode's chain: JOBS is three whole batches.
+BATCH = 4
+WITHIN_S = 30.0
+CHAIN = {"chain": True, "compact": True}
+CHECK = sql.queries("mysql")["chain_check_count"]
+
+
+def _tables(db: SqlHarness) -> tuple[TableName, TableName]:
+    return table_name(db.job_table), table_name(db.archived_job_table)
+
+
+def _enqueue(db: SqlHarness, count: int) -> list[Any]:
+    return [enqueue_committed(db, "chain/job", {"n": n}) for n in range(count)]
+
+
+def _recording(connect: Callable[[], Any], sent: list[str]) -> Callable[[], Any]:
+    """Connections that note every query they send (PyMySQL's Connection.query, which cursors call)."""
+
+    def factory() -> Any:
+        conn = connect()
+        query = conn.query
+
+        def recorded(text: Any, unbuffered: bool = False) -> Any:
+            sent.append(text if isinstance(text, str) else text.decode())
+            return query(text, unbuffered)
+
+        conn.query = recorded
+        return conn
+
+    return factory
+
+
+def _drain(db: SqlHarness, backend: Any, batch_size: int, handler: Any = None) -> list[Any]:
+    """Run one worker thread on `backend` until every queued job is gone; the payloads it ran."""
+    ran: list[Any] = []
+    worker = pr.create_queue_worker(
+        None,
+        handler or (lambda job_type, payload: ran.append(payload)),
+        backend=backend,
+        worker_threads=1,
+        polling_interval_ms=20,
+        batch_size=batch_size,
+        **db.table_options,
+    )
+    try:
+        with worker:
+            deadline = time.monotonic() + WITHIN_S
+            while db.jobs() and time.monotonic() < deadline:
+                time.sleep(0.02)
+    finally:
+        backend.close()
+    return ran
+
+
+def _heads(query: str) -> list[str]:
+    """The first words of each statement of a multi-statement query, the check's as CHECK."""
+    return [
+        "CHECK" if part.startswith("SELECT 18446744073709551615") else " ".join(part.split()[:2])
+        for part in query.split(";\n")
+    ]
+
+
+@pytest.mark.parametrize("batch_size", [1, BATCH])
+def test_a_mysql_chained_worker_sends_each_finished_job_with_its_commit_and_the_next_claim_in_one_query(
+    mysql_chain_db: SqlHarness, batch_size: int
+) -> None:
+    job_ids = _enqueue(mysql_chain_db, JOBS)
+    sent: list[str] = []
+    backend = MySQLBackend(_recording(mysql_chain_db.data_source, sent), **CHAIN)
+    _drain(mysql_chain_db, backend, batch_size)
+    decode = mysql_chain_db.job_id_strategy().decode_id
+    archived = mysql_chain_db.archived_jobs()
+    assert sorted(str(decode(job.job_id)) for job in archived) == sorted(str(i) for i in job_ids)
+    assert {(job.attempts, job.status) for job in archived} == {(1, ":success")}
+    claims = [i for i, query in enumerate(sent) if "FOR UPDATE SKIP LOCKED" in query]
+    first = claims[0]
+    assert _heads(sent[first]) == ["SELECT job_id,"]
+    # Every job (or batch) after that: one query of its archive and delete, each followed by the server's
+    # check of its count, then COMMIT and the next claim, which finds the next job, or at the end none.
+    chained = ["INSERT INTO", "CHECK", "DELETE FROM", "CHECK", "COMMIT", "SELECT job_id,"]
+    claimed = JOBS // batch_size
+    assert [_heads(query) for query in sent[first + 1 : first + 1 + claimed]] == [chained] * claimed
+    assert ("LIMIT 1\n" in sent[first]) == (batch_size == 1)
+
+
+class _ArchivesNothing(MySQLBackend):
+    """The chain's kept-back archive archives no row (the delete still deletes the jobs)."""
+
+    def _send_deferred(self, conn: Any, lease: Any) -> None:
+        self._break(lease)
+        super()._send_deferred(conn, lease)
+
+    def _chained(self, conn: Any, claim: str, params: dict[str, Any], read: Any) -> Any:
+        lease = self._local.lease
+        if lease is not None:
+            self._break(lease)
+        return super()._chained(conn, claim, params, read)
+
+    def _break(self, lease: Any) -> None:
+        if lease.deferred is not None:
+            # The first WHERE is the archive's (INSERT ... SELECT ... WHERE job_id ...), then the delete's.
+            lease.deferred.text = lease.deferred.text.replace("\nWHERE job_id", "\nWHERE FALSE AND job_id", 1)
+
+
+class _ArchivesNothingUnchecked(_ArchivesNothing):
+    """The same, and the server's checks taken out: what the chain would commit without them."""
+
+    def _break(self, lease: Any) -> None:
+        super()._break(lease)
+        if lease.deferred is not None:
+            lease.deferred.text = re.sub(
+                r"SELECT 18446744073709551615 \+ \(ROW_COUNT\(\) <> \d+\)", "SELECT 1", lease.deferred.text
+            )
+
+
+def _refused(batch_size: int, job_id: Any = None) -> str:
+    """A refused archive count, in the words of the compact plan's own check on the client."""
+    if batch_size == 1:
+        return "archive_job changed 0 rows of job "
+    return f"archive_jobs changed 0 rows of {batch_size} jobs; expected {batch_size}"
+
+
+@pytest.mark.parametrize("batch_size", [1, BATCH])
+@pytest.mark.parametrize("checked", [True, False], ids=["server-checked", "check-taken-out"])
+def test_a_mysql_chains_archive_that_changes_no_row_rolls_back_its_commit_and_keeps_the_jobs(
+    mysql_chain_db: SqlHarness, checked: bool, batch_size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = mysql_chain_db
+    # One batch more than the worker's first, so that the broken archive goes with a chain's COMMIT.
+    job_ids = _enqueue(db, 2 * batch_size)
+    cls = _ArchivesNothing if checked else _ArchivesNothingUnchecked
+    backend = cls(db.data_source, **CHAIN)
+    refused = _refused(batch_size)
+    ran: list[Any] = []
+    worker = pr.create_queue_worker(
+        None,
+        lambda job_type, payload: ran.append(payload),
+        backend=backend,
+        worker_threads=1,
+        polling_interval_ms=20,
+        batch_size=batch_size,
+        **db.table_options,
+    )
+    try:
+        with worker:
+            deadline = time.monotonic() + WITHIN_S
+            while refused not in caplog.text and db.jobs() and time.monotonic() < deadline:
+                time.sleep(0.02)
+    finally:
+        backend.close()
+    assert ran
+    assert db.archived_jobs() == []
+    if checked:
+        # Refused before its COMMIT: every job queued still, attempts unchanged.
+        assert refused in caplog.text
+        decode = db.job_id_strategy().decode_id
+        queued = sorted((str(decode(job.job_id)), job.attempts) for job in db.jobs())
+        assert queued == sorted((str(job_id), 0) for job_id in job_ids)
+    else:
+        # Without the server's check the COMMIT went through: jobs deleted and never archived.
+        assert refused not in caplog.text and len(db.jobs()) < len(job_ids)
+
+
+@pytest.mark.parametrize("batch_size", [1, BATCH])
+def test_a_mysql_chains_refused_count_raises_before_its_commit_in_the_clients_check_words(
+    mysql_chain_db: SqlHarness, batch_size: int
+) -> None:
+    db = mysql_chain_db
+    _enqueue(db, batch_size)
+    queued = db.jobs()
+    queue = queued[0].queue
+    job_table, archived = _tables(db)
+    backend = _ArchivesNothing(db.data_source, **CHAIN)
+    now = datetime.now(UTC) + timedelta(minutes=1)
+    try:
+        with (
+            pytest.raises(DatabaseError, match=f"^{re.escape(_refused(batch_size))}"),
+            backend.transaction() as conn,
+        ):
+            if batch_size == 1:
+                record = backend.get_next_job(conn, job_table, queue, now)
+                assert record is not None
+                backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
+                backend.commit_and_get_next_job(conn, job_table, queue, now)
+            else:
+                records = backend.get_next_jobs(conn, job_table, queue, now, batch_size)
+                ids = [record.job_id for record in records]
+                backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
+                backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
+    finally:
+        backend.close()
+    assert db.jobs() == queued and db.archived_jobs() == []
+
+
+@pytest.mark.parametrize("ending", ["commit", "raise"])
+def test_a_kept_back_archive_goes_before_the_next_statement_and_the_blocks_own_commit(
+    mysql_chain_db: SqlHarness, ending: str
+) -> None:
+    """Outside a chain the kept-back write still goes first: the next statement on the connection sees it
+    done, and the block's COMMIT writes it, or its rollback undoes it."""
+    db = mysql_chain_db
+    _enqueue(db, 2)
+    queue = db.jobs()[0].queue
+    job_table, archived = _tables(db)
+    backend = MySQLBackend(db.data_source, **CHAIN)
+    now = datetime.now(UTC) + timedelta(minutes=1)
+    try:
+        with (
+            pytest.raises(RuntimeError) if ending == "raise" else contextlib.nullcontext(),
+            backend.transaction() as conn,
+        ):
+            first = backend.get_next_job(conn, job_table, queue, now)
+            assert first is not None
+            backend.archive_and_delete_job(conn, job_table, archived, first.job_id, ":success", now)
+            second = backend.get_next_job(conn, job_table, queue, now)
+            assert second is not None and second.job_id != first.job_id
+            with conn.cursor() as cursor:
+                cursor.execute(f"SELECT COUNT(*) FROM {archived} WHERE job_id = %s", (first.job_id,))
+                assert cursor.fetchone() == (1,)
+            if ending == "raise":
+                raise RuntimeError("planted")
+    finally:
+        backend.close()
+    if ending == "commit":
+        assert [job.job_id for job in db.archived_jobs()] == [first.job_id]
+        assert [job.job_id for job in db.jobs()] == [second.job_id]
+    else:
+        assert db.archived_jobs() == [] and len(db.jobs()) == 2
+
+
+def test_commit_and_get_next_job_on_a_callers_connection_commits_then_claims(
+    mysql_chain_db: SqlHarness,
+) -> None:
+    """Outside the backend's own transaction (a caller's connection) the COMMIT and the claim go apart."""
+    db = mysql_chain_db
+    _enqueue(db, 1)
+    queue = db.jobs()[0].queue
+    job_table, _ = _tables(db)
+    backend = MySQLBackend(db.data_source, **CHAIN)
+    conn = db.connect()
+    try:
+        conn.autocommit(False)
+        with conn.cursor() as cursor:
+            cursor.execute("SET time_zone = '+00:00'")
+        record = backend.commit_and_get_next_job(
+            conn, job_table, queue, datetime.now(UTC) + timedelta(minutes=1)
+        )
+        assert record is not None and record.job_id == db.jobs()[0].job_id
+        conn.rollback()
+    finally:
+        conn.close()
+        backend.close()
+
+
+def test_chain_must_be_a_bool() -> None:
+    with pytest.raises(ConfigurationError, match="chain must be True or False"):
+        MySQLBackend(lambda: None, chain=1)  # type: ignore[arg-type]
+    assert MySQLBackend(None).chained_claims is False
+    assert MySQLBackend(None, chain=True).chained_claims is True
+
+
+def test_a_chain_on_connections_without_multi_statements_is_refused_before_any_claim(
+    mysql_db: SqlHarness,
+) -> None:
+    _enqueue(mysql_db, 1)
+    backend = MySQLBackend(mysql_db.data_source, chain=True)
+    try:
+        with (
+            pytest.raises(
+                ConfigurationError,
+                match=r"MySQLBackend\(chain=True\) sends a job's COMMIT and the next claim",
+            ),
+            backend.transaction(),
+        ):
+            pass
+    finally:
+        backend.close()
+    assert len(mysql_db.jobs()) == 1 and mysql_db.archived_jobs() == []
