@@ -14,8 +14,8 @@ BENCHMARKS_MD: Final = Path(__file__).resolve().parent.parent / "docs" / "benchm
 # Issue 31's target: a drain's rate at least this share of the server's own limit.
 LIMIT_TARGET: Final = 0.6
 # Issue 31's drains for each target, from limit5 on: default mode on the compact plan or the asyncio worker,
-# each with or without chained claims (PostgreSQL); and from limit6 on, batch mode on either worker, with or
-# without chained batches.
+# each with or without chained claims (PostgreSQL; from limit13 on, MySQL's threaded chain too); and from
+# limit6 on, batch mode on either worker, with or without chained batches.
 DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
 CHAINED_BATCH_DRAINS: Final = ("library", "async", "chain", "async_chain")
 DATABASES: Final = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
@@ -355,4 +355,5 @@ LIMIT11: Final = LimitPair(
 LIMIT12: Final = LimitPair(
     "limit12-cores-2026-12-06", "limit12-shared-2026-12-06", "The limit's own costs a job"
 )
-LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12)
+LIMIT13: Final = LimitPair("limit13-cores-2026-12-06", "limit13-shared-2026-12-06", "MySQL's chain")
+LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13)

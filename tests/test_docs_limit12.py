@@ -1,6 +1,6 @@
 """The figures docs/benchmarks.md quotes from the two limit12 runs (the limit's own costs a job measured too;
 the database on cores of its own, and sharing them) are theirs, and so are README's figures against the
-server's limit and docs/worker.md's word on the asyncio chain's speed.
+server's limit (until limit13) and docs/worker.md's word on the asyncio chain's speed.
 
 "The limit's own costs a job" pastes both runs' limit and per-job cost tables and a table of the targets met
 per point, and quotes in prose, at each point, the limit's server and client CPU a job beside the best
@@ -23,8 +23,6 @@ from docs_support import (
     LIMIT_TARGET,
     best_drain,
     best_of_limit,
-    cores_runs,
-    load_runs,
     missed,
     point_row,
     prose,
@@ -188,11 +186,12 @@ def test_the_asyncio_chain_is_the_best_drain_at_every_postgresql_point_sharing_t
 def test_worker_mds_word_on_the_pipelined_asyncio_chain_is_the_runs() -> None:
     text = prose((ROOT / "docs" / "worker.md").read_text(encoding="utf-8"))
     for phrase in (
-        "then it drained faster than asyncpg's compact plan at every point of the last named run against the "
-        "server's limit, and sharing the database's cores it was the fastest drain at every point",
+        "then it drained faster than asyncpg's compact plan at every point of the named runs `limit12` "
+        "against the server's limit, and sharing the database's cores it was the fastest drain at every "
+        "point",
         "cost less client CPU a job than the threaded chain in psycopg's pipeline mode at every point of the "
-        "last named run against the server's limit, with the database on cores of its own and sharing them, "
-        "and sharing the database's cores it was the fastest drain at every point",
+        "named runs `limit12` against the server's limit, with the database on cores of its own and sharing "
+        "them, and sharing the database's cores it was the fastest drain at every point",
     ):
         assert phrase in text, phrase
     PAIR.assert_async_chain_best_sharing_the_cores()
@@ -201,43 +200,3 @@ def test_worker_mds_word_on_the_pipelined_asyncio_chain_is_the_runs() -> None:
             for r in throughput_rows(run, "postgresql", batch=batch):
                 assert r["async_chain_ratio_limit"] > r["async_ratio_limit"]
                 assert r["async_chain_client_cpu_us_per_job"] < r["chain_client_cpu_us_per_job"]
-
-
-def test_readmes_figures_against_the_limit_are_the_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in PAIR.rows(CORES_RUN, backend, batch=batch))
-
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker reached "
-        f"{best('mysql', ('compact', 'async'), batch=False)} of it one job a commit (0.6 met at "
-        f"{PAIR.met(CORES_RUN, 'mysql', batch=False)} points; 1 x 1 fell short in this run and in `limit11`, "
-        "met in every earlier run with the database on cores of its own), batch mode "
-        f"{best('mysql', ('library', 'async'), batch=True)}",
-        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        "the best is the chained pipeline, `pipeline=True, compact=True, chain=True`, one round trip a job, "
-        "on the asyncio worker",
-        f"0.6 met at {PAIR.met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
-        f"({PAIR.met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {PAIR.met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit "
-        f"and {PAIR.met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{PAIR.met(SHARED_RUN, 'mysql', batch=False)} and {PAIR.met(SHARED_RUN, 'mysql', batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
-    # The best is the asyncio chain at every PostgreSQL point of the run, and 1 x 1 on MariaDB was met in
-    # every run with the database on cores of its own before limit11.
-    for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
-        rows = PAIR.rows(CORES_RUN, "postgresql", batch=batch)
-        assert {best_drain(r, drains) for r in rows} == {"async_chain"}
-    earlier = cores_runs(before=11)
-    ones = [
-        best_of_limit(point_row(r, "mysql", 1, 1), ("compact", "async")) for r in load_runs(*earlier).values()
-    ]
-    assert len(ones) == 7 and min(ones) >= LIMIT_TARGET
-    for run in (PAIR.runs[CORES_RUN], LIMIT11.runs[LIMIT11.cores_run]):
-        assert best_of_limit(point_row(run, "mysql", 1, 1), ("compact", "async")) < LIMIT_TARGET

@@ -204,5 +204,7 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         19: "Nineteen",
         20: "Twenty",
         21: "Twenty-one",
+        22: "Twenty-two",
+        23: "Twenty-three",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)
