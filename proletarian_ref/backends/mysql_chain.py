@@ -45,7 +45,7 @@ class Deferred:
         for what in self.writes:
             count = int(cursor.rowcount)
             try:
-                cursor.nextset()  # the check's result: one row, or its error
+                cursor.nextset()  # the check's result: its OK, or its error
             except pymysql.err.MySQLError as exc:
                 if exc.args and exc.args[0] == _WRONG_COUNT:
                     raise self._wrong(count, what) from exc

@@ -43,8 +43,10 @@ DELETE FROM {job_table} WHERE job_id = %(job_id)s
 -- server checks each write's count itself, with this statement right after it. A count other than
 -- %(count)s takes the sum past BIGINT UNSIGNED's largest value, an error (1690) on MySQL and MariaDB in
 -- every sql_mode, which stops the query there: the COMMIT after it never runs, as with a count the client
--- checks before COMMIT. (Not DO: MariaDB's DO reports an expression's error as a warning and goes on.)
-SELECT 18446744073709551615 + (ROW_COUNT() <> %(count)s) AS count_check
+-- checks before COMMIT. A SET, so that a count that is right costs the client an OK packet, not a result
+-- set to read; its variable lives in the session of the backend's own connection, and nothing reads it.
+-- (Not DO: MariaDB's DO reports an expression's error as a warning and goes on.)
+SET @proletarian_count_check = 18446744073709551615 + (ROW_COUNT() <> %(count)s)
 
 -- name: chain_commit
 -- The chained plan's COMMIT, sent in one query with the writes before it and the next claim after it; the
