@@ -19,6 +19,9 @@ LIMIT_TARGET: Final = 0.6
 DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
 CHAINED_BATCH_DRAINS: Final = ("library", "async", "chain", "async_chain")
 DATABASES: Final = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
+# MariaDB's drains one job a commit and in batch mode (no asyncio chain there), from limit13 on.
+MARIADB_DEFAULT: Final = ("compact", "chain", "async")
+MARIADB_BATCH: Final = ("library", "chain", "async")
 # The targets table's decimals: enough that a point counted as missed never reads as 0.60.
 TARGET_DIGITS: Final = 3
 # Each drain as the run's cost tables name it, one job a commit and in batch mode.
@@ -181,6 +184,14 @@ def missed_cpu_bounds(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def one_connections_bound(row: dict[str, Any]) -> float:
+    """At one connection a job's client and server turns mostly follow each other: the rate their sum (client
+    + server CPU a job) allows MySQL's chain, against the limit's rate (the server's part overlapping the
+    client's turn can take the chain past it)."""
+    client, server = row["chain_client_cpu_us_per_job"], row["chain_server_cpu_us_per_job"]
+    return float(1e6 / (client + server) / row["limit_jobs_per_s"])
+
+
 def assert_pair_named(cores: dict[str, Any], shared: dict[str, Any], text: str) -> None:
     """`text` names a pair of runs of one clean revision, the database on cores of its own then sharing
     them (their `meta`): the machine, the revision, and each run's load at its start and end."""
@@ -333,6 +344,39 @@ class LimitPair:
         ]
         assert found and all(cpu_ceiling(shared, r, drains) >= LIMIT_TARGET for r, drains in found)
 
+    def chain_beside_unchained(self, run: str) -> str:
+        """At each MariaDB point of `run`, MySQL's chain's share of the limit beside the same threaded worker
+        unchained (the compact plan one job a commit, batch mode's own in batch mode), as prose says it."""
+        phrases = []
+        for batch, unchained in ((False, "the compact plan"), (True, "unchained")):
+            for r in self.rows(run, "mysql", batch=batch):
+                other = r["library_ratio_limit"] if batch else r["compact_ratio_limit"]
+                phrases.append(
+                    f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''} "
+                    f"{r['chain_ratio_limit']:.3f} chained, {other:.3f} {unchained}"
+                )
+        return "; ".join(phrases)
+
+    def chain_best_points(self, run: str) -> str:
+        """The MariaDB points of `run` where MySQL's chain was the best of MariaDB's drains."""
+        points = [
+            f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
+            for batch, drains in ((False, MARIADB_DEFAULT), (True, MARIADB_BATCH))
+            for r in self.rows(run, "mysql", batch=batch)
+            if best_drain(r, drains) == "chain"
+        ]
+        return ", ".join(points) if points else "no point"
+
+    def largest_chain_gap_elsewhere(self) -> float:
+        """The largest difference, either way, between MySQL's chain's share of the limit and the compact
+        plan's at a MariaDB point of more than one connection, one job a commit, in either run."""
+        return max(
+            abs(float(r["chain_ratio_limit"]) - float(r["compact_ratio_limit"]))
+            for run in self.runs
+            for r in self.rows(run, "mysql", batch=False)
+            if (r["processes"], r["threads"]) != (1, 1)
+        )
+
     def assert_async_chain_best_sharing_the_cores(self) -> None:
         for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
             for r in self.rows(self.shared_run, "postgresql", batch=batch):
@@ -356,4 +400,7 @@ LIMIT12: Final = LimitPair(
     "limit12-cores-2026-12-06", "limit12-shared-2026-12-06", "The limit's own costs a job"
 )
 LIMIT13: Final = LimitPair("limit13-cores-2026-12-06", "limit13-shared-2026-12-06", "MySQL's chain")
-LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13)
+LIMIT14: Final = LimitPair(
+    "limit14-cores-2026-12-06", "limit14-shared-2026-12-06", "MySQL's chain checked by SET"
+)
+LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13, LIMIT14)

@@ -11,7 +11,7 @@ the cores: these tests recompute each from the runs' results.json, so a new run 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from docs_support import (
     CHAINED_BATCH_DRAINS,
@@ -21,78 +21,32 @@ from docs_support import (
     LIMIT_TARGET,
     best_drain,
     best_of_limit,
+    one_connections_bound,
     point_row,
     prose,
-    span,
 )
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 PAIR: Final = LIMIT13
 CORES_RUN: Final = PAIR.cores_run
 SHARED_RUN: Final = PAIR.shared_run
-# MariaDB's drains one job a commit, and in batch mode, as the prose names them.
-MARIADB_DEFAULT: Final = ("compact", "chain", "async")
-MARIADB_BATCH: Final = ("library", "chain", "async")
-
-
-def chain_beside_unchained(run: str) -> str:
-    """At each MariaDB point of `run`, the threaded chain's share of the limit beside the same worker's
-    unchained plan (the compact plan one job a commit, batch mode's own in batch mode), as prose says it."""
-    phrases = []
-    for batch, unchained in ((False, "the compact plan"), (True, "unchained")):
-        for r in PAIR.rows(run, "mysql", batch=batch):
-            other = r["library_ratio_limit"] if batch else r["compact_ratio_limit"]
-            phrases.append(
-                f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''} "
-                f"{r['chain_ratio_limit']:.3f} chained, {other:.3f} {unchained}"
-            )
-    return "; ".join(phrases)
-
-
-def chain_best_points(run: str) -> str:
-    """The MariaDB points of `run` where the chain was the best of MariaDB's drains."""
-    points = [
-        f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
-        for batch, drains in ((False, MARIADB_DEFAULT), (True, MARIADB_BATCH))
-        for r in PAIR.rows(run, "mysql", batch=batch)
-        if best_drain(r, drains) == "chain"
-    ]
-    return ", ".join(points)
-
-
-def one_connections_bound(row: dict[str, Any]) -> float:
-    """At one connection a job's client and server turns follow each other: the most the chain could reach
-    is a job each (client + server CPU a job), against the limit's rate."""
-    client, server = row["chain_client_cpu_us_per_job"], row["chain_server_cpu_us_per_job"]
-    return float(1e6 / (client + server) / row["limit_jobs_per_s"])
 
 
 def test_mariadbs_chain_beside_the_unchained_plan_is_the_runs() -> None:
     text = prose(PAIR.text())
     for run, reading in PAIR.readings.items():
         for phrase in (
-            f"MariaDB, {reading}: {chain_beside_unchained(run)}",
-            f"the best of MariaDB's drains {reading} at {chain_best_points(run)}",
+            f"MariaDB, {reading}: {PAIR.chain_beside_unchained(run)}",
+            f"the best of MariaDB's drains {reading} at {PAIR.chain_best_points(run)}",
         ):
             assert phrase in text, phrase
-
-
-def largest_gap_elsewhere() -> float:
-    """The largest difference, either way, between the chain's share of the limit and the compact plan's at
-    a MariaDB point of more than one connection, one job a commit, in either run."""
-    return max(
-        abs(float(r["chain_ratio_limit"]) - float(r["compact_ratio_limit"]))
-        for run in PAIR.runs
-        for r in PAIR.rows(run, "mysql", batch=False)
-        if (r["processes"], r["threads"]) != (1, 1)
-    )
 
 
 def test_where_the_chain_gains_on_mariadb_is_the_runs() -> None:
     for run in PAIR.runs.values():
         one = point_row(run, "mysql", 1, 1)
         assert one["chain_ratio_limit"] > one["compact_ratio_limit"]
-    phrase = f"it is within {largest_gap_elsewhere():.2f} of the compact plan either way"
+    phrase = f"it is within {PAIR.largest_chain_gap_elsewhere():.2f} of the compact plan either way"
     assert phrase in prose(PAIR.text()), phrase
 
 
@@ -121,7 +75,7 @@ def test_mariadbs_1_x_1_on_cores_of_its_own_and_its_bound_are_the_run() -> None:
         f"against the compact plan's {row['compact_round_trips_per_job']:.2f}, and {client:.0f} µs of client "
         f"CPU a job, against the compact plan's {row['compact_client_cpu_us_per_job']:.0f} µs",
         f"{client:.0f} µs of client CPU and {server:.0f} µs of server CPU a job, one after the other, "
-        f"allow at most {one_connections_bound(row):.3f} of the limit's {row['limit_jobs_per_s']:,.0f} "
+        f"would allow {one_connections_bound(row):.3f} of the limit's {row['limit_jobs_per_s']:,.0f} "
         f"jobs/s (it reached {row['chain_ratio_limit']:.3f})",
         f"{server / row['limit_server_cpu_us_per_job']:.2f} of the limit's server CPU a job and "
         f"{client / row['limit_client_cpu_us_per_job']:.0f} times mariadb-slap's client CPU",
@@ -140,40 +94,3 @@ def test_mariadbs_1_x_1_on_cores_of_its_own_and_its_bound_are_the_run() -> None:
 def test_the_cpu_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
     PAIR.assert_missed_cpu_bounds()
     PAIR.assert_every_missed_shared_point_waited()
-
-
-def test_readmes_figures_against_the_limit_are_the_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in PAIR.rows(CORES_RUN, backend, batch=batch))
-
-    one = point_row(PAIR.runs[CORES_RUN], "mysql", 1, 1)
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan, chained or not, or the asyncio worker reached "
-        f"{best('mysql', MARIADB_DEFAULT, batch=False)} of it one job a commit (0.6 met at "
-        f"{PAIR.met(CORES_RUN, 'mysql', batch=False)} points; 1 x 1 fell short again, "
-        f"{one['chain_ratio_limit']:.2f} chained where the compact plan alone reached "
-        f"{one['compact_ratio_limit']:.2f}), batch mode {best('mysql', MARIADB_BATCH, batch=True)}",
-        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        "the best is the chained pipeline, `pipeline=True, compact=True, chain=True`, one round trip a job, "
-        "on the asyncio worker",
-        f"0.6 met at {PAIR.met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
-        f"({PAIR.met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {PAIR.met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit "
-        f"and {PAIR.met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{PAIR.met(SHARED_RUN, 'mysql', batch=False)} and {PAIR.met(SHARED_RUN, 'mysql', batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
-    # The best is the asyncio chain at every PostgreSQL point of the run; MariaDB's 1 x 1 fell short in
-    # limit12 too, on the compact plan, which the chain beat here.
-    for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
-        rows = PAIR.rows(CORES_RUN, "postgresql", batch=batch)
-        assert {best_drain(r, drains) for r in rows} == {"async_chain"}
-    before = point_row(LIMIT12.runs[LIMIT12.cores_run], "mysql", 1, 1)
-    assert best_of_limit(before, ("compact", "async")) < LIMIT_TARGET
-    assert one["chain_ratio_limit"] > one["compact_ratio_limit"]

@@ -206,5 +206,7 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         21: "Twenty-one",
         22: "Twenty-two",
         23: "Twenty-three",
+        24: "Twenty-four",
+        25: "Twenty-five",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)
