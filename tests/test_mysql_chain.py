@@ -52,12 +52,15 @@ def _recording(connect: Callable[[], Any], sent: list[str]) -> Callable[[], Any]
     return factory
 
 
-def _drain(db: SqlHarness, backend: Any, batch_size: int, handler: Any = None) -> list[Any]:
-    """Run one worker thread on `backend` until every queued job is gone; the payloads it ran."""
+def _drain(
+    db: SqlHarness, backend: Any, batch_size: int, until: Callable[[], bool] = lambda: False
+) -> list[Any]:
+    """Run one worker thread on `backend` until every queued job is gone (or `until()`), then close the
+    backend; the payloads it ran."""
     ran: list[Any] = []
     worker = pr.create_queue_worker(
         None,
-        handler or (lambda job_type, payload: ran.append(payload)),
+        lambda job_type, payload: ran.append(payload),
         backend=backend,
         worker_threads=1,
         polling_interval_ms=20,
@@ -67,7 +70,7 @@ def _drain(db: SqlHarness, backend: Any, batch_size: int, handler: Any = None) -
     try:
         with worker:
             deadline = time.monotonic() + WITHIN_S
-            while db.jobs() and time.monotonic() < deadline:
+            while not until() and db.jobs() and time.monotonic() < deadline:
                 time.sleep(0.02)
     finally:
         backend.close()
@@ -135,7 +138,7 @@ class _ArchivesNothingUnchecked(_ArchivesNothing):
             lease.deferred.text = re.sub(checks, r"\g<1>1", lease.deferred.text)
 
 
-def _refused(batch_size: int, job_id: Any = None) -> str:
+def _refused(batch_size: int) -> str:
     """A refused archive count, in the words of the compact plan's own check on the client."""
     if batch_size == 1:
         return "archive_job changed 0 rows of job "
@@ -153,24 +156,7 @@ def test_a_mysql_chains_archive_that_changes_no_row_rolls_back_its_commit_and_ke
     cls = _ArchivesNothing if checked else _ArchivesNothingUnchecked
     backend = cls(db.data_source, **CHAIN)
     refused = _refused(batch_size)
-    ran: list[Any] = []
-    worker = pr.create_queue_worker(
-        None,
-        lambda job_type, payload: ran.append(payload),
-        backend=backend,
-        worker_threads=1,
-        polling_interval_ms=20,
-        batch_size=batch_size,
-        **db.table_options,
-    )
-    try:
-        with worker:
-            deadline = time.monotonic() + WITHIN_S
-            while refused not in caplog.text and db.jobs() and time.monotonic() < deadline:
-                time.sleep(0.02)
-    finally:
-        backend.close()
-    assert ran
+    assert _drain(db, backend, batch_size, until=lambda: refused in caplog.text)
     assert db.archived_jobs() == []
     if checked:
         # Refused before its COMMIT: every job queued still, attempts unchanged.
