@@ -48,7 +48,7 @@ def _point(r: dict[str, object], batch: bool) -> str:
 
 def pg_best_drains() -> str:
     """Where the asyncio chain was the best PostgreSQL drain, each run's exceptions named with their drain."""
-    parts = []
+    parts: list[str] = []
     for run, reading in PAIR.readings.items():
         others = [
             f"{_point(r, batch)} (*{labels[best_drain(r, drains)]}*)"
