@@ -288,6 +288,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     async_pipelined = any("pipeline=True" in str(e.get("async_chain_backend", "")) for e in entries)
     # A run from limit13 on drains MySQL's chain too (one multi-statement query a job, not a pipeline).
     mysql_chained = any(str(e.get("chain_factory", "")).endswith(":mysql_chain") for e in entries)
+    pipelined = "both chains are" if async_pipelined else "the threaded chain is"
     out = ["#### Against the server's limit", ""]
     out.append(
         "*limit*: the whole job's work done inside the server, on the same tables in the same rounds: "
@@ -315,15 +316,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             )
             + (
                 " "
-                + (
-                    (
-                        "On PostgreSQL both chains are"
-                        if async_pipelined
-                        else "On PostgreSQL the threaded chain is"
-                    )
-                    if mysql_chained
-                    else ("Both chains are" if async_pipelined else "The threaded chain is")
-                )
+                + (f"On PostgreSQL {pipelined}" if mysql_chained else pipelined[0].upper() + pipelined[1:])
                 + " pipelined (`pipeline=True`): a finished job's archive, whose row "
                 "count the server checks, goes with that COMMIT, BEGIN and claim in one exchange."
                 if any(str(e.get("chain_factory", "")).endswith("_pipeline_chain") for e in entries)
