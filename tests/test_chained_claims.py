@@ -20,6 +20,7 @@ from support import enqueue_committed
 import proletarian_ref as pr
 from conformance.harness import SqlHarness
 from proletarian_ref import ConfigurationError, DatabaseError, aio, sql
+from proletarian_ref.backends._dbapi import SqlBackend
 from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 from proletarian_ref.backends.pg_exchange import Command
 from proletarian_ref.backends.postgres import PostgresBackend
@@ -426,6 +427,16 @@ def test_an_asyncio_chained_worker_runs_every_job_once_and_leaves_no_transaction
 def test_chain_must_be_a_bool() -> None:
     with pytest.raises(ConfigurationError, match="chain must be True or False"):
         PostgresBackend(lambda: None, chain=1)  # type: ignore[arg-type]
+
+
+def test_a_sql_backend_without_chained_claims_refuses_chain() -> None:
+    # chain=True on a SqlBackend whose dialect has no ChainedClaim would be a promise the worker ignores.
+    class Plain(SqlBackend):
+        dialect = "postgresql"
+
+    with pytest.raises(ConfigurationError, match=r"Plain has no chained claims: chain=True is refused"):
+        Plain(None, chain=True)
+    assert Plain(None).chained_claims is False
 
 
 def test_a_backend_without_chain_is_not_chained() -> None:

@@ -52,6 +52,11 @@ class AsyncSqlBackend:
         # other connection.
         self._pending: dict[Any, list[tuple[Any, str, Any]]] = {}
 
+    @property
+    def chained_claims(self) -> bool:
+        """ChainedClaim, as the codec's: the threaded backend's `chain` option."""
+        return self.codec.chained_claims
+
     # -- driver specifics, overridden per driver -------------------------------------------------------
 
     async def _acquire_pooled(self) -> Any:

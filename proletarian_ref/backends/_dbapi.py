@@ -111,13 +111,26 @@ class SqlBackend:
     _BATCH_ROWS: ClassVar[int] = 1000
     _BATCH_BYTES: ClassVar[int] = 1 << 20
 
+    # Whether the dialect's backend implements ChainedClaim, so that it takes `chain=True`.
+    _chains: ClassVar[bool] = False
+
     def __init__(
-        self, data_source: Any = None, *, first_connection: Any = None, compact: bool = False
+        self,
+        data_source: Any = None,
+        *,
+        first_connection: Any = None,
+        compact: bool = False,
+        chain: bool = False,
     ) -> None:
         if not isinstance(compact, bool):
             raise ConfigurationError(f"compact must be True or False, got {compact!r}")
+        if not isinstance(chain, bool):
+            raise ConfigurationError(f"chain must be True or False, got {chain!r}")
+        if chain and not self._chains:
+            raise ConfigurationError(f"{type(self).__name__} has no chained claims: chain=True is refused")
         # ArchiveAndDelete: a finished job's archive and delete in one round trip (archive_and_delete_job).
         self.compact_plan = compact
+        self._chain = chain
         self._data_source = data_source
         self._local = _ThreadState()
         self._lock = threading.Lock()
@@ -132,6 +145,11 @@ class SqlBackend:
         # The statement that opens every transaction of transaction() (the worker's job transaction), never
         # a caller's: PostgresBackend(synchronous_commit_off=True) sets it; None sends nothing.
         self._job_transaction_setting: str | None = None
+
+    @property
+    def chained_claims(self) -> bool:
+        """ChainedClaim: True when the worker commits a finished job and claims the next in one go."""
+        return self._chain
 
     # -- driver specifics, overridden per dialect ------------------------------------------------------
 

@@ -95,6 +95,7 @@ class MySQLBackend(SqlBackend):
     """
 
     dialect: ClassVar[str] = "mysql"
+    _chains: ClassVar[bool] = True
     capabilities: ClassVar[Capabilities] = Capabilities(
         time_precision=timedelta(seconds=1),
         claim_locks_only_the_claimed_row=False,
@@ -109,10 +110,7 @@ class MySQLBackend(SqlBackend):
         compact: bool = False,
         chain: bool = False,
     ) -> None:
-        super().__init__(data_source, first_connection=first_connection, compact=compact)
-        if not isinstance(chain, bool):
-            raise ConfigurationError(f"chain must be True or False, got {chain!r}")
-        self._chain = chain
+        super().__init__(data_source, first_connection=first_connection, compact=compact, chain=chain)
         # The payload columns of (server, job table, archive table); read once, re-read before refusing.
         self._payload_columns: dict[tuple[Any, ...], list[PayloadColumn]] = {}
 
@@ -394,10 +392,6 @@ class MySQLBackend(SqlBackend):
             raise _wrong_batch_count(deleted, "delete_jobs", count)
 
     # -- chained claims (ChainedClaim, ChainedBatchClaim) ------------------------------------------------
-
-    @property
-    def chained_claims(self) -> bool:
-        return self._chain
 
     def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime

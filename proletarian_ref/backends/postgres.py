@@ -272,6 +272,7 @@ class PostgresBackend(SqlBackend):
     """
 
     dialect: ClassVar[str] = "postgresql"
+    _chains: ClassVar[bool] = True
     capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
 
     def __init__(
@@ -286,8 +287,6 @@ class PostgresBackend(SqlBackend):
     ) -> None:
         if not isinstance(pipeline, bool):
             raise ConfigurationError(f"pipeline must be True or False, got {pipeline!r}")
-        if not isinstance(chain, bool):
-            raise ConfigurationError(f"chain must be True or False, got {chain!r}")
         if not isinstance(synchronous_commit_off, bool):
             raise ConfigurationError(
                 f"synchronous_commit_off must be True or False, got {synchronous_commit_off!r}"
@@ -296,18 +295,13 @@ class PostgresBackend(SqlBackend):
             raise ConfigurationError(
                 "pipeline=True needs libpq 14 or later, which this psycopg does not have"
             )
-        super().__init__(data_source, first_connection=first_connection, compact=compact)
+        super().__init__(data_source, first_connection=first_connection, compact=compact, chain=chain)
         self._pooled = type(data_source).__module__.split(".", 1)[0] == "psycopg_pool"
         self._pipeline = pipeline
         self.synchronous_commit_off = synchronous_commit_off
         if synchronous_commit_off:
             self._job_transaction_setting = sql.queries(self.dialect)["synchronous_commit_off"]
-        self._chain = chain
         self._chain_statements = chain_statements(self._job_transaction_setting)
-
-    @property
-    def chained_claims(self) -> bool:
-        return self._chain
 
     def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime

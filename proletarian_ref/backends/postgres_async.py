@@ -81,10 +81,6 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         # The connections whose worker statements go in exchanges (pg_exchange), each with its session.
         self._pipes: dict[Any, Session] = {}
 
-    @property
-    def chained_claims(self) -> bool:
-        return self.codec.chained_claims
-
     async def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None:
