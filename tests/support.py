@@ -1,4 +1,4 @@
-"""Shared test helpers: a settable clock, a recording logger, and waiting with a deadline."""
+"""Shared test helpers: a settable clock, a recording logger, waiting with a deadline, draining a queue."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import proletarian_ref as pr
 from conformance.harness import Harness
 from proletarian_ref import enqueue
 
@@ -88,3 +89,46 @@ def enqueue_committed(db: Harness, job_type: str, payload: Any, **options: Any) 
         return job_id
     finally:
         conn.close()
+
+
+def drain_threaded(
+    db: Harness,
+    backend: Any,
+    handler: Any,
+    *,
+    threads: int = 1,
+    batch_size: int = 1,
+    until: Callable[[], bool] = lambda: False,
+    timeout: float = 30.0,
+) -> None:
+    """Run a threaded worker on `backend` over `db`'s tables until its queue is empty or `until()` holds
+    (or `timeout` seconds pass), then stop it; the backend stays open, the caller's to close."""
+    worker = pr.create_queue_worker(
+        None,
+        handler,
+        backend=backend,
+        worker_threads=threads,
+        polling_interval_ms=20,
+        batch_size=batch_size,
+        **db.table_options,
+    )
+    with worker:
+        wait_until(lambda: until() or not db.jobs(), timeout)
+
+
+def claim_finish_and_chain(
+    backend: Any, conn: Any, tables: tuple[Any, Any], queue: str, now: datetime, batch_size: int
+) -> None:
+    """On a chained backend's transaction: claim a job (batch_size 1) or a batch, archive it as a
+    success, then commit it and claim the next (ChainedClaim, ChainedBatchClaim)."""
+    job_table, archived = tables
+    if batch_size == 1:
+        record = backend.get_next_job(conn, job_table, queue, now)
+        assert record is not None
+        backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
+        backend.commit_and_get_next_job(conn, job_table, queue, now)
+    else:
+        records = backend.get_next_jobs(conn, job_table, queue, now, batch_size)
+        ids = [record.job_id for record in records]
+        backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
+        backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import asyncpg
 import psycopg
 import pytest
-from support import enqueue_committed
+from support import claim_finish_and_chain, drain_threaded, enqueue_committed
 
 import proletarian_ref as pr
 from conformance.harness import SqlHarness
@@ -105,19 +105,7 @@ def _archived_once(db: SqlHarness, job_ids: list[Any]) -> None:
 
 def _drain(db: SqlHarness, backend: Any, handler: Any, threads: int, batch_size: int = 1) -> None:
     """Run a threaded worker on `backend` until every queued job is archived, then stop it."""
-    worker = pr.create_queue_worker(
-        None,
-        handler,
-        backend=backend,
-        worker_threads=threads,
-        polling_interval_ms=20,
-        batch_size=batch_size,
-        **db.table_options,
-    )
-    with worker:
-        deadline = time.monotonic() + WITHIN_S
-        while db.jobs() and time.monotonic() < deadline:
-            time.sleep(0.02)
+    drain_threaded(db, backend, handler, threads=threads, batch_size=batch_size, timeout=WITHIN_S)
 
 
 def _drained_counting(db: SqlHarness, backend: _CountingT, batch_size: int) -> _CountingT:
@@ -246,20 +234,15 @@ def test_a_chained_pipelines_archive_that_changes_no_row_rolls_back_its_commit_a
     backend = cls(pg_db.data_source, **PIPELINE_CHAIN)
     ran: list[Any] = []
     refused = _refused(batch_size)
-    worker = pr.create_queue_worker(
-        None,
-        lambda job_type, payload: ran.append(payload),
-        backend=backend,
-        worker_threads=1,
-        polling_interval_ms=20,
-        batch_size=batch_size,
-        **pg_db.table_options,
-    )
     try:
-        with worker:
-            deadline = time.monotonic() + WITHIN_S
-            while refused not in caplog.text and pg_db.jobs() and time.monotonic() < deadline:
-                time.sleep(0.02)
+        drain_threaded(
+            pg_db,
+            backend,
+            lambda job_type, payload: ran.append(payload),
+            batch_size=batch_size,
+            until=lambda: refused in caplog.text,
+            timeout=WITHIN_S,
+        )
     finally:
         backend.close()
     assert sorted(payload["n"] for payload in ran) == list(range(batch_size))
@@ -279,16 +262,7 @@ def test_a_chained_pipelines_refused_count_is_reported_as_the_clients_check_word
     refused = rf"^{re.escape(_refused(batch_size))} \("
     try:
         with pytest.raises(DatabaseError, match=refused), backend.transaction() as conn:
-            if batch_size == 1:
-                record = backend.get_next_job(conn, job_table, queue, now)
-                assert record is not None
-                backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
-                backend.commit_and_get_next_job(conn, job_table, queue, now)
-            else:
-                records = backend.get_next_jobs(conn, job_table, queue, now, batch_size)
-                ids = [record.job_id for record in records]
-                backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
-                backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
+            claim_finish_and_chain(backend, conn, (job_table, archived), queue, now, batch_size)
     finally:
         backend.close()
     assert pg_db.jobs() == queued

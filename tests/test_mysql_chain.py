@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from support import enqueue_committed
+from support import claim_finish_and_chain, drain_threaded, enqueue_committed
 
-import proletarian_ref as pr
 from conformance.harness import SqlHarness
 from proletarian_ref import ConfigurationError, DatabaseError, sql
 from proletarian_ref.backends.mysql import MySQLBackend
@@ -58,20 +56,12 @@ def _drain(
     """Run one worker thread on `backend` until every queued job is gone (or `until()`), then close the
     backend; the payloads it ran."""
     ran: list[Any] = []
-    worker = pr.create_queue_worker(
-        None,
-        lambda job_type, payload: ran.append(payload),
-        backend=backend,
-        worker_threads=1,
-        polling_interval_ms=20,
-        batch_size=batch_size,
-        **db.table_options,
-    )
+
+    def handler(job_type: str, payload: Any) -> None:
+        ran.append(payload)
+
     try:
-        with worker:
-            deadline = time.monotonic() + WITHIN_S
-            while not until() and db.jobs() and time.monotonic() < deadline:
-                time.sleep(0.02)
+        drain_threaded(db, backend, handler, batch_size=batch_size, until=until, timeout=WITHIN_S)
     finally:
         backend.close()
     return ran
@@ -185,16 +175,7 @@ def test_a_mysql_chains_refused_count_raises_before_its_commit_in_the_clients_ch
             pytest.raises(DatabaseError, match=f"^{re.escape(_refused(batch_size))}"),
             backend.transaction() as conn,
         ):
-            if batch_size == 1:
-                record = backend.get_next_job(conn, job_table, queue, now)
-                assert record is not None
-                backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
-                backend.commit_and_get_next_job(conn, job_table, queue, now)
-            else:
-                records = backend.get_next_jobs(conn, job_table, queue, now, batch_size)
-                ids = [record.job_id for record in records]
-                backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
-                backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
+            claim_finish_and_chain(backend, conn, (job_table, archived), queue, now, batch_size)
     finally:
         backend.close()
     assert db.jobs() == queued and db.archived_jobs() == []
