@@ -2,7 +2,7 @@
 
 Throughput measures it beside the threaded worker at its limit points (issue 31, section 2): on
 PostgreSQL AsyncpgBackend, on MariaDB/MySQL AsyncMySQLBackend (aiomysql), both on the compact plan; the
-chained drain on psycopg's AsyncConnection in pipeline mode (ASYNC_CHAIN_BACKEND). It
+chained drain on psycopg's AsyncConnection in pipeline mode, and on aiomysql (ASYNC_CHAIN_BACKENDS). It
 keeps DrainRun's drainer interface (start and stop from plain code, jobs counted by `on_job`), so a
 drain of processes x threads runs here as processes x polling tasks, each process one loop in a thread
 of its own.
@@ -57,15 +57,20 @@ def harness_dsn(harness: Harness) -> str:
     return str(given or os.environ.get(env) or default)
 
 
-# What the asyncio chain drain runs on (PostgreSQL), as the result records it: psycopg's AsyncConnection in
-# pipeline mode, one exchange a job (asyncpg cannot pipeline different statements).
-ASYNC_CHAIN_BACKEND = "AsyncPostgresBackend(pipeline=True, compact=True, chain=True)"
+# What the asyncio chain drain runs on, by dialect, as the result records it: on PostgreSQL psycopg's
+# AsyncConnection in pipeline mode (asyncpg cannot pipeline different statements), on MySQL aiomysql's
+# multi-statement query; one exchange a job either way.
+ASYNC_CHAIN_BACKENDS = {
+    "postgresql": "AsyncPostgresBackend(pipeline=True, compact=True, chain=True)",
+    "mysql": "AsyncMySQLBackend(compact=True, chain=True)",
+}
+ASYNC_CHAIN_BACKEND = ASYNC_CHAIN_BACKENDS["postgresql"]
 
 
 def async_backend(harness: Harness, *, chain: bool = False) -> Any:
     """The asyncio backend on the compact plan for the harness's database, over its own connections:
-    asyncpg's on PostgreSQL, aiomysql's on MySQL. With `chain`, ASYNC_CHAIN_BACKEND (PostgreSQL only): a
-    finished job's server-checked archive, its COMMIT, the next BEGIN and the next claim in one exchange."""
+    asyncpg's on PostgreSQL, aiomysql's on MySQL. With `chain`, the dialect's ASYNC_CHAIN_BACKENDS: a
+    finished job's server-checked archive (and delete), its COMMIT and the next claim in one exchange."""
     dsn = harness_dsn(harness)
     if sql_dialect(harness) == "postgresql":
         if chain:
@@ -78,15 +83,13 @@ def async_backend(harness: Harness, *, chain: bool = False) -> Any:
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
         return AsyncpgBackend(asyncpg_source(dsn), compact=True)
-    if chain:
-        raise ValueError(f"{harness.name}: chained claims are PostgreSQL's ({ASYNC_CHAIN_BACKEND})")
     import aiomysql
 
     from proletarian_ref.backends.mysql_async import AsyncMySQLBackend, aiomysql_connect_kwargs
 
-    # aiomysql opens every connection with CLIENT.MULTI_STATEMENTS, which the compact plan needs.
+    # aiomysql opens every connection with CLIENT.MULTI_STATEMENTS, which the compact plan and the chain need.
     return AsyncMySQLBackend(
-        functools.partial(aiomysql.connect, **aiomysql_connect_kwargs(dsn)), compact=True
+        functools.partial(aiomysql.connect, **aiomysql_connect_kwargs(dsn)), compact=True, chain=chain
     )
 
 

@@ -286,8 +286,12 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     if not rows and not costs:
         return []
     async_pipelined = any("pipeline=True" in str(e.get("async_chain_backend", "")) for e in entries)
-    # A run from limit13 on drains MySQL's chain too (one multi-statement query a job, not a pipeline).
+    # A run from limit13 on drains MySQL's chain too (one multi-statement query a job, not a pipeline), and
+    # from limit15 on the asyncio worker's on aiomysql.
     mysql_chained = any(str(e.get("chain_factory", "")).endswith(":mysql_chain") for e in entries)
+    mysql_async_chained = any(
+        str(e.get("async_chain_backend", "")).startswith("AsyncMySQLBackend") for e in entries
+    )
     pipelined = "both chains are" if async_pipelined else "the threaded chain is"
     out = ["#### Against the server's limit", ""]
     out.append(
@@ -308,9 +312,18 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "BEGIN and the next claim follows in the same block; on batch rows, in batch mode, a finished "
             "batch's), "
             + (
-                "*async chain* on PostgreSQL only; *chain* on MySQL too, where a finished job's archive and "
-                "delete, each count checked by the server, its COMMIT and the next claim go as one "
-                "multi-statement query (conformance.builtin:mysql_chain)."
+                (
+                    "both on MySQL too"
+                    if mysql_async_chained
+                    else "*async chain* on PostgreSQL only; *chain* on MySQL too"
+                )
+                + ", where a finished job's archive and delete, each count checked by the server, its COMMIT "
+                "and the next claim go as one multi-statement query (conformance.builtin:mysql_chain"
+                + (
+                    "; the asyncio worker's on aiomysql, AsyncMySQLBackend(compact=True, chain=True))."
+                    if mysql_async_chained
+                    else ")."
+                )
                 if mysql_chained
                 else "PostgreSQL only."
             )

@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.async_drain import ASYNC_CHAIN_BACKEND, async_skip_reason
+from benchmarks.async_drain import ASYNC_CHAIN_BACKENDS, async_skip_reason
 from benchmarks.common import (
     BackendSpec,
     analyze,
@@ -301,10 +301,11 @@ def _result(
         "rows": rows,
     }
     if chain is not None:
-        # What the chain drains ran on: the report says so (a run before this key drained unpipelined, and
-        # one before async_chain_backend drained the asyncio chain on asyncpg).
+        # What the chain drains ran on: the report says so (a run before this key drained unpipelined, one
+        # before async_chain_backend drained the asyncio chain on asyncpg, and before limit15 MySQL's
+        # entry named PostgreSQL's and drained no asyncio chain).
         result["chain_factory"] = chain.factory
-        result["async_chain_backend"] = ASYNC_CHAIN_BACKEND
+        result["async_chain_backend"] = ASYNC_CHAIN_BACKENDS[harness.dialect]
     if cores is not None:
         result["server_cores"] = cores
     result.update((key, reason) for key, reason in skipped.items() if reason)
@@ -337,10 +338,10 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         # The asyncio worker (asyncpg or aiomysql, compact plan) drains each limit point too, when enabled.
         async_reason = async_skip_reason(harness) if settings.throughput_async else None
         async_points = limit_points if settings.throughput_async and not async_reason else set()
-        # Chained claims, threaded (and on PostgreSQL asyncio), drain the limit points: one job a commit, and
+        # Chained claims, threaded and asyncio, drain the limit points: one job a commit, and
         # batch mode's chained batches (ChainedBatchClaim) at the batch points.
         chain_points = set(limit_points) if chain is not None else set()
-        async_chain_points = chain_points & async_points if harness.dialect == "postgresql" else set()
+        async_chain_points = chain_points & async_points
         last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)
         drains = len(configs) * len(modes) + (0 if pgbench_reason else single)

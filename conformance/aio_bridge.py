@@ -393,3 +393,18 @@ def mysql_async_compact(
     return harness.with_backend(
         blocking_backend_class(functools.partial(AsyncMySQLBackend, compact=True)), "mysql-async-compact"
     )
+
+
+def mysql_async_chain(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """mysql_async with chained claims on the compact plan, one round trip a job: a finished job's archive
+    and delete, each count checked by the server, its COMMIT and the next claim as one query
+    (AsyncMySQLBackend(compact=True, chain=True))."""
+    from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
+
+    harness = mysql_async(dsn, job_table, archived_job_table)
+    backend = functools.partial(AsyncMySQLBackend, compact=True, chain=True)
+    return harness.with_backend(blocking_backend_class(backend), "mysql-async-chain")

@@ -358,6 +358,98 @@ MYSQL_ASYNC_MUTANTS: tuple[Mutant, ...] = (
 )
 
 
+# -- MySQL's chained plan on aiomysql: the threaded chain's five faults (mutants.MYSQL_CHAIN_MUTANTS) ------
+
+
+class _AsyncMySQLChained(AsyncMySQLBackend):
+    """AsyncMySQLBackend on the compact plan with chained claims whatever it is given."""
+
+    def __init__(self, data_source: Any = None, **options: Any) -> None:
+        super().__init__(data_source, **{**options, "compact": True, "chain": True})
+
+
+class AsyncMySQLChainWithoutCommit(_AsyncMySQLChained):
+    """commit_and_get_next_job claims the next job in the same transaction: nothing commits until the chain
+    ends, and a later job's rollback undoes the earlier ones."""
+
+    async def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        return await self.get_next_job(conn, job_table, queue, now)
+
+
+class AsyncMySQLChainClaimsBeforeCommit(_AsyncMySQLChained):
+    """commit_and_get_next_job claims the next job before its COMMIT: the commit ends that lock at once."""
+
+    async def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        record = await self.get_next_job(conn, job_table, queue, now)
+        await self._execute(conn, "COMMIT", None, _nothing)
+        return record
+
+
+class AsyncMySQLChainDropsKeptBackWrite(_AsyncMySQLChained):
+    """A finished job's (or batch's) archive and delete, kept back for the next chained query, are dropped
+    when the transaction ends without one (the worker stopping): the job stays queued and runs again."""
+
+    async def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
+        pending.clear()
+
+
+class AsyncMySQLBatchChainWithoutCommit(_AsyncMySQLChained):
+    """commit_and_get_next_jobs claims the next batch in the same transaction."""
+
+    async def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        return await self.get_next_jobs(conn, job_table, queue, now, limit)
+
+
+class AsyncMySQLBatchChainOverLimit(_AsyncMySQLChained):
+    """commit_and_get_next_jobs claims one job more than its limit: chained batches grow past batch_size."""
+
+    async def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        return await super().commit_and_get_next_jobs(conn, job_table, queue, now, limit + 1)
+
+
+# Run on conformance.aio_bridge:mysql_async_chain's tables.
+MYSQL_ASYNC_CHAIN_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "aio_mysql_chain_without_commit",
+        "async MySQL: commit_and_get_next_job claims in the same transaction, nothing commits until the end",
+        AsyncMySQLChainWithoutCommit,
+        ("J1", "J2", "J3"),
+    ),
+    Mutant(
+        "aio_mysql_chain_claims_before_commit",
+        "async MySQL: commit_and_get_next_job claims before its COMMIT, which ends the next job's row lock",
+        AsyncMySQLChainClaimsBeforeCommit,
+        ("J2",),
+    ),
+    Mutant(
+        "aio_mysql_chain_drops_kept_back_write",
+        "async MySQL: a finished job's kept-back archive and delete are dropped when the worker stops",
+        AsyncMySQLChainDropsKeptBackWrite,
+        ("J4", "J7"),
+    ),
+    Mutant(
+        "aio_mysql_batch_chain_without_commit",
+        "async MySQL: commit_and_get_next_jobs claims in the same transaction, nothing commits until the end",
+        AsyncMySQLBatchChainWithoutCommit,
+        ("J5", "J6"),
+    ),
+    Mutant(
+        "aio_mysql_batch_chain_over_limit",
+        "async MySQL: commit_and_get_next_jobs claims one job more than its limit, outgrowing batch_size",
+        AsyncMySQLBatchChainOverLimit,
+        ("J5", "J6"),
+    ),
+)
+
+
 # -- unique keys through aio.enqueue (conformance/side_tables.py's U clauses on the bridge) ---------------
 
 

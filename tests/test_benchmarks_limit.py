@@ -269,7 +269,7 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
     factory: str, dsn_fixture: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     from benchmarks.__main__ import limit_points_settings
-    from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
+    from benchmarks.async_drain import ASYNC_CHAIN_BACKENDS
     from benchmarks.common import BackendSpec
     from benchmarks.progress import Progress
     from benchmarks.runner import run_all
@@ -297,20 +297,25 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
         assert row["async_client_cpu_us_per_job"] >= 0 and "async_server_cpu_us_per_job" in row
         # aiomysql's and asyncpg's exchanges are counted too, as the threaded drivers' are.
         assert row["async_round_trips_per_job"] > 0
-        if factory == "postgresql":
-            # Chained claims drain every limit point, one job a commit and batch mode's chained batches.
-            for mode in ("chain", "async_chain"):
-                assert len(row[f"{mode}_rounds"]) == TINY.throughput_rounds
-                assert row[f"{mode}_ratio_limit"] > 0 and f"{mode}_client_cpu_us_per_job" in row
+        # Chained claims drain every limit point, one job a commit and batch mode's chained batches, on
+        # either database, threaded and asyncio.
+        for mode in ("chain", "async_chain"):
+            assert len(row[f"{mode}_rounds"]) == TINY.throughput_rounds
+            assert row[f"{mode}_ratio_limit"] > 0 and f"{mode}_client_cpu_us_per_job" in row
     printed = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert "| async of limit |" in printed and "| async batch |" in printed
+    assert "| batch chain |" in printed and "| async batch chain |" in printed
+    assert throughput["async_chain_backend"] == ASYNC_CHAIN_BACKENDS[factory]
     if factory == "postgresql":
-        assert "| batch chain |" in printed and "| async batch chain |" in printed
         # Both chains drain pipelined, one exchange a job, the asyncio one on psycopg, and the report says so.
         assert throughput["chain_factory"] == "conformance.builtin:postgresql_pipeline_chain"
-        assert throughput["async_chain_backend"] == ASYNC_CHAIN_BACKEND
         assert "asyncio worker (psycopg's AsyncConnection)" in printed
         assert "Both chains are pipelined" in printed
+    else:
+        # One multi-statement query a job, the asyncio one on aiomysql, and the report says so.
+        assert throughput["chain_factory"] == "conformance.builtin:mysql_chain"
+        assert "both on MySQL too" in printed
+        assert "the asyncio worker's on aiomysql" in printed
 
 
 def test_quick_mode_leaves_the_asyncio_drain_out_and_full_mode_runs_it() -> None:

@@ -223,14 +223,22 @@ def test_chained_claims_run_the_asyncio_worker_on_each_postgresql_driver(
 
 
 @pytest.mark.parametrize("database", ["mysql"], indirect=True)
-def test_chained_claims_on_mysql_refuse_the_asyncio_worker_naming_why(
-    capsys: pytest.CaptureFixture[str], database: Target
+def test_chained_claims_run_the_asyncio_worker_on_mysql(
+    capsys: pytest.CaptureFixture[str], database: Target, tmp_path: Path
 ) -> None:
-    process = _start_worker(database, "records_runs_async", "--chain")
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == ExitCode.USAGE_ERROR, err
-    assert "--chain with a coroutine handler is PostgreSQL's" in err
-    assert "the threaded worker has them" in err
+    # AsyncMySQLBackend(compact=True, chain=True) on the command's aiomysql pool: one query a job.
+    runs = tmp_path / "runs"
+    for n in range(4):
+        _enqueue(capsys, database, {"runs": str(runs), "n": n})
+    process = _start_worker(database, "records_runs_async", "--chain", "--threads", "2")
+    wait_for(lambda: len(database.archived_jobs()) == 4, timeout=60, what="the jobs", process=process)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == ExitCode.OK, err
+    assert sorted(runs.read_text(encoding="utf-8").split()) == ["0", "1", "2", "3"]
+    assert {(a.status, a.attempts) for a in database.archived_jobs()} == {(":success", 1)}
+    assert "asyncio worker on aiomysql\n" in err
+    assert "chained claims" in err
 
 
 @on_postgresql

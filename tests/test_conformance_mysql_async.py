@@ -9,6 +9,7 @@ import pytest
 from fix_db import _load
 
 from conformance import BackendSuite, SqlHarness, WorkerSuite
+from conformance.contract_chain import ChainedClaimTests
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +21,11 @@ def mysql_async_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> Sql
 @pytest.fixture(scope="session")
 def mysql_async_compact_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> SqlHarness:
     return _load("conformance.aio_bridge:mysql_async_compact", mysql_time_zones)
+
+
+@pytest.fixture(scope="session")
+def mysql_async_chain_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> SqlHarness:
+    return _load("conformance.aio_bridge:mysql_async_chain", mysql_time_zones)
 
 
 @pytest.fixture
@@ -34,6 +40,13 @@ def mysql_async_compact_db(mysql_async_compact_harness: SqlHarness) -> Iterator[
     mysql_async_compact_harness.clear()
     yield mysql_async_compact_harness
     mysql_async_compact_harness.close()
+
+
+@pytest.fixture
+def mysql_async_chain_db(mysql_async_chain_harness: SqlHarness) -> Iterator[SqlHarness]:
+    mysql_async_chain_harness.clear()
+    yield mysql_async_chain_harness
+    mysql_async_chain_harness.close()
 
 
 class TestMySQLAsync(BackendSuite):
@@ -60,3 +73,33 @@ class TestMySQLAsyncCompact(WorkerSuite):
     @pytest.fixture
     def harness(self, mysql_async_compact_db: SqlHarness) -> SqlHarness:
         return mysql_async_compact_db
+
+
+class TestMySQLAsyncChain(WorkerSuite):
+    """The worker clauses with chained claims: each job still its own transaction, claimed and run once."""
+
+    @pytest.fixture
+    def harness(self, mysql_async_chain_db: SqlHarness) -> SqlHarness:
+        return mysql_async_chain_db
+
+
+class TestMySQLAsyncChainBatch(WorkerSuite):
+    """The worker clauses in batch mode with chained claims: each batch its own transaction."""
+
+    @pytest.fixture
+    def harness(self, mysql_async_chain_db: SqlHarness) -> Iterator[SqlHarness]:
+        batched = mysql_async_chain_db.with_worker_options(batch_size=8)
+        try:
+            yield batched
+        finally:
+            batched.close()
+
+
+class TestMySQLAsyncChainClauses(ChainedClaimTests):
+    """J1-J7 on the asyncio backend's chained plan."""
+
+    __test__ = True
+
+    @pytest.fixture
+    def harness(self, mysql_async_chain_db: SqlHarness) -> SqlHarness:
+        return mysql_async_chain_db

@@ -11,6 +11,7 @@ from fix_db import _load
 from mutants import Mutant
 from mutants_aio import (
     ASYNCPG_MUTANTS,
+    MYSQL_ASYNC_CHAIN_MUTANTS,
     MYSQL_ASYNC_MUTANTS,
     POSTGRESQL_ASYNC_MUTANTS,
     POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS,
@@ -88,6 +89,27 @@ def test_the_suite_catches_the_async_mysql_mutant(
         blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
     )
     survived = _survivors(mutant, harness, record_property)
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
+@pytest.fixture(scope="module")
+def mysql_async_chain_mutant_base(mysql_harness: SqlHarness, mysql_time_zones: str) -> SqlHarness:
+    # The tables mysql_harness installed, under the asyncio backend's chained plan.
+    return _load("conformance.aio_bridge:mysql_async_chain", mysql_time_zones)
+
+
+@pytest.mark.parametrize("mutant", MYSQL_ASYNC_CHAIN_MUTANTS, ids=lambda m: m.name)
+def test_the_suite_catches_the_async_mysql_chain_mutant(
+    mutant: Mutant, mysql_async_chain_mutant_base: SqlHarness, record_property: Callable[[str, object], None]
+) -> None:
+    mysql_async_chain_mutant_base.clear()
+    harness = mysql_async_chain_mutant_base.with_backend(
+        blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
+    )
+    try:
+        survived = _survivors(mutant, harness, record_property)
+    finally:
+        mysql_async_chain_mutant_base.close()
     assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
 
 

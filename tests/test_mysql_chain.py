@@ -217,6 +217,24 @@ def test_a_kept_back_archive_goes_before_the_next_statement_and_the_blocks_own_c
         assert db.archived_jobs() == [] and len(db.jobs()) == 2
 
 
+def test_two_kept_back_archives_in_a_row_are_both_written(mysql_chain_db: SqlHarness) -> None:
+    """A finished job kept back while another is (two archives with no statement between, which the
+    worker never sends): the first goes before the second is kept, so neither is dropped."""
+    db = mysql_chain_db
+    _enqueue(db, 2)
+    queue = db.jobs()[0].queue
+    job_table, archived = _tables(db)
+    backend = MySQLBackend(db.data_source, **CHAIN)
+    now = datetime.now(UTC) + timedelta(minutes=1)
+    try:
+        with backend.transaction() as conn:
+            for record in backend.get_next_jobs(conn, job_table, queue, now, 2):
+                backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
+    finally:
+        backend.close()
+    assert db.jobs() == [] and len(db.archived_jobs()) == 2
+
+
 def test_commit_and_get_next_job_on_a_callers_connection_commits_then_claims(
     mysql_chain_db: SqlHarness,
 ) -> None:

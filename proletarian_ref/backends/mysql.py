@@ -348,7 +348,10 @@ class MySQLBackend(SqlBackend):
         lease = self._chaining(conn)
         if lease is not None:
             params = self._archive_params(job_id, status, finished_at)
-            lease.deferred = mysql_chain.deferred_job(conn, statements, job_table, archived_job_table, params)
+            self._keep_back(conn, lease)
+            lease.deferred = mysql_chain.deferred_job(
+                conn.escape, statements, job_table, archived_job_table, params
+            )
             return
         statement = (
             f"{statements['archive_job', job_table, archived_job_table]};\n"
@@ -375,8 +378,9 @@ class MySQLBackend(SqlBackend):
         lease = self._chaining(conn)
         if lease is not None:
             finished = self._db_time(finished_at, what="finished_at")
+            self._keep_back(conn, lease)
             lease.deferred = mysql_chain.deferred_batch(
-                conn, job_table, archived_job_table, job_ids, status, finished
+                conn.escape, job_table, archived_job_table, job_ids, status, finished
             )
             return
         count = len(job_ids)
@@ -418,7 +422,7 @@ class MySQLBackend(SqlBackend):
             self._execute(conn, mysql_chain.commit_statement(), None, _ignore)
             return self._execute(conn, claim, params, read)
         deferred, lease.deferred = lease.deferred, None
-        parts = (mysql_chain.commit_statement(), mysql_chain.literal(conn, claim, params))
+        parts = (mysql_chain.commit_statement(), mysql_chain.literal(conn.escape, claim, params))
         text = ";\n".join(parts if deferred is None else (deferred.text, *parts))
         self._start_round_trip(lease)  # as in _execute: refused on a released connection, before the try
         try:
@@ -441,6 +445,19 @@ class MySQLBackend(SqlBackend):
         if self._chain and lease is not None and lease.conn is conn:
             return lease
         return None
+
+    def _keep_back(self, conn: Any, lease: _Lease) -> None:
+        """Make room for a write to keep back: one kept back already (two finished without a statement
+        between, which the worker never does) goes first, so neither is dropped."""
+        if lease.deferred is None:
+            return
+        self._start_round_trip(lease)  # as in _execute
+        try:
+            self._send_deferred(conn, lease)
+        except Exception as exc:
+            self._raise_library_error(exc)
+        finally:
+            lease.busy = False
 
     def _send_deferred(self, conn: Any, lease: _Lease) -> None:
         # The kept-back writes alone, before another statement or the transaction's own COMMIT: checked by

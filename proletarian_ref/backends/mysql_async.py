@@ -16,11 +16,14 @@ from pymysql.converters import encoders, escape_item
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
+from proletarian_ref.backends import mysql_chain
 from proletarian_ref.backends._aio_dbapi import (
     AsyncSessionPrefix,
     AsyncSqlBackend,
     _fetchall,
+    _nothing,
     _nothing_around,
+    _rowcount,
 )
 from proletarian_ref.backends._dbapi import _wrong_batch_count, _wrong_count
 from proletarian_ref.backends.dsn import mysql_connect_kwargs
@@ -49,6 +52,12 @@ class AsyncMySQLBackend(AsyncSqlBackend):
     so a row does not tell which API wrote it. With `compact=True` a finished job's archive and delete go
     as one multi-statement query, each row count checked, as MySQLBackend's compact plan does (aiomysql
     opens every connection with CLIENT.MULTI_STATEMENTS).
+
+    With `chain=True` (backend.ChainedClaim and ChainedBatchClaim) it chains as MySQLBackend(chain=True)
+    does: in the worker's transaction a finished job's archive and delete (compact=True) are kept back and
+    sent, each count checked by the server, with the COMMIT and the next claim as one query, one round trip
+    a job (backends/mysql_chain.py); a kept-back write goes alone before any other statement and before the
+    block's own COMMIT. Without compact=True the COMMIT and the claim go as one query.
     """
 
     dialect: ClassVar[str] = "mysql"
@@ -56,9 +65,11 @@ class AsyncMySQLBackend(AsyncSqlBackend):
     _driver_error: ClassVar[type[Exception]] = pymysql.err.MySQLError
     codec: MySQLBackend
 
-    def __init__(self, data_source: Any = None, *, compact: bool = False) -> None:
+    def __init__(self, data_source: Any = None, *, compact: bool = False, chain: bool = False) -> None:
         super().__init__(
-            MySQLBackend(None, compact=compact), data_source, pooled=isinstance(data_source, aiomysql.Pool)
+            MySQLBackend(None, compact=compact, chain=chain),
+            data_source,
+            pooled=isinstance(data_source, aiomysql.Pool),
         )
         # The server session each worker connection was prepared in (time zone, isolation): a connection
         # that reconnects gets a new session with the server's defaults.
@@ -193,6 +204,80 @@ class AsyncMySQLBackend(AsyncSqlBackend):
         columns = self._payload_columns[key] = [PayloadColumn(*row) for row in rows]
         check_payload_fits(payload, columns, raise_error=True)
 
+    # -- chained claims (ChainedClaim, ChainedBatchClaim): the worker's transaction keeps a finished -----
+    # job's archive and delete in _pending (a Deferred alone) until the COMMIT and the next claim take it.
+
+    def _pipelines(self, conn: Any) -> bool:
+        # Marks the transaction as chained (its _pending entry); only the compact archive is ever held.
+        return self.codec.chained_claims
+
+    async def _queue_write(
+        self,
+        conn: Any,
+        pending: list[tuple[Any, str, Any]],
+        statement: str,
+        params: Any,
+        what: str,
+        job_id: Any,
+    ) -> None:
+        # Not held: a single-row write other than the compact archive (the exact plan's archive_job and
+        # delete_job, retry_at) goes at once, after any kept-back write, its count checked as unchained.
+        count = await self._execute(conn, statement, params, _rowcount)
+        if count != 1:
+            raise _wrong_count(count, what, job_id)
+
+    async def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
+        # The kept-back write alone, before another statement or the block's own COMMIT: checked by the
+        # server as in a chain, so a wrong count raises before anything after it runs.
+        deferred = pending.pop()[0]
+        await self._execute(conn, deferred.text, None, deferred.acheck)
+
+    async def _keep_back(self, conn: Any, deferred: mysql_chain.Deferred) -> bool:
+        """Hold `deferred` for the chain when `conn` is in a chained transaction of this backend; one held
+        already (two finished without a statement between, which the worker never does) goes first."""
+        pending = self._pending.get(conn) if self._pending else None
+        if pending is None:
+            return False
+        if pending:
+            await self._settle(conn, pending)
+        pending.append((deferred, "chain", deferred.job_id))
+        return True
+
+    async def commit_and_get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        """ChainedClaim: the kept-back archive and delete (checked by the server), COMMIT and the next claim
+        as one query, as MySQLBackend's. On a connection outside transaction() (a caller's), COMMIT and the
+        claim apart."""
+        row = await self._chained(conn, *self._claim(job_table, queue, now), self._fetch_claimed)
+        return None if row is None else self.codec._job_record(row)
+
+    async def commit_and_get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        """ChainedBatchClaim: commit_and_get_next_job's query with batch mode's claim."""
+        rows = await self._chained(conn, *self._batch_claim(job_table, queue, now, limit), _fetchall)
+        return [self.codec._job_record(row) for row in rows]
+
+    async def _chained(self, conn: Any, claim: str, params: dict[str, Any], read: Any) -> Any:
+        pending = self._pending.get(conn) if self._pending else None
+        if pending is None:
+            await self._execute(conn, mysql_chain.commit_statement(), None, _nothing)
+            return await self._execute(conn, claim, params, read)
+        deferred = pending.pop()[0] if pending else None
+        parts = (mysql_chain.commit_statement(), mysql_chain.literal(_quote(conn), claim, params))
+        text = ";\n".join(parts if deferred is None else (deferred.text, *parts))
+
+        async def chained(cursor: Any) -> Any:
+            if deferred is not None:
+                await deferred.acheck(cursor)
+                await cursor.nextset()  # to the COMMIT's result
+            await cursor.nextset()  # to the claim's: a failed COMMIT raised, and the claim did not run
+            return await read(cursor)
+
+        # No parameters: the text is sent as it is (its values are already written in).
+        return await self._execute(conn, text, None, chained)
+
     # -- the compact plan: two statements in one query -------------------------------------------------
 
     async def archive_and_delete_job(
@@ -204,8 +289,14 @@ class AsyncMySQLBackend(AsyncSqlBackend):
         status: str,
         finished_at: datetime,
     ) -> None:
-        """MySQLBackend's compact plan: archive_job and delete_job in one query, each count checked."""
+        """MySQLBackend's compact plan: archive_job and delete_job in one query, each count checked; in a
+        chained transaction kept back to go with its COMMIT."""
         rendered = self.codec._statements
+        if self._pending:
+            params = self.codec._archive_params(job_id, status, finished_at)
+            deferred = mysql_chain.deferred_job(_quote(conn), rendered, job_table, archived_job_table, params)
+            if await self._keep_back(conn, deferred):
+                return
         archive, delete = (
             rendered["archive_job", job_table, archived_job_table],
             rendered["delete_job", job_table, None],
@@ -227,7 +318,15 @@ class AsyncMySQLBackend(AsyncSqlBackend):
         status: str,
         finished_at: datetime,
     ) -> None:
-        """The compact plan in batch mode: archive_jobs and delete_jobs in one query, each count checked."""
+        """The compact plan in batch mode: archive_jobs and delete_jobs in one query, each count checked,
+        or kept back as archive_and_delete_job keeps them."""
+        if self._pending:
+            finished = self.codec._db_time(finished_at, what="finished_at")
+            deferred = mysql_chain.deferred_batch(
+                _quote(conn), job_table, archived_job_table, job_ids, status, finished
+            )
+            if await self._keep_back(conn, deferred):
+                return
         count = len(job_ids)
         statement = (
             f"{sql.render_ids(self.dialect, 'archive_jobs', job_table, archived_job_table, count)};\n"
@@ -266,6 +365,11 @@ def _literal(conn: Any, value: Any) -> str:
     if isinstance(value, (bytes, bytearray)):
         return f"X'{value.hex()}'"
     return str(escape_item(value, conn.charset, mapping=encoders))
+
+
+def _quote(conn: Any) -> mysql_chain.Quote:
+    """_literal on `conn`: a parameter as _Cursor writes it in, for the chain's statements."""
+    return functools.partial(_literal, conn)
 
 
 def aiomysql_connect_kwargs(dsn: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ or another statement comes first) go alone, checked the same way, before anythin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Final
 
@@ -24,6 +24,9 @@ from proletarian_ref.tables import TableName
 # "BIGINT UNSIGNED value is out of range": what chain_check_count raises for a count other than expected.
 _WRONG_COUNT: Final = 1690
 _DIALECT: Final = "mysql"
+
+# Writes one parameter value as SQL text, as the driver's cursor would bind it.
+Quote = Callable[[Any], str]
 
 
 class Deferred:
@@ -53,6 +56,19 @@ class Deferred:
             if what == self.writes[0]:
                 cursor.nextset()  # the next write's result
 
+    async def acheck(self, cursor: Any) -> None:
+        """check() on an asyncio cursor (aiomysql's), whose nextset is awaited."""
+        for what in self.writes:
+            count = int(cursor.rowcount)
+            try:
+                await cursor.nextset()
+            except pymysql.err.MySQLError as exc:
+                if exc.args and exc.args[0] == _WRONG_COUNT:
+                    raise self._wrong(count, what) from exc
+                raise
+            if what == self.writes[0]:
+                await cursor.nextset()
+
     def _wrong(self, count: int, what: str) -> DatabaseError:
         if self.job_id is not None:
             return _wrong_count(count, what, self.job_id)
@@ -68,16 +84,17 @@ def commit_statement() -> str:
     return sql.queries(_DIALECT)["chain_commit"]
 
 
-def literal(conn: Any, statement: str, params: Any) -> str:
-    """`statement` with its parameters written in as PyMySQL's cursor.execute writes them (a dict for
-    %(name)s placeholders, a sequence for %s), so that it can go in one query with others."""
+def literal(quote: Quote, statement: str, params: Any) -> str:
+    """`statement` with its parameters written in by `quote` (PyMySQL's Connection.escape, or the asyncio
+    backend's byte-for-byte twin of it) as cursor.execute writes them (a dict for %(name)s placeholders, a
+    sequence for %s), so that it can go in one query with others."""
     if isinstance(params, dict):
-        return statement % {key: conn.literal(value) for key, value in params.items()}
-    return statement % tuple(conn.literal(value) for value in params)
+        return statement % {key: quote(value) for key, value in params.items()}
+    return statement % tuple(quote(value) for value in params)
 
 
 def deferred_job(
-    conn: Any,
+    quote: Quote,
     statements: Any,
     job_table: TableName,
     archived_job_table: TableName,
@@ -93,12 +110,12 @@ def deferred_job(
         )
     )
     return Deferred(
-        literal(conn, text, {**params, "count": 1}), ("archive_job", "delete_job"), job_id=params["job_id"]
+        literal(quote, text, {**params, "count": 1}), ("archive_job", "delete_job"), job_id=params["job_id"]
     )
 
 
 def deferred_batch(
-    conn: Any,
+    quote: Quote,
     job_table: TableName,
     archived_job_table: TableName,
     job_ids: Sequence[Any],
@@ -117,4 +134,4 @@ def deferred_batch(
         )
     )
     params = [status, finished_at, *job_ids, count, *job_ids, count]
-    return Deferred(literal(conn, text, params), ("archive_jobs", "delete_jobs"), jobs=count)
+    return Deferred(literal(quote, text, params), ("archive_jobs", "delete_jobs"), jobs=count)

@@ -21,7 +21,6 @@ from proletarian_ref.cli.database import (
     cannot_connect,
     given_dsn,
     open_database,
-    refuse_chain,
     refuse_pipeline,
     tables_from,
 )
@@ -344,16 +343,16 @@ def _plan_backend(
     db: Database, pool: Any, driver: str | None, *, compact: bool, chain: bool, pipeline: bool
 ) -> Any:
     """The backend for --compact, --chain and/or --pipeline on `pool`: its dialect's (and driver's) asyncio
-    backend on those plans (chained claims and pipelining on PostgreSQL only)."""
+    backend on those plans (pipelining on PostgreSQL only)."""
     if driver == "asyncpg":
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
         return AsyncpgBackend(pool, compact=compact, chain=chain)
     if db.dialect == "mysql":
-        refuse_chain(db, chain)
         from proletarian_ref.backends.mysql_async import AsyncMySQLBackend
 
-        return AsyncMySQLBackend(pool, compact=True)
+        # The compact plan always, as the threaded worker's on MySQL (database.plan_backend).
+        return AsyncMySQLBackend(pool, compact=True, chain=chain)
     from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
     return AsyncPostgresBackend(pool, compact=compact, chain=chain, pipeline=pipeline)

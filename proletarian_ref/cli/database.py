@@ -183,17 +183,6 @@ def plan_backend(db: Database, *, compact: bool, chain: bool, pipeline: bool = F
     return PostgresBackend(db.factory, compact=compact, chain=chain, pipeline=pipeline)
 
 
-def refuse_chain(db: Database, chain: bool) -> None:
-    """--chain for the asyncio worker on MySQL, whose backend (aiomysql) has no chained claims: a usage error
-    naming why and what has them."""
-    if chain:
-        raise UsageError(
-            f"--chain with a coroutine handler is PostgreSQL's; on {db.describe()} (MySQL/MariaDB) the "
-            "asyncio worker's backend (aiomysql) has no chained claims: the threaded worker has them, with a "
-            "plain function as --handler"
-        )
-
-
 def _start_embedded(tables: Tables, *, keep_running: bool = False) -> Database:
     try:
         server = embedded.start(keep_running=keep_running)

@@ -132,7 +132,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="chained claims: a finished job's COMMIT goes with the next job's BEGIN and the next claim "
         "follows at once, each job keeping its own transaction; with --batch-size, a finished batch's, each "
-        "batch its own. On MySQL (the threaded worker) the job's archive and delete, COMMIT and next claim "
+        "batch its own. On MySQL the job's archive and delete, COMMIT and next claim "
         "go as one query (docs/worker.md)",
     )
     parser.add_argument(
