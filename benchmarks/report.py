@@ -248,6 +248,8 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     chained = any(
         f"{mode}_ratio_limit" in r for e in entries for r in e.get("rows", []) for mode in _CHAIN_MODES
     )
+    # The exact plan pipelined beside pgbench (from limit15 on): a column only in a run that has it.
+    exact_pipelined = any("pipeline_ratio_pgbench" in r for e in entries for r in e.get("rows", []))
     for e in entries:
         for r in e.get("rows", []):
             if "limit_jobs_per_s" in r:
@@ -267,9 +269,10 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
                         r.get("pgbench_ratio_limit", "-"),
                         r.get("ratio", "-"),
                         r.get("ratio_pgbench", "-"),
+                        *([r.get("pipeline_ratio_pgbench", "-")] if exact_pipelined else []),
                     ]
                 )
-            for mode in ("limit", "library", "compact", "chain", "async", "async_chain", "raw"):
+            for mode in ("limit", "library", "compact", "chain", "async", "async_chain", "raw", "pipeline"):
                 if f"{mode}_client_cpu_us_per_job" not in r:
                     continue
                 label = _drain_label(mode, r)
@@ -338,6 +341,14 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             if chained
             else ""
         )
+        + (
+            " *pipeline of pgbench*: Proletarian's exact plan pipelined (`pipeline=True`, "
+            "conformance.builtin:postgresql_pipeline: the same five statements, BEGIN sent with the claim "
+            "and the archive with the delete, three exchanges a job where pgbench's script takes five), the "
+            "median of the rounds' pipeline / pgbench; its costs are the *pipeline* rows below."
+            if exact_pipelined
+            else ""
+        )
     )
     out.append("")
     out += _table(
@@ -355,6 +366,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "pgbench of limit",
             "library of raw",
             "library of pgbench",
+            *(["pipeline of pgbench"] if exact_pipelined else []),
         ],
         rows,
     )
@@ -612,6 +624,9 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "library / pgbench", r["ratio_pgbench"]]
                 )
+            if "pipeline_ratio_pgbench" in r:
+                ratio = r["pipeline_ratio_pgbench"]
+                rows.append([e["backend"], f"throughput {_config(r, 'x')}", "pipeline / pgbench", ratio])
             if "compact_ratio" in r:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "compact / library", r["compact_ratio"]]

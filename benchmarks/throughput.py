@@ -75,15 +75,25 @@ def compact_spec(spec: BackendSpec) -> BackendSpec | None:
     return None
 
 
+def pipeline_spec(spec: BackendSpec) -> BackendSpec | None:
+    """The built-in PostgreSQL backend on Proletarian's exact plan pipelined (conformance.builtin:
+    postgresql_pipeline: the same five statements, BEGIN with the claim and the archive with the delete,
+    three exchanges a job), measured against pgbench of those statements (issue 31's 0.95 bar), else None."""
+    if spec.factory == "conformance.builtin:postgresql":
+        return BackendSpec(f"{spec.factory}_pipeline", spec.options)
+    return None
+
+
 def _row_modes(
-    modes: list[str], *, compact: bool, chain: bool, asyncio: bool, async_chain: bool
+    modes: list[str], *, compact: bool, chain: bool, asyncio: bool, async_chain: bool, pipeline: bool = False
 ) -> list[str]:
     """A row's drains in round order (drain_order): the library between compact and raw, each pair of
-    drains back to back; chain first, the asyncio ones last."""
+    drains back to back; chain first, the exact plan pipelined after raw, the asyncio ones last."""
     return [
         *(["chain"] if chain else []),
         *(["compact"] if compact else []),
         *modes,
+        *(["pipeline"] if pipeline else []),
         *(["async"] if asyncio else []),
         *(["async_chain"] if async_chain else []),
     ]
@@ -258,6 +268,9 @@ def summarize(row: dict[str, Any], modes: list[str]) -> None:
     if row.get("pgbench_rounds"):
         row["pgbench_jobs_per_s"] = statistics.median(r["jobs_per_s"] for r in row["pgbench_rounds"])
         row["ratio_pgbench"] = statistics.median(pgbench_ratios(row))
+        if row.get("pipeline_rounds"):
+            # The exact plan pipelined against pgbench of the same statements, round by round.
+            row["pipeline_ratio_pgbench"] = statistics.median(paired_ratios(row, "pipeline", "pgbench"))
 
 
 def drain_plans(
@@ -266,6 +279,7 @@ def drain_plans(
     compact: BackendSpec | None,
     stack: contextlib.ExitStack,
     chain: BackendSpec | None = None,
+    pipeline: BackendSpec | None = None,
 ) -> dict[str, tuple[Mode, BackendSpec, Harness]]:
     """Each drain a row may run: its mode, the factory a child process rebuilds, the harness it drains."""
     plans: dict[str, tuple[Mode, BackendSpec, Harness]] = {
@@ -276,9 +290,9 @@ def drain_plans(
         "async_chain": ("async_chain", spec, harness),
     }
     # The library again on another plan, at one job a transaction: the same tables under the built-in
-    # factory's twin (_compact: compact=True; _chain: compact=True, chain=True), so child processes can
-    # rebuild it.
-    for name, twin in (("compact", compact), ("chain", chain)):
+    # factory's twin (_compact: compact=True; _chain: compact=True, chain=True; _pipeline: pipeline=True),
+    # so child processes can rebuild it.
+    for name, twin in (("compact", compact), ("chain", chain), ("pipeline", pipeline)):
         if twin is not None:
             twin_harness = twin.load(harness.job_table, harness.archived_job_table)
             stack.callback(twin_harness.close)
@@ -312,6 +326,28 @@ def _result(
     return result
 
 
+def _limit_drain_points(
+    settings: Settings, limit_reason: str | None, async_reason: str | None, *, chain: bool, pipeline: bool
+) -> dict[str, set[tuple[int, int, int]]]:
+    """The (processes, threads, jobs a commit) points each extra drain runs at, by drain."""
+    # The server's limit for the whole job (claim, archive, delete inside the server), at the
+    # configurations of settings.limit_points, the row's jobs a commit.
+    limit = set() if limit_reason else set(settings.limit_points)
+    # The asyncio worker (asyncpg or aiomysql, compact plan) drains each limit point too, when enabled.
+    asyncio = limit if settings.throughput_async and not async_reason else set()
+    # Chained claims, threaded and asyncio, drain the limit points: one job a commit, and batch mode's
+    # chained batches (ChainedBatchClaim) at the batch points.
+    chained = set(limit) if chain else set()
+    return {
+        "limit": limit,
+        "async": asyncio,
+        "chain": chained,
+        "async_chain": chained & asyncio,
+        # Proletarian's exact plan pipelined, beside pgbench of its statements: one job a commit.
+        "pipeline": {point for point in limit if point[2] == 1} if pipeline else set(),
+    }
+
+
 def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
     harness = open_harness(spec, "tput", settings.table_suffix)
     with closing_harness(harness), contextlib.ExitStack() as stack:
@@ -328,29 +364,21 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         modes: list[str] = ["library"] if raw_reason else ["library", "raw"]
         compact = compact_spec(spec)
         chain = chain_spec(spec)
-        plans = drain_plans(spec, harness, compact, stack, chain)
         # The server's ceiling (PostgreSQL): pgbench at the same connections, one job a transaction only.
         pgbench_reason = pgbench_skip_reason(harness)
-        # The server's limit for the whole job (claim, archive, delete inside the server), at the
-        # configurations of settings.limit_points, the row's jobs a commit.
+        pipeline = None if pgbench_reason else pipeline_spec(spec)
+        plans = drain_plans(spec, harness, compact, stack, chain, pipeline)
         limit_reason = limit_skip_reason(harness)
-        limit_points = set() if limit_reason else set(settings.limit_points)
-        # The asyncio worker (asyncpg or aiomysql, compact plan) drains each limit point too, when enabled.
         async_reason = async_skip_reason(harness) if settings.throughput_async else None
-        async_points = limit_points if settings.throughput_async and not async_reason else set()
-        # Chained claims, threaded and asyncio, drain the limit points: one job a commit, and
-        # batch mode's chained batches (ChainedBatchClaim) at the batch points.
-        chain_points = set(limit_points) if chain is not None else set()
-        async_chain_points = chain_points & async_points
+        points = _limit_drain_points(
+            settings, limit_reason, async_reason, chain=chain is not None, pipeline=pipeline is not None
+        )
+        limit_points = points["limit"]
         last_limit: dict[int, float] = {}
         single = sum(1 for *_, batch in configs if batch == 1)
         drains = len(configs) * len(modes) + (0 if pgbench_reason else single)
         drains += (single if compact is not None else 0) + sum(
-            (config in limit_points)
-            + (config in async_points)
-            + (config in chain_points)
-            + (config in async_chain_points)
-            for config in configs
+            config in drained for config in configs for drained in points.values()
         )
         task = progress.task(f"{harness.name}: throughput", drains * settings.throughput_rounds)
         filler = QueueFiller(harness, settings.throughput_preload)
@@ -367,9 +395,10 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             row_modes = _row_modes(
                 modes,
                 compact=compact is not None and batch_size == 1,
-                chain=config in chain_points,
-                asyncio=config in async_points,
-                async_chain=config in async_chain_points,
+                chain=config in points["chain"],
+                asyncio=config in points["async"],
+                async_chain=config in points["async_chain"],
+                pipeline=config in points["pipeline"],
             )
             if processes > 1 and proc_reason:
                 row["skipped"] = proc_reason
