@@ -14,12 +14,12 @@ BENCHMARKS_MD: Final = Path(__file__).resolve().parent.parent / "docs" / "benchm
 # Issue 31's target: a drain's rate at least this share of the server's own limit.
 LIMIT_TARGET: Final = 0.6
 # Issue 31's drains for each target, from limit5 on: default mode on the compact plan or the asyncio worker,
-# each with or without chained claims (PostgreSQL; from limit13 on, MySQL's threaded chain too); and from
-# limit6 on, batch mode on either worker, with or without chained batches.
+# each with or without chained claims (PostgreSQL; from limit13 on, MySQL's threaded chain too, from limit15
+# on its asyncio one); and from limit6 on, batch mode on either worker, with or without chained batches.
 DEFAULT_DRAINS: Final = ("compact", "async", "chain", "async_chain")
 CHAINED_BATCH_DRAINS: Final = ("library", "async", "chain", "async_chain")
 DATABASES: Final = {"postgresql": "PostgreSQL", "mysql": "MariaDB"}
-# MariaDB's drains one job a commit and in batch mode (no asyncio chain there), from limit13 on.
+# MariaDB's drains one job a commit and in batch mode in limit13 and limit14 (no asyncio chain there yet).
 MARIADB_DEFAULT: Final = ("compact", "chain", "async")
 MARIADB_BATCH: Final = ("library", "chain", "async")
 # The targets table's decimals: enough that a point counted as missed never reads as 0.60.
@@ -403,4 +403,9 @@ LIMIT13: Final = LimitPair("limit13-cores-2026-12-06", "limit13-shared-2026-12-0
 LIMIT14: Final = LimitPair(
     "limit14-cores-2026-12-06", "limit14-shared-2026-12-06", "MySQL's chain checked by SET"
 )
-LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13, LIMIT14)
+LIMIT15: Final = LimitPair(
+    "limit15-cores-2026-12-06",
+    "limit15-shared-2026-12-06",
+    "The asyncio chain on MariaDB, and the exact plan pipelined",
+)
+LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13, LIMIT14, LIMIT15)

@@ -1,5 +1,5 @@
 """The figures docs/benchmarks.md quotes from the two limit14 runs (MySQL's chain checked by SET; the database
-on cores of its own, and sharing them) are theirs, and so are README's figures against the server's limit.
+on cores of its own, and sharing them) are theirs.
 
 "MySQL's chain checked by SET" pastes both runs' tables and the targets per point (checked by
 tests/test_docs_limit_pairs.py), and quotes in prose the best PostgreSQL drains, the chain beside the
@@ -22,8 +22,6 @@ from docs_support import (
     LIMIT13,
     LIMIT14,
     LIMIT_TARGET,
-    MARIADB_BATCH,
-    MARIADB_DEFAULT,
     best_drain,
     best_of_limit,
     cpu_bound,
@@ -32,7 +30,6 @@ from docs_support import (
     one_connections_bound,
     point_row,
     prose,
-    span,
     throughput_rows,
 )
 
@@ -156,38 +153,3 @@ def test_every_point_is_met_with_the_database_on_cores_of_its_own() -> None:
         for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
             assert not missed(PAIR.runs[CORES_RUN], backend, drains, batch=batch), (backend, batch)
     assert "With the database on cores of its own every point is met on both databases" in text
-
-
-def test_readmes_figures_against_the_limit_are_the_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, drains: tuple[str, ...], *, batch: bool) -> str:
-        return span(best_of_limit(r, drains) for r in PAIR.rows(CORES_RUN, backend, batch=batch))
-
-    one = point_row(PAIR.runs[CORES_RUN], "mysql", 1, 1)
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan, chained or not, or the asyncio worker reached "
-        f"{best('mysql', MARIADB_DEFAULT, batch=False)} of it one job a commit (0.6 met at "
-        f"{PAIR.met(CORES_RUN, 'mysql', batch=False)} points; 1 x 1 {one['chain_ratio_limit']:.2f} chained "
-        f"where the compact plan alone reached {one['compact_ratio_limit']:.2f}), batch mode "
-        f"{best('mysql', MARIADB_BATCH, batch=True)} ({PAIR.met(CORES_RUN, 'mysql', batch=True)})",
-        f"on PostgreSQL one job a commit {best('postgresql', DEFAULT_DRAINS, batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        "the best is mostly the chained pipeline, `pipeline=True, compact=True, chain=True`, one round trip "
-        "a job, on the asyncio worker",
-        f"0.6 met at {PAIR.met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', CHAINED_BATCH_DRAINS, batch=True)} "
-        f"({PAIR.met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {PAIR.met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit "
-        f"and {PAIR.met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{PAIR.met(SHARED_RUN, 'mysql', batch=False)} and {PAIR.met(SHARED_RUN, 'mysql', batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
-    chains = {
-        best_drain(r, drains)
-        for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS))
-        for r in PAIR.rows(CORES_RUN, "postgresql", batch=batch)
-    }
-    assert "async_chain" in chains and chains <= {"async_chain", "chain"}

@@ -208,5 +208,7 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         23: "Twenty-three",
         24: "Twenty-four",
         25: "Twenty-five",
+        26: "Twenty-six",
+        27: "Twenty-seven",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)
