@@ -10,27 +10,23 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from support import claim_finish_and_chain, drain_threaded, enqueue_committed
+from mysql_chain_support import (
+    BATCH,
+    CHAIN,
+    JOBS,
+    WITHIN_S,
+    archiving_nothing,
+    assert_kept_or_lost,
+    assert_one_query_a_job,
+    enqueue,
+    refused,
+    tables,
+)
+from support import claim_finish_and_chain, drain_threaded
 
 from conformance.harness import SqlHarness
-from proletarian_ref import ConfigurationError, DatabaseError, sql
+from proletarian_ref import ConfigurationError, DatabaseError
 from proletarian_ref.backends.mysql import MySQLBackend
-from proletarian_ref.tables import TableName, table_name
-
-JOBS = 12
-# Jobs a batch in batch mode's chain: JOBS is three whole batches.
-BATCH = 4
-WITHIN_S = 30.0
-CHAIN = {"chain": True, "compact": True}
-CHECK = sql.queries("mysql")["chain_check_count"]
-
-
-def _tables(db: SqlHarness) -> tuple[TableName, TableName]:
-    return table_name(db.job_table), table_name(db.archived_job_table)
-
-
-def _enqueue(db: SqlHarness, count: int) -> list[Any]:
-    return [enqueue_committed(db, "chain/job", {"n": n}) for n in range(count)]
 
 
 def _recording(connect: Callable[[], Any], sent: list[str]) -> Callable[[], Any]:
@@ -67,39 +63,22 @@ def _drain(
     return ran
 
 
-def _heads(query: str) -> list[str]:
-    """The first words of each statement of a multi-statement query, the check's as CHECK."""
-    return [
-        "CHECK" if part.startswith("SET @proletarian_count_check") else " ".join(part.split()[:2])
-        for part in query.split(";\n")
-    ]
-
-
 @pytest.mark.parametrize("batch_size", [1, BATCH])
 def test_a_mysql_chained_worker_sends_each_finished_job_with_its_commit_and_the_next_claim_in_one_query(
     mysql_chain_db: SqlHarness, batch_size: int
 ) -> None:
-    job_ids = _enqueue(mysql_chain_db, JOBS)
+    job_ids = enqueue(mysql_chain_db, JOBS)
     sent: list[str] = []
     backend = MySQLBackend(_recording(mysql_chain_db.data_source, sent), **CHAIN)
     _drain(mysql_chain_db, backend, batch_size)
-    decode = mysql_chain_db.job_id_strategy().decode_id
-    archived = mysql_chain_db.archived_jobs()
-    assert sorted(str(decode(job.job_id)) for job in archived) == sorted(str(i) for i in job_ids)
-    assert {(job.attempts, job.status) for job in archived} == {(1, ":success")}
-    claims = [i for i, query in enumerate(sent) if "FOR UPDATE SKIP LOCKED" in query]
-    first = claims[0]
-    assert _heads(sent[first]) == ["SELECT job_id,"]
-    # Every job (or batch) after that: one query of its archive and delete, each followed by the server's
-    # check of its count, then COMMIT and the next claim, which finds the next job, or at the end none.
-    chained = ["INSERT INTO", "CHECK", "DELETE FROM", "CHECK", "COMMIT", "SELECT job_id,"]
-    claimed = JOBS // batch_size
-    assert [_heads(query) for query in sent[first + 1 : first + 1 + claimed]] == [chained] * claimed
-    assert ("LIMIT 1\n" in sent[first]) == (batch_size == 1)
+    assert_one_query_a_job(mysql_chain_db, sent, job_ids, batch_size)
 
 
 class _ArchivesNothing(MySQLBackend):
-    """The chain's kept-back archive archives no row (the delete still deletes the jobs)."""
+    """The chain's kept-back archive archives no row (the delete still deletes the jobs); with `checked`
+    False, the server's checks taken out too: what the chain would commit without them."""
+
+    checked = True
 
     def _send_deferred(self, conn: Any, lease: Any) -> None:
         self._break(lease)
@@ -113,26 +92,7 @@ class _ArchivesNothing(MySQLBackend):
 
     def _break(self, lease: Any) -> None:
         if lease.deferred is not None:
-            # The first WHERE is the archive's (INSERT ... SELECT ... WHERE job_id ...), then the delete's.
-            lease.deferred.text = lease.deferred.text.replace("\nWHERE job_id", "\nWHERE FALSE AND job_id", 1)
-
-
-class _ArchivesNothingUnchecked(_ArchivesNothing):
-    """The same, and the server's checks taken out: what the chain would commit without them."""
-
-    def _break(self, lease: Any) -> None:
-        super()._break(lease)
-        if lease.deferred is not None:
-            # Each check's sum, whatever the count, made a constant: the statement stays, checking nothing.
-            checks = r"(SET @proletarian_count_check = )18446744073709551615 \+ \(ROW_COUNT\(\) <> \d+\)"
-            lease.deferred.text = re.sub(checks, r"\g<1>1", lease.deferred.text)
-
-
-def _refused(batch_size: int) -> str:
-    """A refused archive count, in the words of the compact plan's own check on the client."""
-    if batch_size == 1:
-        return "archive_job changed 0 rows of job "
-    return f"archive_jobs changed 0 rows of {batch_size} jobs; expected {batch_size}"
+            lease.deferred.text = archiving_nothing(lease.deferred.text, checked=self.checked)
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])
@@ -142,21 +102,11 @@ def test_a_mysql_chains_archive_that_changes_no_row_rolls_back_its_commit_and_ke
 ) -> None:
     db = mysql_chain_db
     # One batch more than the worker's first, so that the broken archive goes with a chain's COMMIT.
-    job_ids = _enqueue(db, 2 * batch_size)
-    cls = _ArchivesNothing if checked else _ArchivesNothingUnchecked
-    backend = cls(db.data_source, **CHAIN)
-    refused = _refused(batch_size)
-    assert _drain(db, backend, batch_size, until=lambda: refused in caplog.text)
-    assert db.archived_jobs() == []
-    if checked:
-        # Refused before its COMMIT: every job queued still, attempts unchanged.
-        assert refused in caplog.text
-        decode = db.job_id_strategy().decode_id
-        queued = sorted((str(decode(job.job_id)), job.attempts) for job in db.jobs())
-        assert queued == sorted((str(job_id), 0) for job_id in job_ids)
-    else:
-        # Without the server's check the COMMIT went through: jobs deleted and never archived.
-        assert refused not in caplog.text and len(db.jobs()) < len(job_ids)
+    job_ids = enqueue(db, 2 * batch_size)
+    backend = _ArchivesNothing(db.data_source, **CHAIN)
+    backend.checked = checked
+    assert _drain(db, backend, batch_size, until=lambda: refused(batch_size) in caplog.text)
+    assert_kept_or_lost(db, job_ids, caplog.text, batch_size, checked=checked)
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])
@@ -164,15 +114,15 @@ def test_a_mysql_chains_refused_count_raises_before_its_commit_in_the_clients_ch
     mysql_chain_db: SqlHarness, batch_size: int
 ) -> None:
     db = mysql_chain_db
-    _enqueue(db, batch_size)
+    enqueue(db, batch_size)
     queued = db.jobs()
     queue = queued[0].queue
-    job_table, archived = _tables(db)
+    job_table, archived = tables(db)
     backend = _ArchivesNothing(db.data_source, **CHAIN)
     now = datetime.now(UTC) + timedelta(minutes=1)
     try:
         with (
-            pytest.raises(DatabaseError, match=f"^{re.escape(_refused(batch_size))}"),
+            pytest.raises(DatabaseError, match=f"^{re.escape(refused(batch_size))}"),
             backend.transaction() as conn,
         ):
             claim_finish_and_chain(backend, conn, (job_table, archived), queue, now, batch_size)
@@ -188,9 +138,9 @@ def test_a_kept_back_archive_goes_before_the_next_statement_and_the_blocks_own_c
     """Outside a chain the kept-back write still goes first: the next statement on the connection sees it
     done, and the block's COMMIT writes it, or its rollback undoes it."""
     db = mysql_chain_db
-    _enqueue(db, 2)
+    enqueue(db, 2)
     queue = db.jobs()[0].queue
-    job_table, archived = _tables(db)
+    job_table, archived = tables(db)
     backend = MySQLBackend(db.data_source, **CHAIN)
     now = datetime.now(UTC) + timedelta(minutes=1)
     try:
@@ -221,9 +171,9 @@ def test_two_kept_back_archives_in_a_row_are_both_written(mysql_chain_db: SqlHar
     """A finished job kept back while another is (two archives with no statement between, which the
     worker never sends): the first goes before the second is kept, so neither is dropped."""
     db = mysql_chain_db
-    _enqueue(db, 2)
+    enqueue(db, 2)
     queue = db.jobs()[0].queue
-    job_table, archived = _tables(db)
+    job_table, archived = tables(db)
     backend = MySQLBackend(db.data_source, **CHAIN)
     now = datetime.now(UTC) + timedelta(minutes=1)
     try:
@@ -240,9 +190,9 @@ def test_commit_and_get_next_job_on_a_callers_connection_commits_then_claims(
 ) -> None:
     """Outside the backend's own transaction (a caller's connection) the COMMIT and the claim go apart."""
     db = mysql_chain_db
-    _enqueue(db, 1)
+    enqueue(db, 1)
     queue = db.jobs()[0].queue
-    job_table, _ = _tables(db)
+    job_table, _ = tables(db)
     backend = MySQLBackend(db.data_source, **CHAIN)
     conn = db.connect()
     try:
@@ -269,7 +219,7 @@ def test_chain_must_be_a_bool() -> None:
 def test_a_chain_on_connections_without_multi_statements_is_refused_before_any_claim(
     mysql_db: SqlHarness,
 ) -> None:
-    _enqueue(mysql_db, 1)
+    enqueue(mysql_db, 1)
     backend = MySQLBackend(mysql_db.data_source, chain=True)
     try:
         with (

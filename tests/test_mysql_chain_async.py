@@ -12,7 +12,18 @@ from typing import Any
 
 import pymysql
 import pytest
-from support import enqueue_committed
+from mysql_chain_support import (
+    BATCH,
+    CHAIN,
+    JOBS,
+    WITHIN_S,
+    archiving_nothing,
+    assert_kept_or_lost,
+    assert_one_query_a_job,
+    enqueue,
+    refused,
+    tables,
+)
 
 from conformance.harness import SqlHarness
 from proletarian_ref import DatabaseError, aio
@@ -25,21 +36,6 @@ from proletarian_ref.backends.mysql_async import (
     _quote,
     aiomysql_connection_factory,
 )
-from proletarian_ref.tables import TableName, table_name
-
-JOBS = 12
-# Jobs a batch in batch mode's chain: JOBS is three whole batches.
-BATCH = 4
-WITHIN_S = 30.0
-CHAIN = {"chain": True, "compact": True}
-
-
-def _tables(db: SqlHarness) -> tuple[TableName, TableName]:
-    return table_name(db.job_table), table_name(db.archived_job_table)
-
-
-def _enqueue(db: SqlHarness, count: int) -> list[Any]:
-    return [enqueue_committed(db, "chain/job", {"n": n}) for n in range(count)]
 
 
 def _connect(mysql_dsn: str, sent: list[str] | None = None) -> Callable[[], Awaitable[Any]]:
@@ -93,35 +89,16 @@ async def _drain(
     return ran
 
 
-def _heads(query: str) -> list[str]:
-    """The first words of each statement of a multi-statement query, the check's as CHECK."""
-    return [
-        "CHECK" if part.startswith("SET @proletarian_count_check") else " ".join(part.split()[:2])
-        for part in query.split(";\n")
-    ]
-
-
 @pytest.mark.parametrize("batch_size", [1, BATCH])
 def test_an_asyncio_mysql_chain_sends_each_finished_job_with_its_commit_and_the_next_claim_in_one_query(
     mysql_db: SqlHarness, mysql_dsn: str, batch_size: int
 ) -> None:
-    job_ids = _enqueue(mysql_db, JOBS)
+    job_ids = enqueue(mysql_db, JOBS)
     sent: list[str] = []
     backend = AsyncMySQLBackend(_connect(mysql_dsn, sent), **CHAIN)
     asyncio.run(_drain(mysql_db, backend, batch_size))
-    decode = mysql_db.job_id_strategy().decode_id
-    archived = mysql_db.archived_jobs()
-    assert sorted(str(decode(job.job_id)) for job in archived) == sorted(str(i) for i in job_ids)
-    assert {(job.attempts, job.status) for job in archived} == {(1, ":success")}
-    claims = [i for i, query in enumerate(sent) if "FOR UPDATE SKIP LOCKED" in query]
-    first = claims[0]
-    assert _heads(sent[first]) == ["SELECT job_id,"]
-    # As the threaded backend's (tests/test_mysql_chain.py): each job (or batch) after the first, one
-    # query of its archive and delete, each checked by the server, the COMMIT and the next claim.
-    chained = ["INSERT INTO", "CHECK", "DELETE FROM", "CHECK", "COMMIT", "SELECT job_id,"]
-    claimed = JOBS // batch_size
-    assert [_heads(query) for query in sent[first + 1 : first + 1 + claimed]] == [chained] * claimed
-    assert ("LIMIT 1\n" in sent[first]) == (batch_size == 1)
+    # As the threaded backend's (tests/test_mysql_chain.py).
+    assert_one_query_a_job(mysql_db, sent, job_ids, batch_size)
 
 
 def test_the_asyncio_chains_query_is_the_threaded_backends_byte_for_byte(
@@ -129,7 +106,7 @@ def test_the_asyncio_chains_query_is_the_threaded_backends_byte_for_byte(
 ) -> None:
     """The same job's kept-back writes: the same text from either API (the values written in by aiomysql's
     escaping, made PyMySQL's own by mysql_async._literal), an id's bytes with a quote and a backslash."""
-    job_table, archived = _tables(mysql_db)
+    job_table, archived = tables(mysql_db)
     codec = MySQLBackend(None, **CHAIN)
     params = codec._archive_params(b"\x00\x01'\\id", ":success", datetime(2026, 12, 6, 12, 0, 0, 123456, UTC))
 
@@ -153,25 +130,14 @@ def test_the_asyncio_chains_query_is_the_threaded_backends_byte_for_byte(
 
 
 class _ArchivesNothing(AsyncMySQLBackend):
-    """The chain's kept-back archive archives no row (the delete still deletes the jobs)."""
+    """The chain's kept-back archive archives no row (the delete still deletes the jobs); with `checked`
+    False, the server's checks taken out too."""
 
     checked = True
 
     async def _keep_back(self, conn: Any, deferred: mysql_chain.Deferred) -> bool:
-        # The first WHERE is the archive's (INSERT ... SELECT ... WHERE job_id ...), then the delete's.
-        deferred.text = deferred.text.replace("\nWHERE job_id", "\nWHERE FALSE AND job_id", 1)
-        if not self.checked:
-            # Each check's sum, whatever the count, made a constant: the statement stays, checking nothing.
-            checks = r"(SET @proletarian_count_check = )18446744073709551615 \+ \(ROW_COUNT\(\) <> \d+\)"
-            deferred.text = re.sub(checks, r"\g<1>1", deferred.text)
+        deferred.text = archiving_nothing(deferred.text, checked=self.checked)
         return await super()._keep_back(conn, deferred)
-
-
-def _refused(batch_size: int) -> str:
-    """A refused archive count, in the words of the compact plan's own check on the client."""
-    if batch_size == 1:
-        return "archive_job changed 0 rows of job "
-    return f"archive_jobs changed 0 rows of {batch_size} jobs; expected {batch_size}"
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])
@@ -185,21 +151,11 @@ def test_an_asyncio_mysql_chains_archive_that_changes_no_row_rolls_back_its_comm
 ) -> None:
     db = mysql_db
     # One batch more than the worker's first, so that the broken archive goes with a chain's COMMIT.
-    job_ids = _enqueue(db, 2 * batch_size)
+    job_ids = enqueue(db, 2 * batch_size)
     backend = _ArchivesNothing(_connect(mysql_dsn), **CHAIN)
     backend.checked = checked
-    refused = _refused(batch_size)
-    assert asyncio.run(_drain(db, backend, batch_size, until=lambda: refused in caplog.text))
-    assert db.archived_jobs() == []
-    if checked:
-        # Refused before its COMMIT: every job queued still, attempts unchanged.
-        assert refused in caplog.text
-        decode = db.job_id_strategy().decode_id
-        queued = sorted((str(decode(job.job_id)), job.attempts) for job in db.jobs())
-        assert queued == sorted((str(job_id), 0) for job_id in job_ids)
-    else:
-        # Without the server's check the COMMIT went through: jobs deleted and never archived.
-        assert refused not in caplog.text and len(db.jobs()) < len(job_ids)
+    assert asyncio.run(_drain(db, backend, batch_size, until=lambda: refused(batch_size) in caplog.text))
+    assert_kept_or_lost(db, job_ids, caplog.text, batch_size, checked=checked)
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])
@@ -207,10 +163,10 @@ def test_an_asyncio_mysql_chains_refused_count_raises_before_its_commit_in_the_c
     mysql_db: SqlHarness, mysql_dsn: str, batch_size: int
 ) -> None:
     db = mysql_db
-    _enqueue(db, batch_size)
+    enqueue(db, batch_size)
     queued = db.jobs()
     queue = queued[0].queue
-    job_table, archived = _tables(db)
+    job_table, archived = tables(db)
     backend = _ArchivesNothing(_connect(mysql_dsn), **CHAIN)
     now = datetime.now(UTC) + timedelta(minutes=1)
 
@@ -232,7 +188,7 @@ def test_an_asyncio_mysql_chains_refused_count_raises_before_its_commit_in_the_c
         finally:
             await backend.close()
 
-    with pytest.raises(DatabaseError, match=f"^{re.escape(_refused(batch_size))}"):
+    with pytest.raises(DatabaseError, match=f"^{re.escape(refused(batch_size))}"):
         asyncio.run(main())
     assert db.jobs() == queued and db.archived_jobs() == []
 
@@ -244,9 +200,9 @@ def test_an_asyncio_kept_back_archive_goes_before_the_next_statement_and_the_blo
     """Outside a chain the kept-back write still goes first: the next statement on the connection sees it
     done, and the block's COMMIT writes it, or its rollback undoes it."""
     db = mysql_db
-    _enqueue(db, 2)
+    enqueue(db, 2)
     queue = db.jobs()[0].queue
-    job_table, archived = _tables(db)
+    job_table, archived = tables(db)
     backend = AsyncMySQLBackend(_connect(mysql_dsn), **CHAIN)
     now = datetime.now(UTC) + timedelta(minutes=1)
     claimed: list[Any] = []
@@ -286,9 +242,9 @@ def test_two_asyncio_kept_back_archives_in_a_row_are_both_written(
     """A finished job kept back while another is (two archives with no statement between, which the
     worker never sends): the first goes before the second is kept, so neither is dropped."""
     db = mysql_db
-    _enqueue(db, 2)
+    enqueue(db, 2)
     queue = db.jobs()[0].queue
-    job_table, archived = _tables(db)
+    job_table, archived = tables(db)
     backend = AsyncMySQLBackend(_connect(mysql_dsn), **CHAIN)
     now = datetime.now(UTC) + timedelta(minutes=1)
 
@@ -312,9 +268,9 @@ def test_asyncio_commit_and_get_next_job_on_a_callers_connection_commits_then_cl
 ) -> None:
     """Outside the backend's own transaction (a caller's connection) the COMMIT and the claim go apart."""
     db = mysql_db
-    _enqueue(db, 1)
+    enqueue(db, 1)
     queue = db.jobs()[0].queue
-    job_table, _ = _tables(db)
+    job_table, _ = tables(db)
     backend = AsyncMySQLBackend(None, **CHAIN)
 
     async def main() -> Any:
