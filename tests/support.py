@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -13,7 +14,7 @@ import pytest
 
 import proletarian_ref as pr
 from conformance.harness import Harness
-from proletarian_ref import enqueue
+from proletarian_ref import aio, enqueue
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 # The vectors and pages the tests read, in the repository (tests/data/README.md says where each came from).
@@ -132,3 +133,45 @@ def claim_finish_and_chain(
         ids = [record.job_id for record in records]
         backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
         backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
+
+
+async def drain_asyncio(
+    db: Harness, backend: Any, handler: Any, *, batch_size: int, until: Callable[[], bool], timeout: float
+) -> None:
+    """Run an asyncio worker, one task, on `backend` over `db`'s tables until `until()` holds (read from a
+    thread: the loop goes on running the worker meanwhile) or `timeout` seconds pass, then stop it and
+    close the backend."""
+    worker = aio.create_queue_worker(
+        None,
+        handler,
+        backend=backend,
+        worker_threads=1,
+        polling_interval_ms=20,
+        batch_size=batch_size,
+        **db.table_options,
+    )
+    try:
+        await worker.start()
+        deadline = time.monotonic() + timeout
+        while not await asyncio.to_thread(until) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await worker.stop()
+    finally:
+        await backend.close()
+
+
+async def aclaim_finish_and_chain(
+    backend: Any, conn: Any, tables: tuple[Any, Any], queue: str, now: datetime, batch_size: int
+) -> None:
+    """claim_finish_and_chain on an asyncio backend's transaction."""
+    job_table, archived = tables
+    if batch_size == 1:
+        record = await backend.get_next_job(conn, job_table, queue, now)
+        assert record is not None
+        await backend.archive_and_delete_job(conn, job_table, archived, record.job_id, ":success", now)
+        await backend.commit_and_get_next_job(conn, job_table, queue, now)
+    else:
+        records = await backend.get_next_jobs(conn, job_table, queue, now, batch_size)
+        ids = [record.job_id for record in records]
+        await backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
+        await backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)

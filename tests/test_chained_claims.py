@@ -15,7 +15,13 @@ from typing import Any, TypeVar
 import asyncpg
 import psycopg
 import pytest
-from support import claim_finish_and_chain, drain_threaded, enqueue_committed
+from support import (
+    aclaim_finish_and_chain,
+    claim_finish_and_chain,
+    drain_asyncio,
+    drain_threaded,
+    enqueue_committed,
+)
 
 import proletarian_ref as pr
 from conformance.harness import SqlHarness
@@ -468,25 +474,7 @@ _AsyncT = TypeVar("_AsyncT", bound=AsyncPostgresBackend)
 
 
 async def _adrain(db: SqlHarness, backend: Any, handler: Any, batch_size: int, until: Any) -> None:
-    """Run an asyncio worker, one task, on `backend` until `until()` or WITHIN_S, then stop it and close
-    the backend."""
-    worker = aio.create_queue_worker(
-        None,
-        handler,
-        backend=backend,
-        worker_threads=1,
-        polling_interval_ms=20,
-        batch_size=batch_size,
-        **db.table_options,
-    )
-    try:
-        await worker.start()
-        deadline = time.monotonic() + WITHIN_S
-        while not await asyncio.to_thread(until) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        await worker.stop()
-    finally:
-        await backend.close()
+    await drain_asyncio(db, backend, handler, batch_size=batch_size, until=until, timeout=WITHIN_S)
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])
@@ -581,18 +569,8 @@ def test_an_asyncio_chained_pipelines_refused_count_is_reported_as_the_clients_c
         try:
             with pytest.raises(DatabaseError, match=refused):
                 async with backend.transaction() as conn:
-                    if batch_size == 1:
-                        record = await backend.get_next_job(conn, job_table, queue, now)
-                        assert record is not None
-                        await backend.archive_and_delete_job(
-                            conn, job_table, archived, record.job_id, ":success", now
-                        )
-                        await backend.commit_and_get_next_job(conn, job_table, queue, now)
-                    else:
-                        records = await backend.get_next_jobs(conn, job_table, queue, now, batch_size)
-                        ids = [record.job_id for record in records]
-                        await backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
-                        await backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
+                    tables = (job_table, archived)
+                    await aclaim_finish_and_chain(backend, conn, tables, queue, now, batch_size)
         finally:
             await backend.close()
 

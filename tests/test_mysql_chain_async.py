@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,9 +23,10 @@ from mysql_chain_support import (
     refused,
     tables,
 )
+from support import aclaim_finish_and_chain, drain_asyncio
 
 from conformance.harness import SqlHarness
-from proletarian_ref import DatabaseError, aio
+from proletarian_ref import DatabaseError
 from proletarian_ref.backends import mysql_chain
 from proletarian_ref.backends.dsn import mysql_connect_kwargs
 from proletarian_ref.backends.mysql import MySQLBackend
@@ -67,25 +67,10 @@ async def _drain(
     async def handler(job_type: str, payload: Any) -> None:
         ran.append(payload)
 
-    worker = aio.create_queue_worker(
-        None,
-        handler,
-        backend=backend,
-        worker_threads=1,
-        polling_interval_ms=20,
-        batch_size=batch_size,
-        **db.table_options,
-    )
-    try:
-        await worker.start()
-        deadline = time.monotonic() + WITHIN_S
-        while (
-            not until() and await asyncio.to_thread(lambda: bool(db.jobs())) and time.monotonic() < deadline
-        ):
-            await asyncio.sleep(0.02)
-        await worker.stop()
-    finally:
-        await backend.close()
+    def over() -> bool:
+        return until() or not db.jobs()
+
+    await drain_asyncio(db, backend, handler, batch_size=batch_size, until=over, timeout=WITHIN_S)
     return ran
 
 
@@ -166,25 +151,13 @@ def test_an_asyncio_mysql_chains_refused_count_raises_before_its_commit_in_the_c
     enqueue(db, batch_size)
     queued = db.jobs()
     queue = queued[0].queue
-    job_table, archived = tables(db)
     backend = _ArchivesNothing(_connect(mysql_dsn), **CHAIN)
     now = datetime.now(UTC) + timedelta(minutes=1)
 
     async def main() -> None:
         try:
             async with backend.transaction() as conn:
-                if batch_size == 1:
-                    record = await backend.get_next_job(conn, job_table, queue, now)
-                    assert record is not None
-                    await backend.archive_and_delete_job(
-                        conn, job_table, archived, record.job_id, ":success", now
-                    )
-                    await backend.commit_and_get_next_job(conn, job_table, queue, now)
-                else:
-                    records = await backend.get_next_jobs(conn, job_table, queue, now, batch_size)
-                    ids = [record.job_id for record in records]
-                    await backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
-                    await backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
+                await aclaim_finish_and_chain(backend, conn, tables(db), queue, now, batch_size)
         finally:
             await backend.close()
 
