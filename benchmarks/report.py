@@ -343,8 +343,8 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
         )
         + (
             " *pipeline of pgbench*: Proletarian's exact plan pipelined (`pipeline=True`, "
-            "conformance.builtin:postgresql_pipeline: the same five statements, BEGIN sent with the claim "
-            "and the archive with the delete, in fewer exchanges a job than pgbench's script, one a "
+            "conformance.builtin:postgresql_pipeline: the same five statements, the archive sent with the "
+            "delete, in fewer exchanges a job than pgbench's script, one a "
             "statement), the median of the rounds' pipeline / pgbench; its costs are the *pipeline* rows "
             "below."
             if exact_pipelined

@@ -77,7 +77,7 @@ def compact_spec(spec: BackendSpec) -> BackendSpec | None:
 
 def pipeline_spec(spec: BackendSpec) -> BackendSpec | None:
     """The built-in PostgreSQL backend on Proletarian's exact plan pipelined (conformance.builtin:
-    postgresql_pipeline: the same five statements, BEGIN with the claim and the archive with the delete,
+    postgresql_pipeline: the same five statements, the archive with the delete,
     fewer exchanges a job), measured against pgbench of those statements (issue 31's 0.95 bar), else None."""
     if spec.factory == "conformance.builtin:postgresql":
         return BackendSpec(f"{spec.factory}_pipeline", spec.options)

@@ -246,9 +246,9 @@ class PostgresBackend(SqlBackend):
     """Proletarian's statements on PostgreSQL 9.5+ (SKIP LOCKED).
 
     With `pipeline=True` the connections the backend opens itself stay in psycopg's pipeline mode, so a
-    job's transaction takes four round trips instead of five: BEGIN goes with the claim (its row read
-    back, then psycopg's Sync: two), the archive INSERT and the DELETE go together and their row counts
-    are checked, then COMMIT. The statements,
+    job's transaction takes four round trips instead of five: BEGIN (psycopg syncs after each BEGIN it
+    sends in pipeline mode), the claim, the archive INSERT and the DELETE together with their row counts
+    checked, then COMMIT. The statements,
     their order, the transaction and the rows are the same (docs/worker.md, "Statement plans"). A pool's
     connections, and callers' connections, are never put in pipeline mode.
 
