@@ -64,7 +64,6 @@ ASYNC_CHAIN_BACKENDS = {
     "postgresql": "AsyncPostgresBackend(pipeline=True, compact=True, chain=True)",
     "mysql": "AsyncMySQLBackend(compact=True, chain=True)",
 }
-ASYNC_CHAIN_BACKEND = ASYNC_CHAIN_BACKENDS["postgresql"]
 
 
 def async_backend(harness: Harness, *, chain: bool = False) -> Any:

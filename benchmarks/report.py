@@ -314,22 +314,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "compact plan with chained claims (`chain=True`: a finished job's COMMIT goes with the next "
             "BEGIN and the next claim follows in the same block; on batch rows, in batch mode, a finished "
             "batch's), "
-            + (
-                (
-                    "both on MySQL too"
-                    if mysql_async_chained
-                    else "*async chain* on PostgreSQL only; *chain* on MySQL too"
-                )
-                + ", where a finished job's archive and delete, each count checked by the server, its COMMIT "
-                "and the next claim go as one multi-statement query (conformance.builtin:mysql_chain"
-                + (
-                    "; the asyncio worker's on aiomysql, AsyncMySQLBackend(compact=True, chain=True))."
-                    if mysql_async_chained
-                    else ")."
-                )
-                if mysql_chained
-                else "PostgreSQL only."
-            )
+            + _where_chained(mysql_chained=mysql_chained, mysql_async_chained=mysql_async_chained)
             + (
                 " "
                 + (f"On PostgreSQL {pipelined}" if mysql_chained else pipelined[0].upper() + pipelined[1:])
@@ -597,6 +582,21 @@ def _locust_section(results: dict[str, Any]) -> list[str]:
     )
     out.append("")
     return out + _notes(entries)
+
+
+def _where_chained(*, mysql_chained: bool, mysql_async_chained: bool) -> str:
+    """Which databases a run's chain drains ran on, as the limit section's notes say it."""
+    if not mysql_chained:
+        return "PostgreSQL only."
+    if mysql_async_chained:
+        where = "both on MySQL too"
+        aiomysql = "; the asyncio worker's on aiomysql, AsyncMySQLBackend(compact=True, chain=True)"
+    else:
+        where, aiomysql = "*async chain* on PostgreSQL only; *chain* on MySQL too", ""
+    return (
+        f"{where}, where a finished job's archive and delete, each count checked by the server, its COMMIT "
+        f"and the next claim go as one multi-statement query (conformance.builtin:mysql_chain{aiomysql})."
+    )
 
 
 def _drain_label(mode: str, row: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ from docs_support import (
     throughput_rows,
 )
 
-from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
+from benchmarks.async_drain import ASYNC_CHAIN_BACKENDS
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 CORES_RUN: Final = "limit8-cores-2026-12-05"
@@ -99,8 +99,8 @@ def test_both_chains_drained_pipelined_the_asyncio_one_on_psycopg() -> None:
     for run in RUNS.values():
         (pg,) = [e for e in run["benchmarks"]["throughput"] if e["backend"] == "postgresql"]
         assert pg["chain_factory"] == "conformance.builtin:postgresql_pipeline_chain"
-        assert pg["async_chain_backend"] == ASYNC_CHAIN_BACKEND
-    assert f"`{ASYNC_CHAIN_BACKEND}`" in prose(_section())
+        assert pg["async_chain_backend"] == ASYNC_CHAIN_BACKENDS["postgresql"]
+    assert f"`{ASYNC_CHAIN_BACKENDS['postgresql']}`" in prose(_section())
 
 
 def test_the_targets_table_is_the_runs() -> None:
@@ -198,4 +198,4 @@ def test_the_asyncio_chain_drained_on_asyncpg_before_limit8_three_exchanges_a_jo
     assert round(one["async_chain_round_trips_per_job"]) == 3
     text = prose(section(BENCHMARKS_MD, "## Against the server's limit", "\n### "))
     assert "before, it ran on asyncpg's chain, three round trips a job" in text
-    assert f"`{ASYNC_CHAIN_BACKEND}`, one exchange a job" in text
+    assert f"`{ASYNC_CHAIN_BACKENDS['postgresql']}`, one exchange a job" in text

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from docs_support import LIMIT_PAIRS, LimitPair
 
-from benchmarks.async_drain import ASYNC_CHAIN_BACKEND
+from benchmarks.async_drain import ASYNC_CHAIN_BACKENDS
 
 pytestmark = pytest.mark.parametrize(
     "pair", LIMIT_PAIRS, ids=[pair.cores_run.split("-")[0] for pair in LIMIT_PAIRS]
@@ -23,7 +23,7 @@ def test_the_runs_are_named_with_their_revision_machine_and_load(pair: LimitPair
 
 
 def test_the_asyncio_chain_drained_on_the_backends_own_exchange_one_a_job(pair: LimitPair) -> None:
-    pair.assert_async_chain_one_exchange_a_job(ASYNC_CHAIN_BACKEND)
+    pair.assert_async_chain_one_exchange_a_job(ASYNC_CHAIN_BACKENDS["postgresql"])
 
 
 def test_the_targets_table_is_the_runs(pair: LimitPair) -> None:

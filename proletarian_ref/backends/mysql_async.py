@@ -232,16 +232,19 @@ class AsyncMySQLBackend(AsyncSqlBackend):
         deferred = pending.pop()[0]
         await self._execute(conn, deferred.text, None, deferred.acheck)
 
-    async def _keep_back(self, conn: Any, deferred: mysql_chain.Deferred) -> bool:
-        """Hold `deferred` for the chain when `conn` is in a chained transaction of this backend; one held
-        already (two finished without a statement between, which the worker never does) goes first."""
-        pending = self._pending.get(conn) if self._pending else None
-        if pending is None:
-            return False
+    def _chained_pending(self, conn: Any) -> list[tuple[Any, str, Any]] | None:
+        """What `conn`'s chained transaction holds back (its _pending entry), or None: not one of this
+        backend's chained transactions (a caller's connection, or no chain)."""
+        return self._pending.get(conn) if self._pending else None
+
+    async def _keep_back(
+        self, conn: Any, pending: list[tuple[Any, str, Any]], deferred: mysql_chain.Deferred
+    ) -> None:
+        """Hold `deferred` for the chain in `pending`; one held already (two finished without a statement
+        between, which the worker never does) goes first."""
         if pending:
             await self._settle(conn, pending)
         pending.append((deferred, "chain", deferred.job_id))
-        return True
 
     async def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime
@@ -260,7 +263,7 @@ class AsyncMySQLBackend(AsyncSqlBackend):
         return [self.codec._job_record(row) for row in rows]
 
     async def _chained(self, conn: Any, claim: str, params: dict[str, Any], read: Any) -> Any:
-        pending = self._pending.get(conn) if self._pending else None
+        pending = self._chained_pending(conn)
         if pending is None:
             await self._execute(conn, mysql_chain.commit_statement(), None, _nothing)
             return await self._execute(conn, claim, params, read)
@@ -292,17 +295,17 @@ class AsyncMySQLBackend(AsyncSqlBackend):
         """MySQLBackend's compact plan: archive_job and delete_job in one query, each count checked; in a
         chained transaction kept back to go with its COMMIT."""
         rendered = self.codec._statements
-        if self._pending:
-            params = self.codec._archive_params(job_id, status, finished_at)
+        params = self.codec._archive_params(job_id, status, finished_at)
+        pending = self._chained_pending(conn)
+        if pending is not None:
             deferred = mysql_chain.deferred_job(_quote(conn), rendered, job_table, archived_job_table, params)
-            if await self._keep_back(conn, deferred):
-                return
+            await self._keep_back(conn, pending, deferred)
+            return
         archive, delete = (
             rendered["archive_job", job_table, archived_job_table],
             rendered["delete_job", job_table, None],
         )
         statement = f"{archive};\n{delete}"
-        params = self.codec._archive_params(job_id, status, finished_at)
         archived, deleted = await self._execute(conn, statement, params, _both_counts)
         if archived != 1:
             raise _wrong_count(archived, "archive_job", job_id)
@@ -320,19 +323,19 @@ class AsyncMySQLBackend(AsyncSqlBackend):
     ) -> None:
         """The compact plan in batch mode: archive_jobs and delete_jobs in one query, each count checked,
         or kept back as archive_and_delete_job keeps them."""
-        if self._pending:
-            finished = self.codec._db_time(finished_at, what="finished_at")
+        finished = self.codec._db_time(finished_at, what="finished_at")
+        pending = self._chained_pending(conn)
+        if pending is not None:
             deferred = mysql_chain.deferred_batch(
                 _quote(conn), job_table, archived_job_table, job_ids, status, finished
             )
-            if await self._keep_back(conn, deferred):
-                return
+            await self._keep_back(conn, pending, deferred)
+            return
         count = len(job_ids)
         statement = (
             f"{sql.render_ids(self.dialect, 'archive_jobs', job_table, archived_job_table, count)};\n"
             f"{sql.render_ids(self.dialect, 'delete_jobs', job_table, None, count)}"
         )
-        finished = self.codec._db_time(finished_at, what="finished_at")
         params = [status, finished, *job_ids, *job_ids]
         archived, deleted = await self._execute(conn, statement, params, _both_counts)
         if archived != count:

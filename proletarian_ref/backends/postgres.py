@@ -248,9 +248,9 @@ class PostgresBackend(SqlBackend):
     With `pipeline=True` the connections the backend opens itself stay in psycopg's pipeline mode, so a
     job's transaction takes four round trips instead of five: BEGIN (psycopg syncs after each BEGIN it
     sends in pipeline mode), the claim, the archive INSERT and the DELETE together with their row counts
-    checked, then COMMIT. The statements,
-    their order, the transaction and the rows are the same (docs/worker.md, "Statement plans"). A pool's
-    connections, and callers' connections, are never put in pipeline mode.
+    checked, then COMMIT. The statements, their order, the transaction and the rows are the same
+    (docs/worker.md, "Statement plans"). A pool's connections, and callers' connections, are never put in
+    pipeline mode.
 
     With `compact=True` a finished job's archive and delete are one statement (archive_and_delete_job:
     a DELETE ... RETURNING inside the archive INSERT), so a job's transaction takes four statements
