@@ -65,19 +65,3 @@ def assert_one_query_a_job(db: SqlHarness, sent: list[str], job_ids: list[Any], 
     claimed = JOBS // batch_size
     assert [heads(query) for query in sent[first + 1 : first + 1 + claimed]] == [CHAINED_QUERY] * claimed
     assert ("LIMIT 1\n" in sent[first]) == (batch_size == 1)
-
-
-def assert_kept_or_lost(
-    db: SqlHarness, job_ids: list[Any], log: str, batch_size: int, *, checked: bool
-) -> None:
-    """After a worker ran a chain whose archive archives nothing: refused before its COMMIT, every job
-    queued still, attempts unchanged; without the server's checks, jobs deleted and never archived."""
-    assert db.archived_jobs() == []
-    words = refused(batch_size)
-    if checked:
-        assert words in log
-        decode = db.job_id_strategy().decode_id
-        queued = sorted((str(decode(job.job_id)), job.attempts) for job in db.jobs())
-        assert queued == sorted((str(job_id), 0) for job_id in job_ids)
-    else:
-        assert words not in log and len(db.jobs()) < len(job_ids)

@@ -175,3 +175,22 @@ async def aclaim_finish_and_chain(
         ids = [record.job_id for record in records]
         await backend.archive_and_delete_jobs(conn, job_table, archived, ids, ":success", now)
         await backend.commit_and_get_next_jobs(conn, job_table, queue, now, batch_size)
+
+
+def assert_kept_or_lost(
+    db: Harness, job_ids: list[Any], logged: str, refused: str, *, checked: bool, all_lost: bool
+) -> None:
+    """After a worker ran a chain whose archive writes no row: with the server's check the worker logged the
+    refusal (`refused`, the client's own check's words) and every job is queued, attempts unchanged (the
+    COMMIT sent with the archive did nothing); without it the COMMIT went through and jobs are gone,
+    deleted and never archived (`all_lost`: every one), which is what the check is for."""
+    assert db.archived_jobs() == []
+    if checked:
+        assert refused in logged
+        decode = db.job_id_strategy().decode_id
+        queued = sorted((str(decode(job.job_id)), job.attempts) for job in db.jobs())
+        assert queued == sorted((str(job_id), 0) for job_id in job_ids)
+    elif all_lost:
+        assert refused not in logged and db.jobs() == []
+    else:
+        assert refused not in logged and len(db.jobs()) < len(job_ids)

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from support import (
     aclaim_finish_and_chain,
+    assert_kept_or_lost,
     claim_finish_and_chain,
     drain_asyncio,
     drain_threaded,
@@ -199,19 +200,8 @@ def _refused(batch_size: int) -> str:
 
 
 def _kept_or_lost(db: SqlHarness, job_ids: list[Any], logged: str, *, checked: bool, batch_size: int) -> None:
-    """After a chained pipeline's archive that wrote no row: with the server's check the worker logged the
-    refusal and every job is queued, attempts unchanged (the COMMIT sent with the archive did nothing);
-    without it the COMMIT went through and the jobs are gone, deleted and never archived, which is what
-    the check is for."""
-    refused = _refused(batch_size)
-    if checked:
-        assert refused in logged
-        decode = db.job_id_strategy().decode_id
-        queued = sorted((str(decode(job.job_id)), job.attempts) for job in db.jobs())
-        assert queued == sorted((str(job_id), 0) for job_id in job_ids)
-    else:
-        assert refused not in logged and db.jobs() == []
-    assert db.archived_jobs() == []
+    """After a chained pipeline's archive that wrote no row: kept, or (the check taken out) all lost."""
+    assert_kept_or_lost(db, job_ids, logged, _refused(batch_size), checked=checked, all_lost=True)
 
 
 @pytest.mark.parametrize("batch_size", [1, BATCH])

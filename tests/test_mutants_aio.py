@@ -23,6 +23,19 @@ from conformance import SqlHarness
 from conformance.aio_bridge import blocking_backend_class
 
 
+def _assert_caught_on(
+    base: SqlHarness, mutant: Mutant, record_property: Callable[[str, object], None]
+) -> None:
+    """The mutant's clauses fail on `base`'s tables (emptied first, closed after) under its backend."""
+    base.clear()
+    harness = base.with_backend(blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}")
+    try:
+        survived = _survivors(mutant, harness, record_property)
+    finally:
+        base.close()
+    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+
+
 @pytest.fixture(scope="module")
 def pg_async_mutant_base(pg_harness: SqlHarness, pg_dsn: str) -> SqlHarness:
     # The tables pg_harness installed, under the asyncio backend.
@@ -57,15 +70,7 @@ def asyncpg_mutant_base(pg_harness: SqlHarness, pg_dsn: str) -> SqlHarness:
 def test_the_suite_catches_the_asyncpg_mutant(
     mutant: Mutant, asyncpg_mutant_base: SqlHarness, record_property: Callable[[str, object], None]
 ) -> None:
-    asyncpg_mutant_base.clear()
-    harness = asyncpg_mutant_base.with_backend(
-        blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
-    )
-    try:
-        survived = _survivors(mutant, harness, record_property)
-    finally:
-        asyncpg_mutant_base.close()
-    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+    _assert_caught_on(asyncpg_mutant_base, mutant, record_property)
 
 
 @pytest.fixture(scope="module")
@@ -102,15 +107,7 @@ def mysql_async_chain_mutant_base(mysql_harness: SqlHarness, mysql_time_zones: s
 def test_the_suite_catches_the_async_mysql_chain_mutant(
     mutant: Mutant, mysql_async_chain_mutant_base: SqlHarness, record_property: Callable[[str, object], None]
 ) -> None:
-    mysql_async_chain_mutant_base.clear()
-    harness = mysql_async_chain_mutant_base.with_backend(
-        blocking_backend_class(mutant.backend_class), name=f"mutant {mutant.name}"
-    )
-    try:
-        survived = _survivors(mutant, harness, record_property)
-    finally:
-        mysql_async_chain_mutant_base.close()
-    assert not survived, f"{mutant.name} ({mutant.what}) survived: {survived}"
+    _assert_caught_on(mysql_async_chain_mutant_base, mutant, record_property)
 
 
 @pytest.mark.parametrize("mutant", POSTGRESQL_ASYNC_SIDE_TABLE_MUTANTS, ids=lambda m: m.name)
