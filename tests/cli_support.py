@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -184,14 +183,6 @@ def expected_numbers(jobs: int) -> dict[str, int]:
         "retried": sum(1 for f in fails if f > 0),
         "attempts": sum(min(f, RETRIES) + 1 for f in fails),
     }
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now, for a server the test starts."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def fail_next(database: Target, queue: str = "proletarian/default") -> None:

@@ -18,6 +18,7 @@ import contextlib
 import glob
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -53,12 +54,58 @@ class ServerError(RuntimeError):
     """A throwaway server did not install, start or stop; the message ends with its log."""
 
 
+# Ports handed out by this process: a server's ports are picked before it starts listening (a Galera
+# node's IST port only when it joins), so a port free now may already be promised.
+_PROMISED: Final[set[int]] = set()
+_PROMISED_LOCK: Final = threading.Lock()
+# The lowest port free_port hands out; below it lie the well-known services (PostgreSQL 5432 and others).
+PORT_FLOOR: Final = 10000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (Linux; IANA's range elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 49152, 65535
+
+
+def port_window() -> range:
+    """The ports this process may hand out: outside the ephemeral range, a slice of its own per xdist worker.
+
+    A port the kernel picked with bind(0) lies in the ephemeral range, where every outgoing connection
+    on the machine may take it as its local port before the server binds it: a Galera joiner was refused
+    its IST port that way ('Address already in use') and the cluster never formed. Outside that range only
+    an explicit bind takes a port, and each xdist worker picks from a slice no other worker picks from.
+    """
+    low, high = ephemeral_range()
+    below, above = range(PORT_FLOOR, low), range(high + 1, 65536)
+    window = below if len(below) >= len(above) else above
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    index = int(worker) if worker.isdigit() else 0
+    size = len(window) // max(workers, 1)
+    return window[index * size : (index + 1) * size] if size else window
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that nothing listens on now, nor is promised to another server of this run."""
+    window = port_window()
+    with _PROMISED_LOCK:
+        for _ in range(200):
+            port = window[random.randrange(len(window))] if window else 0
+            if port in _PROMISED:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                picked: int = sock.getsockname()[1]
+            _PROMISED.add(picked)
+            return picked
+    raise ServerError(f"no free port in {window} after 200 tries")
 
 
 def _missing(what: str) -> None:

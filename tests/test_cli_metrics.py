@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from cli_support import (
     Target,
-    free_port,
     isolate,
     parametrize_dialects,
     run,
     sigterm_to_self,  # noqa: F401 (a fixture, used by name)
     target,
 )
+from fix_throwaway import free_port
 
 from proletarian_ref import log as ev
 from proletarian_ref.cli import ExitCode

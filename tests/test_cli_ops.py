@@ -16,12 +16,12 @@ from cli_support import (
     Target,
     copy_to_job_table,
     fail_next,
-    free_port,
     isolate,
     parametrize_dialects,
     run,
     target,
 )
+from fix_throwaway import free_port
 
 from proletarian_ref.cli import ExitCode, build_parser
 from proletarian_ref.cli.env import apply_env_defaults

@@ -19,7 +19,6 @@ import pytest
 from cli_support import (
     TESTS_DIR,
     Target,
-    free_port,
     parametrize_dialects,
     run,
     start_cli,
@@ -27,6 +26,7 @@ from cli_support import (
     target,
     wait_for,
 )
+from fix_throwaway import free_port
 
 from proletarian_ref import enqueue, process_next_job
 from proletarian_ref.cli.errors import ExitCode
