@@ -155,9 +155,9 @@ class _CountingSyncs(_Counting):
 
     syncs: int = 0
 
-    def _sync(self, conn: Any) -> None:
+    def _settle(self, conn: Any, pending: list[tuple[Any, str, Any]]) -> None:
         self.syncs += 1
-        super()._sync(conn)
+        super()._settle(conn, pending)
 
 
 # The chained pipeline's archives, a job's and a batch's, whose row counts the server checks.

@@ -10,7 +10,7 @@ from pymysql.constants import CLIENT
 from support import enqueue_committed
 
 from conformance.harness import SqlHarness
-from proletarian_ref import ConfigurationError, process_next_job
+from proletarian_ref import ConfigurationError, enqueue, process_next_job
 from proletarian_ref.backends._dbapi import SqlBackend
 from proletarian_ref.backends.dsn import connection_factory
 from proletarian_ref.backends.mysql import MySQLBackend
@@ -357,3 +357,68 @@ def test_a_compact_batch_write_that_fails_leaves_every_job_of_the_batch_queued_a
     # with the rest of the transaction: the whole batch runs again, attempts unchanged.
     assert sorted(_queued(db)) == [(job_id, 0) for job_id in job_ids]
     assert db.archived_jobs() == []
+
+
+# -- the pipelined plan's exchanges --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["exact", "compact"])
+def test_a_pipelined_job_takes_three_exchanges_its_begin_going_with_the_claim(
+    pg_db: SqlHarness, compact: bool
+) -> None:
+    from benchmarks.costs import RoundTrips
+
+    for n in range(4):
+        enqueue_committed(pg_db, "plans/job", {"n": n})
+    backend = PostgresBackend(pg_db.data_source, pipeline=True, compact=compact)
+    options = {**pg_db.table_options, "backend": backend, "clock": lambda: LATER}
+    trips = RoundTrips()
+    try:
+        assert process_next_job(pg_db.data_source, _noop, **options) is True  # connects, enters the pipeline
+        with trips.installed():
+            for _ in range(3):
+                assert process_next_job(pg_db.data_source, _noop, **options) is True
+            counted = trips.count
+    finally:
+        backend.close()
+    # BEGIN and the claim, then the archive with the delete (one statement or two, counts checked), then
+    # COMMIT: psycopg's own BEGIN would have been an exchange of its own.
+    assert counted == 3 * 3
+    assert len(pg_db.archived_jobs()) == 4
+    assert pg_db.jobs() == []
+
+
+def test_a_pipelined_transaction_whose_first_read_is_not_a_claim_still_commits(pg_db: SqlHarness) -> None:
+    backend = PostgresBackend(pg_db.data_source, pipeline=True)
+    try:
+        with backend.transaction() as conn:
+            # Read with psycopg's flush request: the BEGIN queued before it has had no Sync's answer, so
+            # psycopg takes the transaction for idle.
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+            job_id = enqueue(conn, "plans/job", {"n": 1}, job_table=pg_db.job_table)
+            assert conn.execute("SELECT 2").fetchone() == (2,)  # the last statement read, flushed too
+            pid = conn.info.backend_pid
+        (state,) = pg_db.select("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,))
+    finally:
+        backend.close()
+    assert state == ("idle",)  # not 'idle in transaction'
+    assert _queued(pg_db) == [(job_id, 0)]  # committed: seen from another connection
+
+
+def test_a_pipelined_connection_with_an_isolation_level_keeps_psycopgs_begin_which_states_it(
+    pg_db: SqlHarness, pg_dsn: str
+) -> None:
+    import psycopg
+
+    def connect() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(pg_dsn)
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        return conn
+
+    backend = PostgresBackend(connect, pipeline=True)
+    try:
+        for _ in range(2):  # the second on the connection left in pipeline mode
+            with backend.transaction() as conn:
+                assert conn.execute("SHOW transaction_isolation").fetchone() == ("repeatable read",)
+    finally:
+        backend.close()

@@ -205,6 +205,10 @@ class SqlBackend:
         """The row the claim returned, or None; a driver may read what it cannot load some other way."""
         return cursor.fetchone()
 
+    def _fetch_claimed_rows(self, cursor: Any) -> list[Any]:
+        """The rows a batch claim returned."""
+        return list(cursor.fetchall())
+
     def _pipelines(self, conn: Any, *, pooled: bool) -> bool:
         """Whether this transaction on `conn` queues its single-row writes until _sync (see _Lease.pending).
 
@@ -683,7 +687,7 @@ class SqlBackend:
             conn,
             self._render("get_next_jobs", job_table),
             {"queue": queue, "now": self._db_time(now, what="now"), "limit": limit},
-            _fetchall,
+            self._fetch_claimed_rows,
         )
         return [self._job_record(row) for row in rows]
 

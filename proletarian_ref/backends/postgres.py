@@ -76,6 +76,8 @@ _CHECKED_BATCH_ARCHIVE: Final = "archive_and_delete_jobs_checked"
 _SERVER_CHECKED: Final = frozenset({_CHECKED_ARCHIVE, _CHECKED_BATCH_ARCHIVE})
 _CHECKED_COUNT: Final = re.compile(r'"(archive_and_delete_jobs?) changed (\d+) rows(?: of (\d+) jobs)?"')
 _INVALID_TEXT_CODE: Final = "22P02"
+# The key of the cursor a pipelined transaction's BEGIN goes by, among the thread's kept cursors.
+_BEGIN: Final = "begin"
 
 
 # NOTIFY channels are identifiers (NAMEDATALEN - 1 bytes); payloads must stay under 8,000 bytes.
@@ -246,11 +248,11 @@ class PostgresBackend(SqlBackend):
     """Proletarian's statements on PostgreSQL 9.5+ (SKIP LOCKED).
 
     With `pipeline=True` the connections the backend opens itself stay in psycopg's pipeline mode, so a
-    job's transaction takes four round trips instead of five: BEGIN (psycopg syncs after each BEGIN it
-    sends in pipeline mode), the claim, the archive INSERT and the DELETE together with their row counts
-    checked, then COMMIT. The statements, their order, the transaction and the rows are the same
-    (docs/worker.md, "Statement plans"). A pool's connections, and callers' connections, are never put in
-    pipeline mode.
+    job's transaction takes three round trips instead of five: BEGIN with the claim (the backend queues
+    BEGIN itself: psycopg syncs after each BEGIN it sends in pipeline mode), the archive INSERT and the
+    DELETE together with their row counts checked, then COMMIT. The statements, their order, the
+    transaction and the rows are the same (docs/worker.md, "Statement plans"). A pool's connections, and
+    callers' connections, are never put in pipeline mode.
 
     With `compact=True` a finished job's archive and delete are one statement (archive_and_delete_job:
     a DELETE ... RETURNING inside the archive INSERT), so a job's transaction takes four statements
@@ -303,6 +305,7 @@ class PostgresBackend(SqlBackend):
         if synchronous_commit_off:
             self._job_transaction_setting = sql.queries(self.dialect)["synchronous_commit_off"]
         self._chain_statements = chain_statements(self._job_transaction_setting)
+        self._begin_statement = sql.queries(self.dialect)["chain_begin"]
 
     def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime
@@ -494,6 +497,7 @@ class PostgresBackend(SqlBackend):
         return (job_id, job.queue, job.job_type, job.payload, attempts, enqueued_at, process_at)
 
     def _fetch_claimed(self, cursor: Any) -> Any:
+        self._sync_claim(cursor)
         try:
             return cursor.fetchone()
         except psycopg.DataError:
@@ -504,6 +508,30 @@ class PostgresBackend(SqlBackend):
             # A stored time Python cannot hold: the claim's row, read again from the same result with the
             # lenient loaders. Only then: psycopg's own loaders, in C, read every other claim.
             return _lenient_row(cursor)
+
+    def _fetch_claimed_rows(self, cursor: Any) -> list[Any]:
+        self._sync_claim(cursor)
+        return list(cursor.fetchall())
+
+    def _sync_claim(self, cursor: Any) -> None:
+        """On a pipelined transaction, a claim's rows come back with a Sync rather than psycopg's flush
+        request: the same round trip, and the server's transaction status with it.
+
+        psycopg knows whether a transaction is open only from the last Sync's answer. The BEGIN that _begin
+        queues goes in the claim's exchange; read with a flush request, the transaction would look idle,
+        and psycopg's commit would send no COMMIT.
+        """
+        lease = self._local.lease
+        if lease is not None and lease.pending is not None and lease.conn is cursor.connection:
+            self._sync(lease.conn)
+
+    def _commit(self, conn: Any, lease: _Lease) -> None:
+        idle = conn.info.transaction_status == TransactionStatus.IDLE
+        if idle and lease.pending is not None and conn.autocommit:
+            # The BEGIN _begin queued has had no Sync's answer yet (a transaction whose first read was
+            # not a claim's, _sync_claim): psycopg's status is stale, and its commit would send no COMMIT.
+            self._sync(conn)
+        super()._commit(conn, lease)
 
     def _db_time(self, value: datetime, *, what: str = "time") -> Any:
         # Text with an explicit offset and no declared type (psycopg sends str as "unknown"): PostgreSQL
@@ -530,6 +558,15 @@ class PostgresBackend(SqlBackend):
     def _begin(self, conn: Any) -> Any:
         if self._pipeline and not self._pooled and conn is self._local.conn:
             self._enter_pipeline(conn)
+            if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+                # BEGIN queued, so it goes with the claim: psycopg syncs after each BEGIN it sends itself
+                # in pipeline mode, a round trip of its own.
+                cursors = self._local.cursors
+                assert cursors is not None  # kept for the thread's own connection
+                cursor = cursors.get(_BEGIN)
+                if cursor is None:
+                    cursor = cursors[_BEGIN] = self._cursor(conn)
+                cursor.execute(self._begin_statement, prepare=False)
             return False
         was_autocommit = conn.autocommit
         if was_autocommit:
@@ -545,11 +582,14 @@ class PostgresBackend(SqlBackend):
         if getattr(local, "pipelined", None) is conn:
             return
         # Entered once per connection and left open across transactions: leaving pipeline mode costs a
-        # round trip of its own. Autocommit stays off for good (changing it in pipeline mode costs one
-        # too): the connection is the backend's own, and used only in transaction().
+        # round trip of its own. Autocommit is set once, for good (changing it in pipeline mode costs one
+        # too): the connection is the backend's own, and used only in transaction(), which sends its own
+        # BEGIN (_begin). A connection with an isolation level or access mode of its factory's keeps
+        # psycopg's BEGIN, which says them.
         self._leave_pipeline()
-        if conn.autocommit:
-            conn.autocommit = False
+        plain = conn.isolation_level is None and conn.read_only is None and conn.deferrable is None
+        if conn.autocommit != plain:
+            conn.autocommit = plain
         manager = conn.pipeline()
         local.pipeline = manager.__enter__()
         local.pipeline_manager, local.pipelined = manager, conn
