@@ -276,6 +276,8 @@ class PostgresBackend(SqlBackend):
 
     dialect: ClassVar[str] = "postgresql"
     _chains: ClassVar[bool] = True
+    # A pipelined transaction's BEGIN, queued with its claim (_begin).
+    _begin_statement: ClassVar[str] = sql.queries("postgresql")["chain_begin"]
     capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
 
     def __init__(
@@ -305,7 +307,6 @@ class PostgresBackend(SqlBackend):
         if synchronous_commit_off:
             self._job_transaction_setting = sql.queries(self.dialect)["synchronous_commit_off"]
         self._chain_statements = chain_statements(self._job_transaction_setting)
-        self._begin_statement = sql.queries(self.dialect)["chain_begin"]
 
     def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime
