@@ -13,6 +13,8 @@ RESULTS_DIR: Final = Path(__file__).resolve().parent.parent / "benchmarks" / "re
 BENCHMARKS_MD: Final = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 # Issue 31's target: a drain's rate at least this share of the server's own limit.
 LIMIT_TARGET: Final = 0.6
+# Issue 31's bar for Proletarian's exact plan: this share of pgbench running the same statements.
+PGBENCH_BAR: Final = 0.95
 # Issue 31's drains for each target, from limit5 on: default mode on the compact plan or the asyncio worker,
 # each with or without chained claims (PostgreSQL; from limit13 on, MySQL's threaded chain too, from limit15
 # on its asyncio one); and from limit6 on, batch mode on either worker, with or without chained batches.
@@ -239,6 +241,11 @@ def assert_pasted(results_md: Path, marker: str, section_text: str, *, must: str
     assert not missing, f"not pasted from {results_md}: {missing}"
 
 
+def point_name(row: dict[str, Any], batch: bool) -> str:
+    """A throughput row's point as prose names it: "1 x 4", "4 x 4 in batch mode"."""
+    return f"{row['processes']} x {row['threads']}{' in batch mode' if batch else ''}"
+
+
 class LimitPair:
     """A pair of named runs against the server's limit of one revision, the database on cores of its own
     then sharing them, and the docs/benchmarks.md section that quotes them (from its heading, `title` and
@@ -377,6 +384,44 @@ class LimitPair:
             if (r["processes"], r["threads"]) != (1, 1)
         )
 
+    def pipeline_beside(self, run: str) -> str:
+        """At each PostgreSQL point of `run`, Proletarian's exact plan pipelined against pgbench of the same
+        statements, beside the library's unpipelined exact plan, and how many points reach issue 31's bar."""
+        rows = self.rows(run, "postgresql", batch=False)
+        figures = ", ".join(
+            f"{point_name(r, False)} {r['pipeline_ratio_pgbench']:.2f} ({r['ratio_pgbench']:.2f} unpipelined)"
+            for r in rows
+        )
+        met = sum(r["pipeline_ratio_pgbench"] >= PGBENCH_BAR for r in rows)
+        unpipelined = sum(r["ratio_pgbench"] >= PGBENCH_BAR for r in rows)
+        return (
+            f"{figures}: {PGBENCH_BAR} met at {met} of {len(rows)} points pipelined, {unpipelined} of "
+            f"{len(rows)} unpipelined"
+        )
+
+    def pipeline_costs(self) -> str:
+        """The pipelined exact plan's round trips and client CPU a job beside the unpipelined one's, at each
+        PostgreSQL point of one process on cores of its own (where the driver counts its exchanges)."""
+        return "; ".join(
+            f"{point_name(r, False)} {r['pipeline_round_trips_per_job']:.2f} round trips and "
+            f"{r['pipeline_client_cpu_us_per_job']:.0f} µs (unpipelined "
+            f"{r['library_round_trips_per_job']:.2f} and {r['library_client_cpu_us_per_job']:.0f} µs)"
+            for r in self.rows(self.cores_run, "postgresql", batch=False)
+            if r["processes"] == 1
+        )
+
+    def cpu_bound_points(self, *, under: bool) -> str:
+        """The PostgreSQL points missed sharing the cores whose CPU ceiling is under the target (`under`) or
+        not, as prose names them."""
+        shared = self.runs[self.shared_run]
+        named = [
+            point_name(r, batch)
+            for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS))
+            for r in missed(shared, "postgresql", drains, batch=batch)
+            if (cpu_ceiling(shared, r, drains) < LIMIT_TARGET) == under
+        ]
+        return ", ".join(named) if named else "none"
+
     def assert_async_chain_best_sharing_the_cores(self) -> None:
         for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
             for r in self.rows(self.shared_run, "postgresql", batch=batch):
@@ -408,4 +453,9 @@ LIMIT15: Final = LimitPair(
     "limit15-shared-2026-12-06",
     "The asyncio chain on MariaDB, and the exact plan pipelined",
 )
-LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13, LIMIT14, LIMIT15)
+LIMIT16: Final = LimitPair(
+    "limit16-cores-2026-12-06",
+    "limit16-shared-2026-12-06",
+    "The exact plan's BEGIN sent with its claim",
+)
+LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13, LIMIT14, LIMIT15, LIMIT16)

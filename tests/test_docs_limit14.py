@@ -28,6 +28,7 @@ from docs_support import (
     cpu_ceiling,
     missed,
     one_connections_bound,
+    point_name,
     point_row,
     prose,
     throughput_rows,
@@ -39,16 +40,12 @@ CORES_RUN: Final = PAIR.cores_run
 SHARED_RUN: Final = PAIR.shared_run
 
 
-def _point(r: dict[str, object], batch: bool) -> str:
-    return f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
-
-
 def pg_best_drains() -> str:
     """Where the asyncio chain was the best PostgreSQL drain, each run's exceptions named with their drain."""
     parts: list[str] = []
     for run, reading in PAIR.readings.items():
         others = [
-            f"{_point(r, batch)} (*{labels[best_drain(r, drains)]}*)"
+            f"{point_name(r, batch)} (*{labels[best_drain(r, drains)]}*)"
             for batch, drains, labels in (
                 (False, DEFAULT_DRAINS, DRAIN_LABELS),
                 (True, CHAINED_BATCH_DRAINS, BATCH_DRAIN_LABELS),
@@ -69,7 +66,7 @@ def chain_client_cpu_beside_limit13() -> str:
     for run, reading in PAIR.readings.items():
         before = LIMIT13.runs[run.replace("limit14", "limit13")]
         pairs = [
-            (_point(r, batch), r["chain_client_cpu_us_per_job"], b["chain_client_cpu_us_per_job"])
+            (point_name(r, batch), r["chain_client_cpu_us_per_job"], b["chain_client_cpu_us_per_job"])
             for batch in (False, True)
             for r, b in zip(
                 PAIR.rows(run, "mysql", batch=batch),

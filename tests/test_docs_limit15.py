@@ -1,6 +1,6 @@
 """The figures docs/benchmarks.md quotes from the two limit15 runs (the asyncio chain on MariaDB, and
 Proletarian's exact plan pipelined beside pgbench; the database on cores of its own, and sharing them) are
-theirs, and so are README's figures against the server's limit.
+theirs.
 
 "The asyncio chain on MariaDB, and the exact plan pipelined" pastes both runs' tables and the targets per
 point (checked by tests/test_docs_limit_pairs.py), and quotes in prose the asyncio chain beside the
@@ -12,18 +12,17 @@ these tests recompute each from the runs' results.json, so a new run with stale 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from docs_support import (
     CHAINED_BATCH_DRAINS,
     DATABASES,
     DEFAULT_DRAINS,
     LIMIT15,
-    LIMIT_TARGET,
+    PGBENCH_BAR,
     best_drain,
-    best_of_limit,
-    cpu_ceiling,
     missed,
+    point_name,
     point_row,
     prose,
     span,
@@ -33,19 +32,13 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 PAIR: Final = LIMIT15
 CORES_RUN: Final = PAIR.cores_run
 SHARED_RUN: Final = PAIR.shared_run
-# Issue 31's bar for Proletarian's exact plan: this share of pgbench running the same statements.
-PGBENCH_BAR: Final = 0.95
-
-
-def _point(r: dict[str, Any], batch: bool) -> str:
-    return f"{r['processes']} x {r['threads']}{' in batch mode' if batch else ''}"
 
 
 def async_chain_beside(run: str) -> str:
     """At each MariaDB point of `run`, the asyncio chain's share of the limit beside the asyncio worker
     unchained and the threaded chain (batch mode's own on batch rows)."""
     return "; ".join(
-        f"{_point(r, batch)} {r['async_chain_ratio_limit']:.3f} chained, {r['async_ratio_limit']:.3f} "
+        f"{point_name(r, batch)} {r['async_chain_ratio_limit']:.3f} chained, {r['async_ratio_limit']:.3f} "
         f"unchained (the threaded chain {r['chain_ratio_limit']:.3f})"
         for batch in (False, True)
         for r in PAIR.rows(run, "mysql", batch=batch)
@@ -65,45 +58,6 @@ def async_chain_costs() -> str:
     )
 
 
-def pipeline_beside(run: str) -> str:
-    """At each PostgreSQL point of `run`, the exact plan pipelined against pgbench, beside the library's
-    unpipelined exact plan, and how many points reach the bar."""
-    rows = PAIR.rows(run, "postgresql", batch=False)
-    figures = ", ".join(
-        f"{_point(r, False)} {r['pipeline_ratio_pgbench']:.2f} ({r['ratio_pgbench']:.2f} unpipelined)"
-        for r in rows
-    )
-    met = sum(r["pipeline_ratio_pgbench"] >= PGBENCH_BAR for r in rows)
-    unpipelined = sum(r["ratio_pgbench"] >= PGBENCH_BAR for r in rows)
-    return (
-        f"{figures}: {PGBENCH_BAR} met at {met} of {len(rows)} points pipelined, {unpipelined} of "
-        f"{len(rows)} unpipelined"
-    )
-
-
-def pipeline_costs() -> str:
-    """The pipelined exact plan's round trips and client CPU a job beside the unpipelined one's, at each
-    PostgreSQL point of one process on cores of its own (where the driver counts its exchanges)."""
-    return "; ".join(
-        f"{_point(r, False)} {r['pipeline_round_trips_per_job']:.2f} round trips and "
-        f"{r['pipeline_client_cpu_us_per_job']:.0f} µs (unpipelined {r['library_round_trips_per_job']:.2f} "
-        f"and {r['library_client_cpu_us_per_job']:.0f} µs)"
-        for r in PAIR.rows(CORES_RUN, "postgresql", batch=False)
-        if r["processes"] == 1
-    )
-
-
-def cpu_bound_points(run: str, *, under: bool) -> str:
-    """The PostgreSQL points of `run` missed whose CPU ceiling is under the target (`under`) or not."""
-    named = [
-        _point(r, batch)
-        for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS))
-        for r in missed(PAIR.runs[run], "postgresql", drains, batch=batch)
-        if (cpu_ceiling(PAIR.runs[run], r, drains) < LIMIT_TARGET) == under
-    ]
-    return ", ".join(named) if named else "none"
-
-
 def test_mariadbs_asyncio_chain_is_the_runs() -> None:
     text = prose(PAIR.text())
     for run, reading in PAIR.readings.items():
@@ -112,7 +66,7 @@ def test_mariadbs_asyncio_chain_is_the_runs() -> None:
     phrase = async_chain_costs()
     assert phrase in text, phrase
     best = {
-        _point(r, batch): best_drain(r, DEFAULT_DRAINS if not batch else CHAINED_BATCH_DRAINS)
+        point_name(r, batch): best_drain(r, DEFAULT_DRAINS if not batch else CHAINED_BATCH_DRAINS)
         for batch in (False, True)
         for r in PAIR.rows(CORES_RUN, "mysql", batch=batch)
     }
@@ -129,9 +83,9 @@ def test_mariadbs_asyncio_chain_is_the_runs() -> None:
 def test_the_exact_plan_pipelined_against_pgbench_is_the_runs() -> None:
     text = prose(PAIR.text())
     for run, reading in PAIR.readings.items():
-        phrase = f"The exact plan pipelined against pgbench, {reading}: {pipeline_beside(run)}"
+        phrase = f"The exact plan pipelined against pgbench, {reading}: {PAIR.pipeline_beside(run)}"
         assert phrase in text, phrase
-    phrase = f"A job's round trips and client CPU, on cores of its own: {pipeline_costs()}"
+    phrase = f"A job's round trips and client CPU, on cores of its own: {PAIR.pipeline_costs()}"
     assert phrase in text, phrase
     own = PAIR.rows(CORES_RUN, "postgresql", batch=False)
     # One exchange a job fewer, and no client CPU saved, at each point of one process (whose exchanges count).
@@ -164,39 +118,6 @@ def test_mariadb_meets_every_point_sharing_the_cores_too() -> None:
 def test_the_bound_of_each_point_missed_sharing_the_cores_is_the_shared_run() -> None:
     PAIR.assert_missed_cpu_bounds()
     phrase = (
-        f"Under 0.6, the cores themselves the bound: {cpu_bound_points(SHARED_RUN, under=True)}; the others "
-        "waited"
+        f"Under 0.6, the cores themselves the bound: {PAIR.cpu_bound_points(under=True)}; the others waited"
     )
     assert phrase in prose(PAIR.text()), phrase
-
-
-def test_readmes_figures_against_the_limit_are_the_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, *, batch: bool) -> str:
-        drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
-        return span(best_of_limit(r, drains) for r in PAIR.rows(CORES_RUN, backend, batch=batch))
-
-    one = point_row(PAIR.runs[CORES_RUN], "mysql", 1, 1)
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker, chained or not, reached "
-        f"{best('mysql', batch=False)} of it one job a commit (0.6 met at "
-        f"{PAIR.met(CORES_RUN, 'mysql', batch=False)} points; 1 x 1 "
-        f"{best_of_limit(one, DEFAULT_DRAINS):.2f} where the compact plan alone reached "
-        f"{one['compact_ratio_limit']:.2f}), batch mode {best('mysql', batch=True)} "
-        f"({PAIR.met(CORES_RUN, 'mysql', batch=True)})",
-        f"on PostgreSQL one job a commit {best('postgresql', batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        "the best is the chained pipeline, `pipeline=True, compact=True, chain=True`, one round trip "
-        "a job, on the asyncio worker",
-        f"0.6 met at {PAIR.met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', batch=True)} ({PAIR.met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {PAIR.met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit "
-        f"and {PAIR.met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{PAIR.met(SHARED_RUN, 'mysql', batch=False)} and {PAIR.met(SHARED_RUN, 'mysql', batch=True)}",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
-    default = {best_drain(r, DEFAULT_DRAINS) for r in PAIR.rows(CORES_RUN, "postgresql", batch=False)}
-    assert default == {"async_chain"}

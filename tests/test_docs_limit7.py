@@ -210,5 +210,7 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         25: "Twenty-five",
         26: "Twenty-six",
         27: "Twenty-seven",
+        28: "Twenty-eight",
+        29: "Twenty-nine",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)
