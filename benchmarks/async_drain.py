@@ -64,20 +64,26 @@ ASYNC_CHAIN_BACKENDS = {
     "postgresql": "AsyncPostgresBackend(pipeline=True, compact=True, chain=True)",
     "mysql": "AsyncMySQLBackend(compact=True, chain=True)",
 }
+# What the asyncio drain of Proletarian's exact plan pipelined runs on (PostgreSQL): the backend's own
+# exchanges, BEGIN with the claim, the archive with the delete, COMMIT.
+ASYNC_PIPELINE_BACKEND = "AsyncPostgresBackend(pipeline=True)"
 
 
-def async_backend(harness: Harness, *, chain: bool = False) -> Any:
+def async_backend(harness: Harness, *, chain: bool = False, pipeline: bool = False) -> Any:
     """The asyncio backend on the compact plan for the harness's database, over its own connections:
     asyncpg's on PostgreSQL, aiomysql's on MySQL. With `chain`, the dialect's ASYNC_CHAIN_BACKENDS: a
-    finished job's server-checked archive (and delete), its COMMIT and the next claim in one exchange."""
+    finished job's server-checked archive (and delete), its COMMIT and the next claim in one exchange.
+    With `pipeline` (PostgreSQL), ASYNC_PIPELINE_BACKEND: Proletarian's exact plan pipelined."""
     dsn = harness_dsn(harness)
     if sql_dialect(harness) == "postgresql":
-        if chain:
+        if chain or pipeline:
             import psycopg
 
             from proletarian_ref.backends.postgres_async import AsyncPostgresBackend
 
             connect = functools.partial(psycopg.AsyncConnection.connect, dsn)
+            if pipeline:
+                return AsyncPostgresBackend(connect, pipeline=True)
             return AsyncPostgresBackend(connect, pipeline=True, compact=True, chain=True)
         from proletarian_ref.backends.asyncpg_backend import AsyncpgBackend
 
@@ -104,9 +110,11 @@ class AsyncDrainer:
         batch_size: int = 1,
         *,
         chain: bool = False,
+        pipeline: bool = False,
     ) -> None:
         self._harness = harness
         self._chain = chain
+        self._pipeline = pipeline
         self._tasks = tasks
         self._polling_interval_ms = polling_interval_ms
         self._on_job = on_job
@@ -123,7 +131,7 @@ class AsyncDrainer:
         async def handler(job_type: str, payload: Any) -> None:
             on_job()
 
-        backend = async_backend(self._harness, chain=self._chain)
+        backend = async_backend(self._harness, chain=self._chain, pipeline=self._pipeline)
         worker = aio.create_queue_worker(
             None,
             handler,

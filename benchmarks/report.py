@@ -239,6 +239,18 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
 # The chained-claim drains (ChainedClaim; the asyncio one PostgreSQL's): columns only in a run that has them,
 # so a report of a run before them reads as it did.
 _CHAIN_MODES = ("chain", "async_chain")
+# The drains whose costs a job the limit section lists, in its order.
+_COST_MODES = (
+    "limit",
+    "library",
+    "compact",
+    "chain",
+    "async",
+    "async_chain",
+    "raw",
+    "pipeline",
+    "async_pipeline",
+)
 
 
 def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
@@ -250,6 +262,8 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     )
     # The exact plan pipelined beside pgbench (from limit15 on): a column only in a run that has it.
     exact_pipelined = any("pipeline_ratio_pgbench" in r for e in entries for r in e.get("rows", []))
+    # And on the asyncio worker (from limit17 on).
+    async_exact = any("async_pipeline_ratio_pgbench" in r for e in entries for r in e.get("rows", []))
     for e in entries:
         for r in e.get("rows", []):
             if "limit_jobs_per_s" in r:
@@ -270,9 +284,10 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
                         r.get("ratio", "-"),
                         r.get("ratio_pgbench", "-"),
                         *([r.get("pipeline_ratio_pgbench", "-")] if exact_pipelined else []),
+                        *([r.get("async_pipeline_ratio_pgbench", "-")] if async_exact else []),
                     ]
                 )
-            for mode in ("limit", "library", "compact", "chain", "async", "async_chain", "raw", "pipeline"):
+            for mode in _COST_MODES:
                 if f"{mode}_client_cpu_us_per_job" not in r:
                     continue
                 label = _drain_label(mode, r)
@@ -335,6 +350,14 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             if exact_pipelined
             else ""
         )
+        + (
+            " *async pipeline of pgbench*: the same plan on the asyncio worker "
+            "(`AsyncPostgresBackend(pipeline=True)`, the backend's own exchanges: BEGIN with the claim, the "
+            "archive with the delete, COMMIT), the median of the rounds' async pipeline / pgbench; its "
+            "costs are the *async pipeline* rows below."
+            if async_exact
+            else ""
+        )
     )
     out.append("")
     out += _table(
@@ -353,6 +376,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "library of raw",
             "library of pgbench",
             *(["pipeline of pgbench"] if exact_pipelined else []),
+            *(["async pipeline of pgbench"] if async_exact else []),
         ],
         rows,
     )
@@ -625,9 +649,11 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "library / pgbench", r["ratio_pgbench"]]
                 )
-            if "pipeline_ratio_pgbench" in r:
-                ratio = r["pipeline_ratio_pgbench"]
-                rows.append([e["backend"], f"throughput {_config(r, 'x')}", "pipeline / pgbench", ratio])
+            for mode in ("pipeline", "async_pipeline"):
+                if f"{mode}_ratio_pgbench" in r:
+                    ratio = r[f"{mode}_ratio_pgbench"]
+                    label = f"{_drain_label(mode, r)} / pgbench"
+                    rows.append([e["backend"], f"throughput {_config(r, 'x')}", label, ratio])
             if "compact_ratio" in r:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "compact / library", r["compact_ratio"]]

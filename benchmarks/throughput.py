@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.async_drain import ASYNC_CHAIN_BACKENDS, async_skip_reason
+from benchmarks.async_drain import ASYNC_CHAIN_BACKENDS, ASYNC_PIPELINE_BACKEND, async_skip_reason
 from benchmarks.common import (
     BackendSpec,
     analyze,
@@ -85,7 +85,14 @@ def pipeline_spec(spec: BackendSpec) -> BackendSpec | None:
 
 
 def _row_modes(
-    modes: list[str], *, compact: bool, chain: bool, asyncio: bool, async_chain: bool, pipeline: bool = False
+    modes: list[str],
+    *,
+    compact: bool,
+    chain: bool,
+    asyncio: bool,
+    async_chain: bool,
+    pipeline: bool = False,
+    async_pipeline: bool = False,
 ) -> list[str]:
     """A row's drains in round order (drain_order): the library between compact and raw, each pair of
     drains back to back; chain first, the exact plan pipelined after raw, the asyncio ones last."""
@@ -96,6 +103,7 @@ def _row_modes(
         *(["pipeline"] if pipeline else []),
         *(["async"] if asyncio else []),
         *(["async_chain"] if async_chain else []),
+        *(["async_pipeline"] if async_pipeline else []),
     ]
 
 
@@ -271,6 +279,10 @@ def summarize(row: dict[str, Any], modes: list[str]) -> None:
         if row.get("pipeline_rounds"):
             # The exact plan pipelined against pgbench of the same statements, round by round.
             row["pipeline_ratio_pgbench"] = statistics.median(paired_ratios(row, "pipeline", "pgbench"))
+        if row.get("async_pipeline_rounds"):
+            # The same plan on the asyncio worker, its own exchanges.
+            ratios = paired_ratios(row, "async_pipeline", "pgbench")
+            row["async_pipeline_ratio_pgbench"] = statistics.median(ratios)
 
 
 def drain_plans(
@@ -288,6 +300,7 @@ def drain_plans(
         # The asyncio worker makes its own backend (async_drain.async_backend) from the harness's DSN.
         "async": ("async", spec, harness),
         "async_chain": ("async_chain", spec, harness),
+        "async_pipeline": ("async_pipeline", spec, harness),
     }
     # The library again on another plan, at one job a transaction: the same tables under the built-in
     # factory's twin (_compact: compact=True; _chain: compact=True, chain=True; _pipeline: pipeline=True),
@@ -320,6 +333,8 @@ def _result(
         # entry named PostgreSQL's and drained no asyncio chain).
         result["chain_factory"] = chain.factory
         result["async_chain_backend"] = ASYNC_CHAIN_BACKENDS[harness.dialect]
+    if any("async_pipeline_rounds" in row for row in rows):
+        result["async_pipeline_backend"] = ASYNC_PIPELINE_BACKEND
     if cores is not None:
         result["server_cores"] = cores
     result.update((key, reason) for key, reason in skipped.items() if reason)
@@ -345,6 +360,8 @@ def _limit_drain_points(
         "async_chain": chained & asyncio,
         # Proletarian's exact plan pipelined, beside pgbench of its statements: one job a commit.
         "pipeline": {point for point in limit if point[2] == 1} if pipeline else set(),
+        # The same plan on the asyncio worker (the backend's own exchanges), beside the same pgbench.
+        "async_pipeline": {point for point in asyncio if point[2] == 1} if pipeline else set(),
     }
 
 
@@ -399,6 +416,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                 asyncio=config in points["async"],
                 async_chain=config in points["async_chain"],
                 pipeline=config in points["pipeline"],
+                async_pipeline=config in points["async_pipeline"],
             )
             if processes > 1 and proc_reason:
                 row["skipped"] = proc_reason

@@ -17,7 +17,7 @@ from benchmarks.settings import CHILD_MAX_RUN_S, CHILD_START_TIMEOUT_S
 from conformance.harness import Harness
 from proletarian_ref import create_queue_worker
 
-Mode = Literal["library", "raw", "async", "async_chain"]
+Mode = Literal["library", "raw", "async", "async_chain", "async_pipeline"]
 
 
 class LibraryDrainer:
@@ -73,9 +73,11 @@ def make_drainer(
     tasks; "async_chain" with chained claims, PostgreSQL), or the raw loop (one job a transaction)."""
     if mode == "library":
         return LibraryDrainer(harness, threads, polling_interval_ms, on_job, batch_size)
-    if mode in ("async", "async_chain"):
-        chain = mode == "async_chain"
-        return AsyncDrainer(harness, threads, polling_interval_ms, on_job, batch_size, chain=chain)
+    if mode in ("async", "async_chain", "async_pipeline"):
+        chain, pipeline = mode == "async_chain", mode == "async_pipeline"
+        return AsyncDrainer(
+            harness, threads, polling_interval_ms, on_job, batch_size, chain=chain, pipeline=pipeline
+        )
     sql_harness, dialect = require_sql(harness)
     return RawDrainer(sql_harness, dialect, threads, polling_interval_ms, on_job)
 

@@ -312,6 +312,13 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
         assert len(single["pipeline_rounds"]) == TINY.throughput_rounds
         assert single["pipeline_ratio_pgbench"] > 0 and single["pipeline_round_trips_per_job"] > 0
         assert "| pipeline of pgbench |" in printed and "| pipeline |" in printed
+        # And on the asyncio worker, the backend's own exchanges: three a job, as the threaded one's.
+        assert len(single["async_pipeline_rounds"]) == TINY.throughput_rounds
+        assert single["async_pipeline_ratio_pgbench"] > 0
+        assert 2.5 < single["async_pipeline_round_trips_per_job"] < 3.5
+        assert 2.5 < single["pipeline_round_trips_per_job"] < 3.5
+        assert throughput["async_pipeline_backend"] == "AsyncPostgresBackend(pipeline=True)"
+        assert "| async pipeline of pgbench |" in printed and "| async pipeline |" in printed
         # Both chains drain pipelined, one exchange a job, the asyncio one on psycopg, and the report says so.
         assert throughput["chain_factory"] == "conformance.builtin:postgresql_pipeline_chain"
         assert "asyncio worker (psycopg's AsyncConnection)" in printed
@@ -320,6 +327,8 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
         # One multi-statement query a job, the asyncio one on aiomysql, and the report says so.
         assert throughput["chain_factory"] == "conformance.builtin:mysql_chain"
         assert "pipeline_rounds" not in throughput["rows"][0] and "pipeline of pgbench" not in printed
+        assert "async_pipeline_rounds" not in throughput["rows"][0]
+        assert "async_pipeline_backend" not in throughput
         assert "both on MySQL too" in printed
         assert "the asyncio worker's on aiomysql" in printed
 
