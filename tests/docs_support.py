@@ -410,6 +410,37 @@ class LimitPair:
             if r["processes"] == 1
         )
 
+    def async_pipeline_beside(self, run: str) -> str:
+        """At each PostgreSQL point of `run`, the exact plan pipelined on the asyncio worker against pgbench,
+        beside the threaded worker's, and how many points reach issue 31's bar on each."""
+        rows = self.rows(run, "postgresql", batch=False)
+        figures = ", ".join(
+            f"{point_name(r, False)} {r['async_pipeline_ratio_pgbench']:.2f} "
+            f"(threaded {r['pipeline_ratio_pgbench']:.2f})"
+            for r in rows
+        )
+        met = sum(r["async_pipeline_ratio_pgbench"] >= PGBENCH_BAR for r in rows)
+        threaded = sum(r["pipeline_ratio_pgbench"] >= PGBENCH_BAR for r in rows)
+        return (
+            f"{figures}: {PGBENCH_BAR} met at {met} of {len(rows)} points on the asyncio worker, {threaded} "
+            f"of {len(rows)} threaded"
+        )
+
+    def async_pipeline_costs(self, run: str) -> str:
+        """The exact plan's client CPU a job on the asyncio worker beside the threaded worker's at each
+        PostgreSQL point of `run`, and its round trips where the driver counts them (one process)."""
+        return "; ".join(
+            f"{point_name(r, False)} "
+            + (
+                f"{r['async_pipeline_round_trips_per_job']:.2f} round trips and "
+                if r["processes"] == 1
+                else ""
+            )
+            + f"{r['async_pipeline_client_cpu_us_per_job']:.0f} µs (threaded "
+            f"{r['pipeline_client_cpu_us_per_job']:.0f} µs)"
+            for r in self.rows(run, "postgresql", batch=False)
+        )
+
     def cpu_bound_points(self, *, under: bool) -> str:
         """The PostgreSQL points missed sharing the cores whose CPU ceiling is under the target (`under`) or
         not, as prose names them."""
@@ -458,4 +489,9 @@ LIMIT16: Final = LimitPair(
     "limit16-shared-2026-12-06",
     "The exact plan's BEGIN sent with its claim",
 )
-LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13, LIMIT14, LIMIT15, LIMIT16)
+LIMIT17: Final = LimitPair(
+    "limit17-cores-2026-12-06",
+    "limit17-shared-2026-12-06",
+    "The exact plan on the asyncio worker",
+)
+LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13, LIMIT14, LIMIT15, LIMIT16, LIMIT17)

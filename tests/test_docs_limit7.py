@@ -212,5 +212,7 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         27: "Twenty-seven",
         28: "Twenty-eight",
         29: "Twenty-nine",
+        30: "Thirty",
+        31: "Thirty-one",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)
