@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -387,16 +387,34 @@ class LimitPair:
     def pipeline_beside(self, run: str) -> str:
         """At each PostgreSQL point of `run`, Proletarian's exact plan pipelined against pgbench of the same
         statements, beside the library's unpipelined exact plan, and how many points reach issue 31's bar."""
-        rows = self.rows(run, "postgresql", batch=False)
-        figures = ", ".join(
-            f"{point_name(r, False)} {r['pipeline_ratio_pgbench']:.2f} ({r['ratio_pgbench']:.2f} unpipelined)"
-            for r in rows
+        return self._against_pgbench(
+            run,
+            ("pipeline_ratio_pgbench", "pipelined"),
+            ("ratio_pgbench", "unpipelined"),
+            lambda mine, other: f"{mine:.2f} ({other:.2f} unpipelined)",
         )
-        met = sum(r["pipeline_ratio_pgbench"] >= PGBENCH_BAR for r in rows)
-        unpipelined = sum(r["ratio_pgbench"] >= PGBENCH_BAR for r in rows)
+
+    def async_pipeline_beside(self, run: str) -> str:
+        """At each PostgreSQL point of `run`, the exact plan pipelined on the asyncio worker against pgbench,
+        beside the threaded worker's, and how many points reach issue 31's bar on each."""
+        return self._against_pgbench(
+            run,
+            ("async_pipeline_ratio_pgbench", "on the asyncio worker"),
+            ("pipeline_ratio_pgbench", "threaded"),
+            lambda mine, other: f"{mine:.2f} (threaded {other:.2f})",
+        )
+
+    def _against_pgbench(
+        self, run: str, drain: tuple[str, str], beside: tuple[str, str], cell: Callable[[float, float], str]
+    ) -> str:
+        """Each PostgreSQL point's ratio to pgbench of `drain` (its key and how prose names it) beside
+        `beside`'s, then how many points each meets issue 31's bar at."""
+        rows = self.rows(run, "postgresql", batch=False)
+        figures = ", ".join(f"{point_name(r, False)} {cell(r[drain[0]], r[beside[0]])}" for r in rows)
+        met = [sum(r[key] >= PGBENCH_BAR for r in rows) for key, _name in (drain, beside)]
         return (
-            f"{figures}: {PGBENCH_BAR} met at {met} of {len(rows)} points pipelined, {unpipelined} of "
-            f"{len(rows)} unpipelined"
+            f"{figures}: {PGBENCH_BAR} met at {met[0]} of {len(rows)} points {drain[1]}, {met[1]} of "
+            f"{len(rows)} {beside[1]}"
         )
 
     def pipeline_costs(self) -> str:
@@ -408,22 +426,6 @@ class LimitPair:
             f"{r['library_round_trips_per_job']:.2f} and {r['library_client_cpu_us_per_job']:.0f} µs)"
             for r in self.rows(self.cores_run, "postgresql", batch=False)
             if r["processes"] == 1
-        )
-
-    def async_pipeline_beside(self, run: str) -> str:
-        """At each PostgreSQL point of `run`, the exact plan pipelined on the asyncio worker against pgbench,
-        beside the threaded worker's, and how many points reach issue 31's bar on each."""
-        rows = self.rows(run, "postgresql", batch=False)
-        figures = ", ".join(
-            f"{point_name(r, False)} {r['async_pipeline_ratio_pgbench']:.2f} "
-            f"(threaded {r['pipeline_ratio_pgbench']:.2f})"
-            for r in rows
-        )
-        met = sum(r["async_pipeline_ratio_pgbench"] >= PGBENCH_BAR for r in rows)
-        threaded = sum(r["pipeline_ratio_pgbench"] >= PGBENCH_BAR for r in rows)
-        return (
-            f"{figures}: {PGBENCH_BAR} met at {met} of {len(rows)} points on the asyncio worker, {threaded} "
-            f"of {len(rows)} threaded"
         )
 
     def async_pipeline_costs(self, run: str) -> str:
