@@ -70,7 +70,8 @@ def make_drainer(
     batch_size: int = 1,
 ) -> Drainer:
     """The library's worker (in batch mode when `batch_size` > 1), its asyncio worker (`threads` polling
-    tasks; "async_chain" with chained claims, PostgreSQL), or the raw loop (one job a transaction)."""
+    tasks; "async_chain" with chained claims, "async_pipeline" on Proletarian's exact plan pipelined,
+    PostgreSQL), or the raw loop (one job a transaction)."""
     if mode == "library":
         return LibraryDrainer(harness, threads, polling_interval_ms, on_job, batch_size)
     if mode in ("async", "async_chain", "async_pipeline"):
