@@ -1,11 +1,19 @@
-"""Where a drain's time goes (issue 31): wait events, run-queue delay and CPU per job of one PostgreSQL drain.
+"""Where a drain's time goes (issue 31): wait states, run-queue delay, idle cores, CPU a job of one drain.
 
 `python -m benchmarks.limit_probe --dsn DSN --point 4x4x10 [--factory postgresql_pipeline] --out FILE.json`
-tops up a queue, drains it with the library's worker at processes x threads x jobs a commit, and during
-the measured window samples, every few milliseconds, the drain's own backends in pg_stat_activity (state,
-wait event), and reads /proc/<pid>/schedstat of every client thread and every backend: the CPU time and
-the time spent runnable but waiting for a core (the run queue). Per job, those say whether the CPU (client
-or server), the locks, or the scheduler's queue on a loaded machine bound the drain.
+tops up a queue, drains it at processes x threads x jobs a commit, and during the measured window samples,
+every few milliseconds, what serves the drain's own connections (never the probe's: PostgreSQL, state and
+wait event in pg_stat_activity; MariaDB, command and state in information_schema.PROCESSLIST with the InnoDB
+transaction's state, LOCK WAIT among them; MySQL 8's PROCESSLIST names no connection's thread, so it is not
+probed), and reads /proc/<pid>/schedstat of every client thread and of every backend or server thread
+serving the drain: the CPU time and the time spent runnable but waiting for a core (the run queue). It
+also reads the machine's idle share of its cores and the whole server's CPU (its background work included:
+WAL writer, InnoDB's log writer and purge). Per job, those say whether the CPU (client or server), the
+locks, the scheduler's queue on a loaded machine or neither (idle cores: the drain waited) bound the drain.
+
+A drain is `FACTORY` (a conformance.builtin factory, the threaded worker) or `FACTORY:MODE`, MODE one of
+benchmarks.workers' asyncio modes (`async`, `async_chain`, `async_pipeline`); `limit` is the server's own
+limit at the point (pgbench, or the stored procedure under mariadb-slap).
 """
 
 from __future__ import annotations
@@ -16,24 +24,31 @@ import contextlib
 import json
 import math
 import os
-import resource
 import statistics
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast, get_args
 
 import psutil
 
-from benchmarks.common import BackendSpec, open_harness, require_sql
-from benchmarks.costs import _client_ports
+from benchmarks.common import BackendSpec, Dialect, open_harness, require_sql
+from benchmarks.costs import _client_ports, _port, _server_pid
+from benchmarks.machine import describe, machine
 from benchmarks.server_limit import limit_rate
 from benchmarks.throughput import QueueFiller
-from benchmarks.workers import DrainRun
+from benchmarks.workers import DrainRun, Mode
 
-# The threaded poll loop looks its run function up in its own module (generated from _async/poll_loop.py).
+# The poll loops look their run functions up in their own modules (the threaded one generated from the
+# asyncio one, _async/poll_loop.py).
+from proletarian_ref._async import poll_loop as async_poll_loop
 from proletarian_ref._sync import poll_loop as poll_loop_module
+
+# The server's processes, by the name each of their processes (PostgreSQL) or the one process (MariaDB) has.
+_SERVER_PROCESSES: Final = ("postgres", "mariadbd", "mysqld")
+# How often the sampler asks the server what the drain's connections are doing.
+SAMPLE_S: Final = 0.005
 
 
 def schedstat(pids: list[int], threads: bool) -> tuple[float, float]:
@@ -42,91 +57,229 @@ def schedstat(pids: list[int], threads: bool) -> tuple[float, float]:
     for pid in pids:
         tasks = [f"/proc/{pid}/task/{t}" for t in os.listdir(f"/proc/{pid}/task")] if threads else []
         for path in tasks or [f"/proc/{pid}"]:
-            with contextlib.suppress(OSError):
-                fields = Path(path, "schedstat").read_text().split()
-                on_cpu += int(fields[0]) / 1e9
-                waiting += int(fields[1]) / 1e9
+            on, queued = _schedstat(path)
+            on_cpu += on
+            waiting += queued
     return on_cpu, waiting
 
 
+def _schedstat(path: str) -> tuple[float, float]:
+    """The (on a core, in the run queue) seconds of the process or thread at /proc `path`; zero once gone."""
+    with contextlib.suppress(OSError):
+        fields = Path(path, "schedstat").read_text().split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
+    return 0.0, 0.0
+
+
+def cores_busy() -> tuple[float, float]:
+    """The machine's CPU seconds so far, all cores: (idle or waiting on I/O, in all)."""
+    times = psutil.cpu_times()
+    return times.idle + getattr(times, "iowait", 0.0), sum(times)
+
+
+def server_processes_cpu() -> dict[int, float]:
+    """User + system CPU seconds so far of every server process of this machine, by pid."""
+    cpu: dict[int, float] = {}
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] in _SERVER_PROCESSES:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                cpu[process.pid] = times.user + times.system
+    return cpu
+
+
+def server_cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """The server's CPU seconds between two server_processes_cpu() readings, over the processes in both: its
+    background work (WAL writer, InnoDB's log writer, purge and page cleaners, one MariaDB process whose
+    ended threads' CPU it keeps) and the connections open throughout. A PostgreSQL backend that began or
+    ended between them is not counted."""
+    return sum(after[pid] - before[pid] for pid in after.keys() & before.keys())
+
+
 @contextlib.contextmanager
-def _counting_claims(batch: int) -> Iterator[collections.Counter[str]]:
+def _counting_claims(batch: int, asyncio: bool) -> Iterator[collections.Counter[str]]:
     """In this process, every claim the worker makes, and those that found nothing (each followed by an
     idle wait of the polling interval): the poll loop's share of the window."""
     claims: collections.Counter[str] = collections.Counter()
     name = "run_next_job" if batch == 1 else "run_next_batch"
-    original = getattr(poll_loop_module, name)
+    module: Any = async_poll_loop if asyncio else poll_loop_module
+    original = getattr(module, name)
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        ran = original(*args, **kwargs)
+    def count(ran: Any) -> Any:
         claims["claims" if ran is not None else "empty"] += 1
         return ran
 
-    setattr(poll_loop_module, name, counted)
+    async def counted_async(*args: Any, **kwargs: Any) -> Any:
+        return count(await original(*args, **kwargs))
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        return count(original(*args, **kwargs))
+
+    setattr(module, name, counted_async if asyncio else counted)
     try:
         yield claims
     finally:
-        setattr(poll_loop_module, name, original)
+        setattr(module, name, original)
+
+
+class _Served:
+    """What serves a drain's connections (those of `client_pids` open on `ports` and not on `before`, so
+    neither the probe's own nor the harness's), and what each is doing, asked of the server by `watcher`."""
+
+    def __init__(self, watcher: Any, dialect: Dialect, client_pids: list[int], before: set[int]) -> None:
+        self._watcher = watcher
+        self._dialect = dialect
+        if dialect == "postgresql":
+            ports = sorted(_client_ports(client_pids, watcher.info.port) - before)
+            self._ids = [
+                int(r[0])
+                for r in watcher.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s)", (ports,)
+                ).fetchall()
+            ]
+            self.paths = [f"/proc/{pid}" for pid in self._ids]
+        else:
+            wanted = _client_ports(client_pids, int(watcher.port)) - before
+            cursor = watcher.cursor()
+            cursor.execute("SELECT ID, HOST, TID FROM information_schema.PROCESSLIST")
+            rows = [
+                (int(cid), int(tid)) for cid, host, tid in cursor.fetchall() if _port(str(host)) in wanted
+            ]
+            self._ids = [cid for cid, _ in rows]
+            server = _server_pid([tid for _, tid in rows])
+            if server is None:
+                raise RuntimeError("the server's threads are not this machine's: nothing to read in /proc")
+            self.paths = [f"/proc/{server}/task/{tid}" for _, tid in rows]
+        if not self._ids:
+            raise RuntimeError("no connection of the drain was found on the server")
+
+    @property
+    def connections(self) -> int:
+        return len(self._ids)
+
+    def cpu(self) -> tuple[float, float]:
+        """Seconds on a core and in the run queue so far, summed over what serves the drain."""
+        read = [_schedstat(path) for path in self.paths]
+        return sum(r[0] for r in read), sum(r[1] for r in read)
+
+    def sample(self) -> list[str]:
+        """One sample: a state of each connection, "state|wait_event_type:wait_event" on PostgreSQL,
+        "command|state|InnoDB transaction state" on MariaDB (its PROCESSLIST names each one's thread)."""
+        if self._dialect == "postgresql":
+            rows = self._watcher.execute(
+                "SELECT state, wait_event_type, wait_event FROM pg_stat_activity WHERE pid = ANY(%s)",
+                (self._ids,),
+            ).fetchall()
+            return [f"{state}|{wtype}:{wevent}" for state, wtype, wevent in rows]
+        cursor = self._watcher.cursor()
+        marks = ", ".join(["%s"] * len(self._ids))
+        cursor.execute(
+            "SELECT p.COMMAND, p.STATE, t.trx_state FROM information_schema.PROCESSLIST p "
+            "LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID "
+            f"WHERE p.ID IN ({marks})",
+            self._ids,
+        )
+        return [f"{command}|{state or ''}|{trx or ''}" for command, state, trx in cursor.fetchall()]
+
+
+def waiting_on_client(state: str) -> bool:
+    """A sampled state (either dialect's) in which the server waits for the client's next message."""
+    return "ClientRead" in state or state.startswith("Sleep|")
+
+
+def waiting_on_lock(state: str) -> bool:
+    """A sampled state (either dialect's) in which the server waits for a lock another transaction holds."""
+    return "|Lock:" in state or state.endswith("|LOCK WAIT")
+
+
+def _connect(harness: Any, dialect: Dialect) -> Any:
+    """The harness's own connection, in autocommit, for what the probe asks the server."""
+    sql_harness, _ = require_sql(harness)
+    conn = sql_harness.connect()
+    if dialect == "postgresql":
+        conn.autocommit = True
+    else:
+        conn.autocommit(True)
+    return conn
+
+
+def parse_drain(text: str) -> tuple[str, Mode]:
+    """ "FACTORY" or "FACTORY:MODE" as (factory, benchmarks.workers mode), refusing what names neither."""
+    factory, _, mode = text.partition(":")
+    mode = mode or "library"
+    if not factory or mode not in get_args(Mode) or mode == "raw":
+        raise ValueError(
+            f"{text!r} is not a drain: FACTORY or FACTORY:MODE, MODE one of "
+            "async, async_chain, async_pipeline"
+        )
+    return factory, cast(Mode, mode)
 
 
 def probe(
     dsn: str,
-    factory: str,
+    drain: str,
     point: tuple[int, int, int],
     window_s: float,
     preload: int,
     suffix: str = "_limitprobe",
 ) -> dict[str, Any]:
+    """Drain at `point` with `drain` (parse_drain's) and read, over `window_s`, what its time went to."""
     processes, threads, batch = point
+    factory, mode = parse_drain(drain)
     spec = BackendSpec(f"conformance.builtin:{factory}", {"dsn": dsn})
     harness = open_harness(spec, "probe", suffix)
+    _, dialect = require_sql(harness)
     filler = QueueFiller(harness, preload)
     filler.top_up()
-    run = DrainRun(harness, spec, "library", processes, threads, 100.0, batch_size=batch)
-    sql_harness, _ = require_sql(harness)
-    watcher = sql_harness.connect()
-    watcher.autocommit = True
+    run = DrainRun(harness, spec, mode, processes, threads, 100.0, batch_size=batch)
     samples: collections.Counter[str] = collections.Counter()
     stop = threading.Event()
+    # A chained claim is made inside run_next_job's call, so only unchained drains' claims are counted.
+    counted = processes == 1 and "chain" not in drain
     claiming: contextlib.AbstractContextManager[collections.Counter[str]] = (
-        _counting_claims(batch) if processes == 1 else contextlib.nullcontext(collections.Counter())
+        _counting_claims(batch, mode != "library")
+        if counted
+        else contextlib.nullcontext(collections.Counter())
     )
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(harness.close)
+        watcher = _connect(harness, dialect)
         cleanup.callback(watcher.close)
         claims: collections.Counter[str] = cleanup.enter_context(claiming)
         cleanup.callback(run.stop)
         cleanup.callback(stop.set)
+        server_port = watcher.info.port if dialect == "postgresql" else int(watcher.port)
+        before = _client_ports([os.getpid()], server_port)
         run.start()
         while run.count == 0:
             time.sleep(0.01)
         time.sleep(0.3)
-        ports = sorted(_client_ports(run.pids, watcher.info.port))
-        backends = [
-            int(r[0])
-            for r in watcher.execute(
-                "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s)", (ports,)
-            ).fetchall()
-        ]
+        served = _Served(watcher, dialect, run.pids, before)
 
         def sample() -> None:
             while not stop.is_set():
-                for state, wtype, wevent in watcher.execute(
-                    "SELECT state, wait_event_type, wait_event FROM pg_stat_activity WHERE pid = ANY(%s)",
-                    (backends,),
-                ).fetchall():
-                    samples[f"{state}|{wtype}:{wevent}"] += 1
-                time.sleep(0.005)
+                samples.update(served.sample())
+                time.sleep(SAMPLE_S)
 
         claims.clear()
         c0, t0 = run.count, time.perf_counter()
-        client0, server0 = schedstat(run.pids, True), schedstat(backends, False)
+        client0, server0, all0, idle0 = (
+            schedstat(run.pids, True),
+            served.cpu(),
+            server_processes_cpu(),
+            cores_busy(),
+        )
         sampler = threading.Thread(target=sample)
         sampler.start()
         time.sleep(window_s)
         stop.set()
         sampler.join()
-        client1, server1 = schedstat(run.pids, True), schedstat(backends, False)
+        client1, server1, all1, idle1 = (
+            schedstat(run.pids, True),
+            served.cpu(),
+            server_processes_cpu(),
+            cores_busy(),
+        )
         c1, t1 = run.count, time.perf_counter()
         polls = dict(claims)
     jobs = c1 - c0
@@ -135,8 +288,10 @@ def probe(
     total = sum(samples.values())
     return {
         "point": list(point),
-        "factory": factory,
+        "factory": drain,
+        "dialect": dialect,
         "jobs": jobs,
+        "connections": served.connections,
         "seconds": round(t1 - t0, 3),
         "jobs_per_s": jobs / (t1 - t0),
         "per_job_us": {
@@ -144,83 +299,89 @@ def probe(
             "client_runqueue": (client1[1] - client0[1]) / jobs * 1e6,
             "server_cpu": (server1[0] - server0[0]) / jobs * 1e6,
             "server_runqueue": (server1[1] - server0[1]) / jobs * 1e6,
+            "server_all_cpu": server_cpu_between(all0, all1) / jobs * 1e6,
         },
-        "polls": polls if processes == 1 else None,
+        "cores_idle": _share(idle0, idle1),
+        "polls": polls if counted else None,
         "backend_states": {k: round(v / total, 3) for k, v in samples.most_common()},
         "load_average": list(psutil.getloadavg()),
     }
 
 
-def probe_limit(dsn: str, point: tuple[int, int, int], seconds: int, preload: int) -> dict[str, Any]:
-    """The server's limit (pgbench of the CTE) at the point, with pgbench's CPU and its backends' per job."""
+def _share(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """The share of the cores' time between two cores_busy() readings that was idle (or waiting on I/O)."""
+    spent = after[1] - before[1]
+    return round((after[0] - before[0]) / spent, 3) if spent > 0 else math.nan
+
+
+# What the limit's mariadb-slap is told to expect (it runs a fixed number of calls, not for a time): about
+# what a 2-core machine's MariaDB reaches at one job a commit, more with more a commit.
+_SLAP_JOBS_PER_S: Final = 1_500.0
+
+
+def probe_limit(
+    dsn: str, point: tuple[int, int, int], seconds: int, preload: int, suffix: str = "_limitprobe"
+) -> dict[str, Any]:
+    """The server's limit at the point (benchmarks.server_limit's, with its client's and server's CPU a
+    job), and the machine's idle share and the whole server's CPU over its run."""
     processes, threads, batch = point
-    spec = BackendSpec("conformance.builtin:postgresql", {"dsn": dsn})
-    harness = open_harness(spec, "probe", "_limitprobe")
-    QueueFiller(harness, preload).top_up()
-    sql_harness, _ = require_sql(harness)
-    watcher = sql_harness.connect()
-    watcher.autocommit = True
-    last: dict[int, tuple[float, float]] = {}
-    done: list[dict[str, Any]] = []
+    spec = BackendSpec(f"conformance.builtin:{_dialect_factory(dsn)}", {"dsn": dsn})
+    harness = open_harness(spec, "probe", suffix)
+    _, dialect = require_sql(harness)
     try:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        runner = threading.Thread(
-            target=lambda: done.append(limit_rate(harness, processes * threads, batch, seconds, 0.0))
-        )
-        runner.start()
-        while runner.is_alive():
-            pids = [
-                int(r[0])
-                for r in watcher.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench'"
-                ).fetchall()
-            ]
-            for pid in pids:
-                stat = schedstat([pid], False)
-                if stat != (0.0, 0.0):
-                    last[pid] = stat
-            time.sleep(0.02)
-        runner.join()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        QueueFiller(harness, preload).top_up()
+        idle0, all0 = cores_busy(), server_processes_cpu()
+        result = limit_rate(harness, processes * threads, batch, seconds, _SLAP_JOBS_PER_S * batch**0.67)
+        idle1, all1 = cores_busy(), server_processes_cpu()
     finally:
-        watcher.close()
         harness.close()
-    result = done[0]
     jobs = result["jobs"]
-    client = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    if result["ran_dry"] or jobs <= 0:
+        raise RuntimeError(f"the queue of {preload} jobs ran dry under the limit: a larger --preload")
+    per_job = result["per_job"]
+    server = per_job.get("server_cpu_us", math.nan)
+    # pgbench's backends began and ended within the run: server_cpu_between leaves them to limit_rate's
+    # reading; MariaDB's threads are its one process's.
+    ended = server if dialect == "postgresql" else 0.0
     return {
         "point": list(point),
         "factory": "limit",
+        "dialect": dialect,
         "jobs": jobs,
         "jobs_per_s": result["jobs_per_s"],
         "per_job_us": {
-            "client_cpu": client / jobs * 1e6,
-            "server_cpu": sum(v[0] for v in last.values()) / jobs * 1e6,
-            "server_runqueue": sum(v[1] for v in last.values()) / jobs * 1e6,
+            "client_cpu": per_job["client_cpu_us"],
+            "server_cpu": server,
+            "server_all_cpu": server_cpu_between(all0, all1) / jobs * 1e6 + ended,
         },
+        "cores_idle": _share(idle0, idle1),
         "load_average": list(psutil.getloadavg()),
     }
 
 
 def table(results: list[dict[str, Any]]) -> str:
     """The probe's markdown table: medians over the rounds of each (point, drain), and each of library
-    jobs/s over the same round's limit."""
+    jobs/s over the same round's limit. Readings that have the cores' idle share and the whole server's
+    CPU (this probe's since they were added) get those columns too."""
     groups: dict[tuple[tuple[int, ...], str], list[dict[str, Any]]] = collections.defaultdict(list)
     for result in results:
         groups[(tuple(result["point"]), result["factory"])].append(result)
+    wide = all("cores_idle" in r for r in results)
+    costs = _COSTS + (("server_all_cpu",) if wide else ())
     lines = [
         "| processes x threads x jobs/commit | drain | jobs/s | of limit | client CPU µs/job | "
-        "client run queue µs/job | server CPU µs/job | server run queue µs/job | backends waiting on "
-        "the client | on a lock | empty claims |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "client run queue µs/job | server CPU µs/job | server run queue µs/job | "
+        + ("whole server CPU µs/job | cores idle | " if wide else "")
+        + "backends waiting on the client | on a lock | empty claims |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if wide else ""),
     ]
     for (point, factory), runs in groups.items():
         limits = [r for r in results if tuple(r["point"]) == point and r["factory"] == "limit"]
         ratios = [run["jobs_per_s"] / lim["jobs_per_s"] for run, lim in zip(runs, limits, strict=False)]
-        per_job = {k: statistics.median(r["per_job_us"].get(k, math.nan) for r in runs) for k in _COSTS}
+        per_job = {k: statistics.median(r["per_job_us"].get(k, math.nan) for r in runs) for k in costs}
         states = [r.get("backend_states") or {} for r in runs]
-        client = statistics.median(sum(v for k, v in s.items() if "ClientRead" in k) for s in states)
-        locked = statistics.median(sum(v for k, v in s.items() if "|Lock:" in k) for s in states)
+        client = statistics.median(sum(v for k, v in s.items() if waiting_on_client(k)) for s in states)
+        locked = statistics.median(sum(v for k, v in s.items() if waiting_on_lock(k)) for s in states)
         polls = [r["polls"] for r in runs if r.get("polls")]
         empty = f"{sum(p.get('empty', 0) for p in polls)} of {sum(sum(p.values()) for p in polls)}"
         cells = [
@@ -228,7 +389,8 @@ def table(results: list[dict[str, Any]]) -> str:
             factory,
             f"{statistics.median(r['jobs_per_s'] for r in runs):,.0f}",
             "-" if factory == "limit" else f"{statistics.median(ratios):.2f}",
-            *("-" if math.isnan(per_job[k]) else f"{per_job[k]:,.0f}" for k in _COSTS),
+            *("-" if math.isnan(per_job[k]) else f"{per_job[k]:,.0f}" for k in costs),
+            *([f"{statistics.median(r['cores_idle'] for r in runs):.2f}"] if wide else []),
             "-" if factory == "limit" else f"{client:.2f}",
             "-" if factory == "limit" else f"{locked:.3f}",
             empty if polls else "-",
@@ -237,14 +399,36 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def top_states(
+    results: list[dict[str, Any]], point: list[int], drain: str, most: int = 4
+) -> list[tuple[str, float]]:
+    """The states sampled most often serving `drain` at `point`, each its mean share over the rounds."""
+    runs = [r for r in results if r["point"] == point and r["factory"] == drain and r.get("backend_states")]
+    shares: collections.Counter[str] = collections.Counter()
+    for run in runs:
+        for state, share in run["backend_states"].items():
+            shares[state] += share / len(runs)
+    return [(state, round(share, 3)) for state, share in shares.most_common(most)]
+
+
 _COSTS: Final = ("client_cpu", "client_runqueue", "server_cpu", "server_runqueue")
+
+
+def _probe_one(
+    dsn: str, drain: str, point: tuple[int, int, int], window: float, preload: int
+) -> dict[str, Any]:
+    if drain == "limit":
+        return probe_limit(dsn, point, max(1, round(window)), preload)
+    return probe(dsn, drain, point, window, preload)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.limit_probe", description=__doc__)
     parser.add_argument("--dsn")
     parser.add_argument("--table", type=Path, help="print the table of a probe's JSON and exit")
-    parser.add_argument("--factory", default="postgresql")
+    parser.add_argument(
+        "--factory", default="postgresql", help="drains, comma-separated: limit, FACTORY or FACTORY:MODE"
+    )
     parser.add_argument("--point", action="append", help="PxT or PxTxN; repeatable")
     parser.add_argument("--window", type=float, default=2.0)
     parser.add_argument("--preload", type=int, default=40_000)
@@ -252,25 +436,45 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.table:
-        print(table(json.loads(args.table.read_text(encoding="utf-8"))))
+        print(table(load(args.table)))
         return
     if not args.dsn or not args.point:
         parser.error("--dsn and --point are needed to probe")
+    drains = args.factory.split(",")
+    for drain in drains:
+        if drain != "limit":
+            try:
+                parse_drain(drain)
+            except ValueError as error:
+                parser.error(str(error))
+    # Read before the first drain: the load average at the start is the machine's, not the probe's.
+    meta = describe([BackendSpec(f"conformance.builtin:{_dialect_factory(args.dsn)}", {"dsn": args.dsn})])
     results = []
     for _ in range(args.rounds):
         for text in args.point:
             parts = [int(p) for p in text.split("x")]
             point = (parts[0], parts[1], parts[2] if len(parts) > 2 else 1)
-            for factory in args.factory.split(","):
-                if factory == "limit":
-                    result = probe_limit(args.dsn, point, max(1, round(args.window)), args.preload)
-                else:
-                    result = probe(args.dsn, factory, point, args.window, args.preload)
+            for drain in drains:
+                result = _probe_one(args.dsn, drain, point, args.window, args.preload)
                 print(json.dumps(result), flush=True)
                 results.append(result)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        meta["machine_at_end"] = machine()
+        document = {"meta": meta, "results": results}
+        args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    """A probe's readings from its JSON: {"meta", "results"}, or the bare list probes wrote before they
+    named their machine and commit."""
+    document = json.loads(path.read_text(encoding="utf-8"))
+    return cast(list[dict[str, Any]], document["results"] if isinstance(document, dict) else document)
+
+
+def _dialect_factory(dsn: str) -> str:
+    """The conformance.builtin factory of the DSN's database: its limit and its server's version."""
+    return "postgresql" if dsn.startswith("postgres") else "mysql"
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
+from typing import Final
 
 import pytest
 from fix_db import table_suffix
@@ -181,15 +183,89 @@ def test_the_asyncio_chain_drain_takes_one_exchange_a_job(pg_dsn: str) -> None:
     assert jobs <= counted < jobs * 1.1
 
 
+_PER_JOB: Final = {"client_cpu", "client_runqueue", "server_cpu", "server_runqueue", "server_all_cpu"}
+
+
 @pytest.mark.postgresql
 def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> None:
     from benchmarks import limit_probe
 
     result = limit_probe.probe(pg_dsn, "postgresql", (1, 1, 10), 1.0, 20_000, f"_lp{table_suffix()}")
     assert result["jobs"] > 0
-    assert set(result["per_job_us"]) == {"client_cpu", "client_runqueue", "server_cpu", "server_runqueue"}
+    assert set(result["per_job_us"]) == _PER_JOB
     assert result["polls"]["claims"] > 0
     assert abs(sum(result["backend_states"].values()) - 1) < 0.01
+    assert 0 <= result["cores_idle"] <= 1
+
+
+@pytest.mark.postgresql
+def test_the_limit_probe_drains_on_the_asyncio_worker_and_leaves_a_chains_claims_uncounted(
+    pg_dsn: str,
+) -> None:
+    from benchmarks import limit_probe
+
+    result = limit_probe.probe(
+        pg_dsn, "postgresql:async_chain", (1, 2, 1), 1.0, 20_000, f"_la{table_suffix()}"
+    )
+    assert result["jobs"] > 0
+    # A chained claim is made inside run_next_job's call: counting the calls would count no claim.
+    assert result["polls"] is None
+    # The two tasks' connections and the worker's listener's, not the probe's own (which would be "active"
+    # in every sample).
+    assert result["connections"] == 3
+    assert abs(sum(result["backend_states"].values()) - 1) < 0.01
+
+
+@pytest.mark.mysql
+def test_the_limit_probe_samples_only_a_mariadb_drains_own_connections(mysql_dsn: str) -> None:
+    from benchmarks import limit_probe
+
+    result = limit_probe.probe(mysql_dsn, "mysql", (1, 2, 10), 1.0, 20_000, f"_lm{table_suffix()}")
+    assert result["jobs"] > 0 and result["connections"] == 2
+    assert set(result["per_job_us"]) == _PER_JOB
+    assert result["per_job_us"]["server_cpu"] > 0
+    # The probe's own connection, reading PROCESSLIST, would sample as "Filling schema table".
+    assert not [state for state in result["backend_states"] if "schema table" in state]
+    assert result["polls"]["claims"] > 0
+
+
+@pytest.mark.mysql
+def test_the_limit_probes_limit_on_mariadb_counts_the_whole_servers_cpu(mysql_dsn: str) -> None:
+    from benchmarks import limit_probe
+
+    result = limit_probe.probe_limit(mysql_dsn, (1, 2, 10), 1, 20_000, f"_ll{table_suffix()}")
+    costs = result["per_job_us"]
+    assert result["jobs"] > 0 and costs["server_cpu"] > 0
+    # The whole server is its connections' threads and its background threads, in one process.
+    assert costs["server_all_cpu"] >= costs["server_cpu"] * 0.95
+    assert 0 <= result["cores_idle"] <= 1
+
+
+@pytest.mark.postgresql
+def test_the_limit_probes_limit_on_postgresql_keeps_the_cpu_of_pgbenchs_ended_backends(pg_dsn: str) -> None:
+    from benchmarks import limit_probe
+
+    result = limit_probe.probe_limit(pg_dsn, (1, 2, 1), 1, 20_000, f"_ll{table_suffix()}")
+    costs = result["per_job_us"]
+    assert result["jobs"] > 0 and costs["server_cpu"] > 0
+    assert costs["server_all_cpu"] >= costs["server_cpu"]
+
+
+@pytest.mark.parametrize("text", ["", ":async", "postgresql:raw", "postgresql:threads"])
+def test_the_limit_probe_refuses_a_drain_it_cannot_run_naming_it(text: str) -> None:
+    from benchmarks.limit_probe import parse_drain
+
+    with pytest.raises(ValueError, match=f"^{text!r} is not a drain"):
+        parse_drain(text)
+
+
+def test_the_limit_probe_reads_its_named_files_and_the_bare_lists_before_them(tmp_path: Path) -> None:
+    from benchmarks.limit_probe import load
+
+    rows = [{"point": [1, 1, 1], "factory": "limit"}]
+    (tmp_path / "old.json").write_text(json.dumps(rows), encoding="utf-8")
+    (tmp_path / "new.json").write_text(json.dumps({"meta": {"git": {}}, "results": rows}), encoding="utf-8")
+    assert load(tmp_path / "old.json") == load(tmp_path / "new.json") == rows
 
 
 def _mysql_drain_server_cpu(mysql_dsn: str) -> tuple[float, str | None]:
