@@ -287,6 +287,11 @@ def test_every_figure_the_prose_quotes_is_the_probes() -> None:
             assert phrases[name].format(value) in text, (name, phrases[name].format(value))
 
 
+def test_readme_quotes_the_probes_bound() -> None:
+    readme = prose((BENCHMARKS_MD.parent.parent / "README.md").read_text(encoding="utf-8"))
+    assert f"against the limit's (within {figures()['WITHIN']}, named probe `misses-2026-12-06`" in readme
+
+
 def test_the_docs_name_the_run_files() -> None:
     for database in DATABASES:
         assert f"benchmarks/results/misses-2026-12-06/{database}.json" in _text()
