@@ -142,8 +142,8 @@ def test_a_chained_worker_sends_commit_and_begin_together_and_claims_again_in_th
     # The archive of a job, or of a batch: one statement on the compact plan, two otherwise.
     archive = sent[1:2] if options.get("compact") else sent[1:3]
     assert "INSERT INTO" in archive[0] and "DELETE FROM" in archive[-1]
-    chain = ["COMMIT; BEGIN"] if not options.get("pipeline") else ["COMMIT", "BEGIN"]
-    # One block: the first claim, then for every job (or batch) its archive, the COMMIT and BEGIN, the
+    chain = ["COMMIT AND CHAIN"]
+    # One block: the first claim, then for every job (or batch) its archive, its COMMIT AND CHAIN, the
     # next claim. The chain ends at the claim that finds the queue empty; the worker's idle polls follow.
     per_claim = [*archive, *chain, claim]
     claimed = JOBS // batch_size
@@ -211,7 +211,7 @@ def test_a_chained_pipeline_sends_a_finished_archive_with_its_commit_and_the_nex
     backend = _drained_counting(pg_db, _CountingSyncs(pg_db.data_source, **PIPELINE_CHAIN), batch_size)
     archives = [statement for _thread, statement in backend.statements if "INSERT INTO" in statement]
     # The server checks every archive's count (sql/postgresql/queries.sql), so none was settled on its own:
-    # each went with the COMMIT, the BEGIN and the claim after it.
+    # each went with COMMIT AND CHAIN and the claim after it.
     if batch_size == 1:
         checked = PostgresBackend(pg_db.data_source)._render(CHECKED[0], *_tables(pg_db))
     else:
@@ -288,7 +288,7 @@ def test_a_failed_job_does_not_end_a_chain_of_batches_and_its_failure_commits_wi
     assert statuses == [":failure"] + [":success"] * (2 * BATCH - 1)
     assert pg_db.jobs() == []
     # Two chained claims: the second batch's and the one that found the queue empty.
-    assert [s for _, s in backend.statements].count("COMMIT; BEGIN") == 2
+    assert [s for _, s in backend.statements].count("COMMIT AND CHAIN") == 2
 
 
 @pytest.mark.parametrize("options", PLANS, ids=_plan_id)
@@ -319,25 +319,95 @@ def test_a_chained_worker_leaves_no_transaction_open_once_the_queue_is_drained(
     _archived_once(pg_db, job_ids)
 
 
-def test_every_transaction_of_a_chain_commits_asynchronously_with_synchronous_commit_off(
-    pg_db: SqlHarness,
-) -> None:
-    _enqueue(pg_db, 3)
+def _shown_by_each_job(db: SqlHarness, backend: PostgresBackend, setting: str) -> list[str]:
+    """What SHOW `setting` read in each of three jobs' transactions, drained by one thread on `backend`
+    (closed after)."""
+    _enqueue(db, 3)
     seen: list[str] = []
 
     def handler(job_type: str, payload: Any) -> None:
         with pr.current_job().connection().cursor() as cursor:
-            cursor.execute("SHOW synchronous_commit")
+            cursor.execute(f"SHOW {setting}")
             row = cursor.fetchone()
             seen.append(str(row[0]) if row else "")
 
-    backend = PostgresBackend(pg_db.data_source, chain=True, synchronous_commit_off=True)
     try:
-        _drain(pg_db, backend, handler, threads=1)
+        _drain(db, backend, handler, threads=1)
     finally:
         backend.close()
+    return seen
+
+
+def test_every_transaction_of_a_chain_commits_asynchronously_with_synchronous_commit_off(
+    pg_db: SqlHarness,
+) -> None:
+    backend = PostgresBackend(pg_db.data_source, chain=True, synchronous_commit_off=True)
     # The first job's transaction begins as transaction() begins it; the next ones as the chain does.
-    assert seen == ["off", "off", "off"]
+    assert _shown_by_each_job(pg_db, backend, "synchronous_commit") == ["off", "off", "off"]
+
+
+@pytest.mark.parametrize("options", [{"chain": True}, PIPELINE_CHAIN], ids=["chain", "pipelined-chain"])
+def test_every_transaction_of_a_chain_keeps_the_isolation_level_its_connection_was_given(
+    pg_db: SqlHarness, pg_dsn: str, options: dict[str, bool]
+) -> None:
+    # COMMIT AND CHAIN begins the next job's transaction as the finished one began, at the level the
+    # connection's factory set; a plain BEGIN after COMMIT took the server's default from the second job on.
+    def connect() -> psycopg.Connection[Any]:
+        conn = psycopg.connect(pg_dsn)
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        return conn
+
+    backend = PostgresBackend(connect, **options)
+    assert _shown_by_each_job(pg_db, backend, "transaction_isolation") == ["repeatable read"] * 3
+
+
+@pytest.mark.parametrize(
+    "options", [{"pipeline": True}, PIPELINE_CHAIN], ids=["pipelined-exact-plan", "pipelined-chain"]
+)
+def test_the_asyncio_pipeline_begins_at_the_isolation_level_its_connection_was_given(
+    pg_db: SqlHarness, pg_dsn: str, options: dict[str, bool]
+) -> None:
+    # Its own BEGIN, queued with the claim, states the connection's level as psycopg's would; a chain keeps
+    # it (COMMIT AND CHAIN). A plain BEGIN took the server's default.
+    _enqueue(pg_db, 3)
+    seen: list[str] = []
+
+    async def handler(job_type: str, payload: Any) -> None:
+        conn = await aio.current_job().connection()
+        cursor = await conn.execute("SHOW transaction_isolation")
+        row = await cursor.fetchone()
+        seen.append(str(row[0]) if row else "")
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        conn = await psycopg.AsyncConnection.connect(pg_dsn)
+        await conn.set_isolation_level(psycopg.IsolationLevel.REPEATABLE_READ)
+        await conn.set_read_only(False)
+        return conn
+
+    backend = AsyncPostgresBackend(connect, **options)
+    asyncio.run(_adrain(pg_db, backend, handler, 1, lambda: not pg_db.jobs()))
+    assert seen == ["repeatable read"] * 3
+
+
+class _ServerBefore12:
+    """A connection as the chain reads it, of a PostgreSQL 11 server, given an isolation level."""
+
+    isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+    read_only = None
+    deferrable = None
+
+    class info:  # noqa: N801 (psycopg's attribute)
+        server_version = 110022
+
+
+def test_a_server_before_postgresql_12_gets_commit_and_a_begin_stating_the_connections_level() -> None:
+    backend = PostgresBackend(lambda: None, chain=True, synchronous_commit_off=True)
+    setting = sql.queries("postgresql")["synchronous_commit_off"]
+    begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+    assert backend._chain_commit_statements(_ServerBefore12(), None, False) == (
+        f"COMMIT; {begin}; {setting}",
+    )
+    assert backend._chain_commit_statements(_ServerBefore12(), None, True) == ("COMMIT", begin, setting)
 
 
 def _async_backend(driver: str, dsn: str, name: str) -> Any:
@@ -487,13 +557,13 @@ def test_an_asyncio_chained_pipeline_sends_a_finished_archive_with_the_next_clai
     else:
         checked = sql.render_ids("postgresql", CHECKED[1], *_tables(pg_db), batch_size)
     assert archives == [checked] * (JOBS // batch_size)
-    # The first claim goes with its BEGIN; then each archive with the COMMIT, the BEGIN and the next claim,
-    # one exchange a job (or batch), none settled on its own.
+    # The first claim goes with its BEGIN; then each archive with COMMIT AND CHAIN and the next claim, one
+    # exchange a job (or batch), none settled on its own.
     claim = backend.exchanges[0][-1]
     assert "FOR UPDATE SKIP LOCKED" in claim
     claimed = JOBS // batch_size
     assert backend.exchanges[0] == ["BEGIN", claim]
-    assert backend.exchanges[1 : 1 + claimed] == [[checked, "COMMIT", "BEGIN", claim]] * claimed
+    assert backend.exchanges[1 : 1 + claimed] == [[checked, "COMMIT AND CHAIN", claim]] * claimed
 
 
 def test_an_asyncio_chained_pipelines_close_leaves_no_socket_of_its_own_open(

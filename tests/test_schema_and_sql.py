@@ -48,8 +48,9 @@ def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() 
             "archive_and_delete_jobs_checked",
             # The opt-in asynchronous commit of the worker's job transaction (synchronous_commit_off=True).
             "synchronous_commit_off",
-            # Chained claims (chain=True): COMMIT and the next BEGIN sent together.
+            # Chained claims (chain=True): COMMIT AND CHAIN (COMMIT and the next BEGIN before PostgreSQL 12).
             "chain_commit",
+            "chain_commit_plain",
             "chain_begin",
         },
         # Chained claims (chain=True): the COMMIT in the chain's one query (the session stays out of

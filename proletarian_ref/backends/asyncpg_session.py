@@ -54,6 +54,12 @@ class AsyncpgSession:
     def backend_pid(self) -> int:
         return int(self.raw.get_server_pid())
 
+    @property
+    def server_version(self) -> int:
+        """As libpq numbers it (psycopg's conn.info.server_version): 150004 for 15.4."""
+        version = self.raw.get_server_version()
+        return int(version.major) * 10000 + int(version.minor)
+
     async def set_autocommit(self, value: bool) -> None:
         if self._transaction is not None:
             raise TransientDatabaseError("cannot change autocommit inside a transaction")

@@ -1,7 +1,7 @@
 """One exchange on a psycopg AsyncConnection in libpq's pipeline mode: every statement sent with one flush.
 
-AsyncPostgresBackend(pipeline=True) sends a job's statements (a chain's checked archive, COMMIT, BEGIN and
-claim) through here rather than through psycopg's own pipeline mode, which flushes every statement as it
+AsyncPostgresBackend(pipeline=True) sends a job's statements (a chain's checked archive, COMMIT AND CHAIN
+and claim) through here rather than through psycopg's own pipeline mode, which flushes every statement as it
 is queued and costs the client about as much CPU a job as the server's work (docs/benchmarks.md, limit9).
 Only the backend's own statements go this way, and only on connections the backend opened itself: libpq
 enters pipeline mode for the exchange and leaves it before it returns, so psycopg, the handler and anything

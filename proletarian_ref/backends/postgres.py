@@ -259,12 +259,13 @@ class PostgresBackend(SqlBackend):
     instead of five, on every connection, the same rows written (docs/worker.md, "Statement plans").
 
     With `chain=True` (backend.ChainedClaim) a queue worker at one job a transaction commits a finished
-    job's transaction and claims the next job without leaving its transaction() block: the COMMIT and the
-    next BEGIN go as one simple query, then the claim, so a job takes three round trips on the compact
-    plan instead of four; with `pipeline=True` as well, one: the finished job's archive, whose row count
-    the server checks (archive_and_delete_job_checked), goes with the COMMIT, the BEGIN and the claim. Each
-    job keeps a transaction of its own, its handler's writes and its archive row in it (docs/worker.md,
-    "Statement plans").
+    job's transaction and claims the next job without leaving its transaction() block: COMMIT AND CHAIN
+    (COMMIT and BEGIN on a server before PostgreSQL 12), then the claim, so a job takes three round trips
+    on the compact plan instead of four; with `pipeline=True` as well, one: the finished job's archive,
+    whose row count the server checks (archive_and_delete_job_checked), goes with the COMMIT AND CHAIN
+    and the claim. AND CHAIN keeps the isolation level and access mode the connection was given for
+    every job of the chain. Each job keeps a transaction of its own, its handler's writes and its archive
+    row in it (docs/worker.md, "Statement plans").
 
     With `synchronous_commit_off=True` every transaction the backend opens itself (the worker's job
     transaction: claim, handler, archive, delete) begins with `SET LOCAL synchronous_commit = off`, so its
@@ -311,7 +312,7 @@ class PostgresBackend(SqlBackend):
     def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None:
-        """ChainedClaim: COMMIT and BEGIN (and the job transaction's setting) as one simple query, then the
+        """ChainedClaim: COMMIT AND CHAIN (and the job transaction's setting) as one simple query, then the
         claim; on a pipelined connection each is queued and the claim's result brings all of them back.
 
         On a pipelined connection a finished job's archive goes in that same exchange when the server
@@ -381,28 +382,34 @@ class PostgresBackend(SqlBackend):
     def commit_and_get_next_jobs(
         self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
     ) -> list[JobRecord]:
-        """ChainedBatchClaim: commit_and_get_next_job's COMMIT and BEGIN, then batch mode's claim."""
+        """ChainedBatchClaim: commit_and_get_next_job's COMMIT AND CHAIN, then batch mode's claim."""
         self._chain_commit(conn)
         return self.get_next_jobs(conn, job_table, queue, now, limit)
 
     def _chain_commit(self, conn: Any) -> None:
         lease = self._checking_lease(conn)
         pipelined = self._pipelines(conn, pooled=self._pooled)
-        for statement in self._chain_commit_statements(None if lease is None else lease.pending, pipelined):
+        pending = None if lease is None else lease.pending
+        for statement in self._chain_commit_statements(conn, pending, pipelined):
             self._execute(conn, statement, None, _ignore)
 
     def _chain_commit_statements(
-        self, pending: list[tuple[Any, str, Any]] | None, pipelined: bool
+        self, conn: Any, pending: list[tuple[Any, str, Any]] | None, pipelined: bool
     ) -> tuple[str, ...]:
-        """The chain's COMMIT and BEGIN (and the job transaction's setting): one simple query, or one
-        statement each on a pipelined connection. The writes still queued (`pending`) are left queued to go
-        with them when every one's count is the server's to check (the asyncio backend's chain too)."""
+        """The chain's COMMIT AND CHAIN (COMMIT and BEGIN on a server before PostgreSQL 12), and the job
+        transaction's setting: one simple query, or one statement each on a pipelined connection. The
+        writes still queued (`pending`) are left queued to go with them when every one's count is the
+        server's to check (the asyncio backend's chain too)."""
         if pending is not None and all(what in _SERVER_CHECKED for _cursor, what, _ids in pending):
             # A count the server refuses fails the statement, the COMMIT after it does nothing and the error
             # comes back with the claim's result, so the transaction rolls back as after a count the client
             # refused. Left queued, they go with it.
             pending.clear()
-        return self._chain_statements[1 if pipelined else 0]
+        if has_and_chain(conn):
+            return self._chain_statements[pipelined]
+        # No AND CHAIN before PostgreSQL 12: COMMIT, then a BEGIN stating what the connection was given.
+        commit = sql.queries("postgresql")["chain_commit_plain"]
+        return chain_statements(self._job_transaction_setting, commit, stated_begin(conn))[pipelined]
 
     def _checkout_pooled(self) -> Any:
         return self._data_source.getconn()
@@ -764,14 +771,37 @@ class PostgresBackend(SqlBackend):
         return token
 
 
-def chain_statements(setting: str | None) -> tuple[tuple[str], tuple[str, ...]]:
-    """What commit_and_get_next_job sends before the claim: as one simple query (a connection outside
-    pipeline mode), and one by one (in pipeline mode, where a statement is one command)."""
-    queries = sql.queries("postgresql")
-    statements = [queries["chain_commit"], queries["chain_begin"]]
+def chain_statements(setting: str | None, *head: str) -> tuple[tuple[str], tuple[str, ...]]:
+    """What commit_and_get_next_job sends before the claim: `head` (by default COMMIT AND CHAIN) and the
+    job transaction's setting, as one simple query (a connection outside pipeline mode), and one by one
+    (in pipeline mode, where a statement is one command)."""
+    statements = [*(head or (sql.queries("postgresql")["chain_commit"],))]
     if setting is not None:
         statements.append(setting)  # the new transaction is a job's transaction too
     return ("; ".join(statements),), tuple(statements)
+
+
+def stated_begin(conn: Any) -> str:
+    """The BEGIN that states the transaction characteristics `conn` was given (isolation level, access
+    mode, deferrable), as psycopg's own BEGIN does; a plain BEGIN where it was given none."""
+    parts = [sql.queries("postgresql")["chain_begin"]]
+    if conn.isolation_level is not None:
+        parts.append("ISOLATION LEVEL " + conn.isolation_level.name.replace("_", " "))
+    if conn.read_only is not None:
+        parts.append("READ ONLY" if conn.read_only else "READ WRITE")
+    if conn.deferrable is not None:
+        parts.append("DEFERRABLE" if conn.deferrable else "NOT DEFERRABLE")
+    return " ".join(parts)
+
+
+def has_and_chain(conn: Any) -> bool:
+    """Whether `conn`'s server takes COMMIT AND CHAIN (PostgreSQL 12 and later): what the driver read at
+    connect (psycopg's conn.info, or an AsyncpgSession's), no round trip."""
+    return bool(conn.info.server_version >= _AND_CHAIN_SINCE)
+
+
+# The first server_version (libpq's number) with COMMIT AND CHAIN.
+_AND_CHAIN_SINCE: Final = 120000
 
 
 def _connect_like(pool: Any) -> Any:

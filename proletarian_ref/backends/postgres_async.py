@@ -25,6 +25,7 @@ from proletarian_ref.backends.postgres import (
     lenient_row,
     notification_channel,
     notification_payload,
+    stated_begin,
 )
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.tables import TableName
@@ -39,20 +40,19 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     back are the threaded PostgresBackend's own (its pure methods, through `codec`), so a row does not tell
     which API wrote it. With `compact=True` a finished job's archive and delete are one statement, as there;
     with `synchronous_commit_off=True` the worker's job transaction commits asynchronously, and with
-    `chain=True` a finished job's commit goes with the next BEGIN (ChainedClaim), as there.
+    `chain=True` a finished job's COMMIT AND CHAIN goes with the next claim (ChainedClaim), as there.
 
     With `pipeline=True` the connections the backend opens itself from a factory pipeline the worker's
     statements, as the threaded backend's do: BEGIN goes with the claim, single-row writes are held and
     sent together, their counts checked before anything else runs (the COMMIT included). With
     `compact=True` and `chain=True` as well a job takes one round trip: its archive, whose count the server
-    checks (archive_and_delete_job_checked), goes with the COMMIT, the next BEGIN and the next claim. Each
+    checks (archive_and_delete_job_checked), goes with the COMMIT AND CHAIN and the next claim. Each
     exchange enters libpq's pipeline mode, sends its statements with one flush and leaves pipeline mode
     before it returns (pg_exchange): the handler's own statements on the job's connection run as on any
     other connection. A pool's connections and callers' connections never pipeline.
     """
 
     dialect: ClassVar[str] = "postgresql"
-    _begin_statement: ClassVar[str] = sql.queries("postgresql")["chain_begin"]
     capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
     _driver_error: ClassVar[type[Exception]] = psycopg.Error
     codec: PostgresBackend
@@ -84,7 +84,7 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     async def commit_and_get_next_job(
         self, conn: Any, job_table: TableName, queue: str, now: datetime
     ) -> JobRecord | None:
-        """AsyncChainedClaim: COMMIT and BEGIN (and the job transaction's setting) as one simple query,
+        """AsyncChainedClaim: COMMIT AND CHAIN (and the job transaction's setting) as one simple query,
         then the claim: PostgresBackend's chain. On a pipelined connection all of them go in one exchange
         (_claim_exchange), the finished job's server-checked archive before them."""
         if conn in self._pipes:
@@ -96,7 +96,7 @@ class AsyncPostgresBackend(AsyncSqlBackend):
     async def commit_and_get_next_jobs(
         self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
     ) -> list[JobRecord]:
-        """AsyncChainedBatchClaim: commit_and_get_next_job's COMMIT and BEGIN, then batch mode's claim."""
+        """AsyncChainedBatchClaim: commit_and_get_next_job's COMMIT AND CHAIN, then batch mode's claim."""
         if conn in self._pipes:
             claim = self._batch_claim(job_table, queue, now, limit)
             return self._batch_claimed(conn, await self._claim_exchange(conn, *claim, True))
@@ -123,7 +123,7 @@ class AsyncPostgresBackend(AsyncSqlBackend):
 
     async def _claim_exchange(self, conn: Any, statement: str, params: Any, chained: bool) -> Command:
         """The claim in one exchange with what goes before it: on a chain, the finished job's archives
-        whose counts the server checks, its COMMIT and the next BEGIN (and the job transaction's setting);
+        whose counts the server checks, its COMMIT AND CHAIN (and the job transaction's setting);
         otherwise BEGIN when no transaction is open. Writes whose counts the client checks are settled in
         an exchange of their own first, so a wrong count rolls back before anything else runs."""
         pending = self._pending.get(conn)
@@ -131,7 +131,7 @@ class AsyncPostgresBackend(AsyncSqlBackend):
         if chained:
             held = [command for command, _what, _ids in pending] if pending else []
             # Empties `pending` when the server checks every held write's count: they go in this exchange.
-            statements = self.codec._chain_commit_statements(pending, True)
+            statements = self.codec._chain_commit_statements(conn, pending, True)
             if pending:
                 await self._settle(conn, pending)
             else:
@@ -141,7 +141,9 @@ class AsyncPostgresBackend(AsyncSqlBackend):
             if pending:
                 await self._settle(conn, pending)
             if conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
-                commands.append(Command(self._begin_statement))
+                # As psycopg would begin it: at the level and access mode the connection was given, which
+                # the chain's COMMIT AND CHAIN then keeps for every next job.
+                commands.append(Command(stated_begin(conn)))
         claim = Command(statement, params)
         commands.append(claim)
         await self._exchange(conn, commands)
@@ -200,7 +202,7 @@ class AsyncPostgresBackend(AsyncSqlBackend):
 
     async def _chain_commit(self, conn: Any) -> None:
         pending = self._pending.get(conn) if self._pending else None
-        for statement in self.codec._chain_commit_statements(pending, pending is not None):
+        for statement in self.codec._chain_commit_statements(conn, pending, pending is not None):
             await self._execute(conn, statement, None, _nothing)
 
     def _server_checks(self, conn: Any) -> bool:

@@ -77,8 +77,14 @@ SET LOCAL synchronous_commit = off
 -- name: chain_commit
 -- The chained plan (PostgresBackend(chain=True), backend.ChainedClaim; not Proletarian's plan, whose worker
 -- ends every job's transaction and polls again in a new one): the finished job's transaction commits and
--- the next one begins at once, sent together (one simple query, or one pipeline sync with the claim after
--- it); the next claim, get_next_job, runs in the new transaction.
+-- the next one begins at once, in one statement (PostgreSQL 12+), sent with the claim after it (one simple
+-- query, or one pipeline sync); the next claim, get_next_job, runs in the new transaction. AND CHAIN gives
+-- the new transaction the finished one's: the isolation level and access mode the connection was given,
+-- which the chain's first BEGIN stated. A server before 12 gets chain_commit_plain (a plain COMMIT) and
+-- chain_begin stating them instead.
+COMMIT AND CHAIN
+
+-- name: chain_commit_plain
 COMMIT
 
 -- name: chain_begin
