@@ -400,6 +400,18 @@ class _ServerBefore12:
         server_version = 110022
 
 
+class _AsyncpgServerBefore12:
+    """An AsyncpgSession as the chain reads it, of a PostgreSQL 11 server: no transaction characteristics."""
+
+    class info:  # noqa: N801 (psycopg's attribute, the session's own)
+        server_version = 110022
+
+
+def test_asyncpgs_chain_on_a_server_before_postgresql_12_gets_commit_and_a_plain_begin() -> None:
+    backend = PostgresBackend(lambda: None, chain=True)
+    assert backend._chain_commit_statements(_AsyncpgServerBefore12(), None, False) == ("COMMIT; BEGIN",)
+
+
 def test_a_server_before_postgresql_12_gets_commit_and_a_begin_stating_the_connections_level() -> None:
     backend = PostgresBackend(lambda: None, chain=True, synchronous_commit_off=True)
     setting = sql.queries("postgresql")["synchronous_commit_off"]

@@ -785,12 +785,16 @@ def stated_begin(conn: Any) -> str:
     """The BEGIN that states the transaction characteristics `conn` was given (isolation level, access
     mode, deferrable), as psycopg's own BEGIN does; a plain BEGIN where it was given none."""
     parts = [sql.queries("postgresql")["chain_begin"]]
-    if conn.isolation_level is not None:
-        parts.append("ISOLATION LEVEL " + conn.isolation_level.name.replace("_", " "))
-    if conn.read_only is not None:
-        parts.append("READ ONLY" if conn.read_only else "READ WRITE")
-    if conn.deferrable is not None:
-        parts.append("DEFERRABLE" if conn.deferrable else "NOT DEFERRABLE")
+    # getattr: an AsyncpgSession (asyncpg's chain) is given none of them.
+    isolation_level, read_only, deferrable = (
+        getattr(conn, name, None) for name in ("isolation_level", "read_only", "deferrable")
+    )
+    if isolation_level is not None:
+        parts.append("ISOLATION LEVEL " + isolation_level.name.replace("_", " "))
+    if read_only is not None:
+        parts.append("READ ONLY" if read_only else "READ WRITE")
+    if deferrable is not None:
+        parts.append("DEFERRABLE" if deferrable else "NOT DEFERRABLE")
     return " ".join(parts)
 
 
