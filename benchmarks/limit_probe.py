@@ -123,8 +123,9 @@ def _counting_claims(batch: int, asyncio: bool) -> Iterator[collections.Counter[
 
 
 class _Served:
-    """What serves a drain's connections (those of `client_pids` open on `ports` and not on `before`, so
-    neither the probe's own nor the harness's), and what each is doing, asked of the server by `watcher`."""
+    """What serves a drain's connections (those `client_pids` hold to the server, less the client ports
+    open `before` the drain began: neither the probe's own nor the harness's), and what each is doing,
+    asked of the server by `watcher`."""
 
     def __init__(self, watcher: Any, dialect: Dialect, client_pids: list[int], before: set[int]) -> None:
         self._watcher = watcher
