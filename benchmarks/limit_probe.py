@@ -10,6 +10,8 @@ serving the drain: the CPU time and the time spent runnable but waiting for a co
 also reads the machine's idle share of its cores and the whole server's CPU (its background work included:
 WAL writer, InnoDB's log writer and purge). Per job, those say whether the CPU (client or server), the
 locks, the scheduler's queue on a loaded machine or neither (idle cores: the drain waited) bound the drain.
+On a MariaDB started with performance_schema on, each result also keeps the server's wait instruments with
+the most time a job (InnoDB's latches among them when `wait/synch/%` is enabled).
 
 A drain is `FACTORY` (a conformance.builtin factory, the threaded worker) or `FACTORY:MODE`, MODE one of
 benchmarks.workers' asyncio modes (`async`, `async_chain`, `async_pipeline`); `limit` is the server's own
@@ -263,6 +265,7 @@ def probe(
                 time.sleep(SAMPLE_S)
 
         claims.clear()
+        waits0 = server_waits(watcher, dialect)
         c0, t0 = run.count, time.perf_counter()
         client0, server0, all0, idle0 = (
             schedstat(run.pids, True),
@@ -282,6 +285,7 @@ def probe(
             cores_busy(),
         )
         c1, t1 = run.count, time.perf_counter()
+        waits1 = server_waits(watcher, dialect)
         polls = dict(claims)
     jobs = c1 - c0
     if jobs <= 0 or c1 >= preload:
@@ -305,6 +309,7 @@ def probe(
         "cores_idle": _share(idle0, idle1),
         "polls": polls if counted else None,
         "backend_states": {k: round(v / total, 3) for k, v in samples.most_common()},
+        **waits_per_job(waits0, waits1, jobs),
         "load_average": list(psutil.getloadavg()),
     }
 
@@ -313,6 +318,51 @@ def _share(before: tuple[float, float], after: tuple[float, float]) -> float:
     """The share of the cores' time between two cores_busy() readings that was idle (or waiting on I/O)."""
     spent = after[1] - before[1]
     return round((after[0] - before[0]) / spent, 3) if spent > 0 else math.nan
+
+
+# The waits a result keeps: the server's instruments with the most time a job.
+TOP_WAITS: Final = 5
+
+
+def server_waits(conn: Any, dialect: Dialect) -> dict[str, tuple[int, int]] | None:
+    """MariaDB's performance_schema wait instruments so far, the whole server's (name: count, picoseconds),
+    or None where there is none to read: PostgreSQL, or performance_schema off (it is a server start
+    option). Only the instruments enabled count (InnoDB's latches need
+    `performance_schema_instrument='wait/synch/%=ON'`)."""
+    if dialect != "mysql":
+        return None
+    cursor = conn.cursor()
+    cursor.execute("SELECT @@performance_schema")
+    (enabled,) = cursor.fetchone()
+    if not int(enabled):
+        return None
+    cursor.execute(
+        "SELECT EVENT_NAME, COUNT_STAR, SUM_TIMER_WAIT "
+        "FROM performance_schema.events_waits_summary_global_by_event_name WHERE COUNT_STAR > 0"
+    )
+    return {str(name): (int(count), int(picoseconds)) for name, count, picoseconds in cursor.fetchall()}
+
+
+def waits_per_job(
+    before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None, jobs: int
+) -> dict[str, Any]:
+    """{"server_waits": the TOP_WAITS instruments by time a job between two server_waits readings, each
+    with its count and µs a job}, or nothing where the server gave none. `idle` (a connection waiting for
+    its client) is left out: it is the states' to say."""
+    if before is None or after is None:
+        return {}
+    spent = {
+        name: (count - before.get(name, (0, 0))[0], picoseconds - before.get(name, (0, 0))[1])
+        for name, (count, picoseconds) in after.items()
+        if name != "idle"
+    }
+    top = sorted(spent.items(), key=lambda item: -item[1][1])[:TOP_WAITS]
+    return {
+        "server_waits": {
+            name: {"per_job": count / jobs, "us_per_job": picoseconds / 1e6 / jobs}
+            for name, (count, picoseconds) in top
+        }
+    }
 
 
 # What the limit's mariadb-slap is told to expect (it runs a fixed number of calls, not for a time): about
@@ -331,9 +381,10 @@ def probe_limit(
     _, dialect = require_sql(harness)
     try:
         QueueFiller(harness, preload).top_up()
-        idle0, all0 = cores_busy(), server_processes_cpu()
-        result = limit_rate(harness, processes * threads, batch, seconds, _SLAP_JOBS_PER_S * batch**0.67)
-        idle1, all1 = cores_busy(), server_processes_cpu()
+        with contextlib.closing(_connect(harness, dialect)) as conn:
+            waits0, idle0, all0 = server_waits(conn, dialect), cores_busy(), server_processes_cpu()
+            result = limit_rate(harness, processes * threads, batch, seconds, _SLAP_JOBS_PER_S * batch**0.67)
+            waits1, idle1, all1 = server_waits(conn, dialect), cores_busy(), server_processes_cpu()
     finally:
         harness.close()
     jobs = result["jobs"]
@@ -356,6 +407,7 @@ def probe_limit(
             "server_all_cpu": server_cpu_between(all0, all1) / jobs * 1e6 + ended,
         },
         "cores_idle": _share(idle0, idle1),
+        **waits_per_job(waits0, waits1, jobs),
         "load_average": list(psutil.getloadavg()),
     }
 

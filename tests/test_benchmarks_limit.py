@@ -216,6 +216,34 @@ def test_the_limit_probe_drains_on_the_asyncio_worker_and_leaves_a_chains_claims
     assert abs(sum(result["backend_states"].values()) - 1) < 0.01
 
 
+def _performance_schema_on(mysql_dsn: str) -> bool:
+    import pymysql
+
+    from proletarian_ref.backends.dsn import mysql_connect_kwargs
+
+    conn = pymysql.connect(**mysql_connect_kwargs(mysql_dsn))
+    try:
+        cursor = conn.cursor()
+        cursor.execute("SELECT @@performance_schema")
+        (enabled,) = cursor.fetchone()
+        return bool(int(enabled))
+    finally:
+        conn.close()
+
+
+def test_the_limit_probe_keeps_the_instruments_with_the_most_time_a_job_idle_aside() -> None:
+    from benchmarks.limit_probe import TOP_WAITS, waits_per_job
+
+    before = {"idle": (1, 10**9), "a": (10, 10**6), "b": (0, 0)}
+    after = {"idle": (9, 9 * 10**9), "a": (30, 5 * 10**6), "b": (4, 8 * 10**6), "new": (2, 10**6)}
+    after |= {f"small{i}": (1, i) for i in range(TOP_WAITS)}
+    waits = waits_per_job(before, after, jobs=2)["server_waits"]
+    assert list(waits)[:3] == ["b", "a", "new"] and len(waits) == TOP_WAITS
+    assert waits["b"] == {"per_job": 2.0, "us_per_job": 4.0}
+    assert waits["a"] == {"per_job": 10.0, "us_per_job": 2.0}
+    assert waits_per_job(None, after, jobs=2) == {} == waits_per_job(before, None, jobs=2)
+
+
 @pytest.mark.mysql
 def test_the_limit_probe_samples_only_a_mariadb_drains_own_connections(mysql_dsn: str) -> None:
     from benchmarks import limit_probe
@@ -227,6 +255,8 @@ def test_the_limit_probe_samples_only_a_mariadb_drains_own_connections(mysql_dsn
     # The probe's own connection, reading PROCESSLIST, would sample as "Filling schema table".
     assert not [state for state in result["backend_states"] if "schema table" in state]
     assert result["polls"]["claims"] > 0
+    # The server's wait instruments where performance_schema is on (a server start option), else none.
+    assert ("server_waits" in result) == _performance_schema_on(mysql_dsn)
 
 
 @pytest.mark.mysql
