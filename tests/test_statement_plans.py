@@ -405,7 +405,7 @@ def test_a_pipelined_transaction_whose_first_read_is_not_a_claim_still_commits(p
     assert _queued(pg_db) == [(job_id, 0)]  # committed: seen from another connection
 
 
-def test_a_pipelined_connection_with_an_isolation_level_keeps_psycopgs_begin_which_states_it(
+def test_a_pipelined_connection_with_an_isolation_level_begins_its_transactions_at_that_level(
     pg_db: SqlHarness, pg_dsn: str
 ) -> None:
     import psycopg

@@ -277,8 +277,6 @@ class PostgresBackend(SqlBackend):
 
     dialect: ClassVar[str] = "postgresql"
     _chains: ClassVar[bool] = True
-    # A pipelined transaction's BEGIN, queued with its claim (_begin).
-    _begin_statement: ClassVar[str] = sql.queries("postgresql")["chain_begin"]
     capabilities: ClassVar[Capabilities] = Capabilities(handler_transaction=True)
 
     def __init__(
@@ -566,15 +564,16 @@ class PostgresBackend(SqlBackend):
     def _begin(self, conn: Any) -> Any:
         if self._pipeline and not self._pooled and conn is self._local.conn:
             self._enter_pipeline(conn)
-            if conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
+            if conn.info.transaction_status == TransactionStatus.IDLE:
                 # BEGIN queued, so it goes with the claim: psycopg syncs after each BEGIN it sends itself
-                # in pipeline mode, a round trip of its own.
+                # in pipeline mode, a round trip of its own. It states what the connection was given, as
+                # psycopg's would.
                 cursors = self._local.cursors
                 assert cursors is not None  # kept for the thread's own connection
                 cursor = cursors.get(_BEGIN)
                 if cursor is None:
                     cursor = cursors[_BEGIN] = self._cursor(conn)
-                cursor.execute(self._begin_statement, prepare=False)
+                cursor.execute(stated_begin(conn), prepare=False)
             return False
         was_autocommit = conn.autocommit
         if was_autocommit:
@@ -592,12 +591,10 @@ class PostgresBackend(SqlBackend):
         # Entered once per connection and left open across transactions: leaving pipeline mode costs a
         # round trip of its own. Autocommit is set once, for good (changing it in pipeline mode costs one
         # too): the connection is the backend's own, and used only in transaction(), which sends its own
-        # BEGIN (_begin). A connection with an isolation level or access mode of its factory's keeps
-        # psycopg's BEGIN, which says them.
+        # BEGIN (_begin).
         self._leave_pipeline()
-        plain = conn.isolation_level is None and conn.read_only is None and conn.deferrable is None
-        if conn.autocommit != plain:
-            conn.autocommit = plain
+        if not conn.autocommit:
+            conn.autocommit = True
         manager = conn.pipeline()
         local.pipeline = manager.__enter__()
         local.pipeline_manager, local.pipelined = manager, conn
