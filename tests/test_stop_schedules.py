@@ -3,7 +3,9 @@
 Once stop() is called no new job is handled; after it returns or raises no claim reaches the database,
 no handler starts and nothing is written; its error names what each stuck thread held, never "None".
 Every handler start and end, every claim and every write is recorded with its time, and compared with
-the moment stop() returned or raised.
+the moment stop() returned or raised. The moment stop() took effect, and each handler's admission, are
+recorded under the lock the worker takes for both, so their order is the order that happened: a
+handler admitted just before stop() may record its own start just after it.
 """
 
 from __future__ import annotations
@@ -225,6 +227,7 @@ def run_schedule(
         batch_size=batch_size,
         **db.table_options,
     )
+    record_stop_and_admissions(worker, timeline)
     locks = LockPlan(db, schedule)
     error: ShutdownTimeoutError | None = None
     try:
@@ -232,7 +235,6 @@ def run_schedule(
         worker.start()
         locks.start_timers()
         time.sleep(schedule.stop_after_ms / 1000)
-        stop_called = time.monotonic()
         try:
             worker.stop()
         except ShutdownTimeoutError as exc:
@@ -247,7 +249,7 @@ def run_schedule(
             assert not thread.is_alive(), f"{thread.name} never ended"
         if owned:
             backend.inner.close()
-    check_nothing_happened_after(timeline, stop_called, stopped, schedule, drained=error is None)
+    check_nothing_happened_after(timeline, stopped, schedule, drained=error is None)
     if error is not None:
         assert "None" not in str(error)
         assert re.findall(r"proletarian\[[^\]]*\]-\d+ \(", str(error)), str(error)
@@ -258,15 +260,50 @@ def run_schedule(
     assert all(job.attempts == 0 for job in queued)
 
 
+def record_stop_and_admissions(worker: Any, timeline: Timeline) -> None:
+    """Record "stop-requested" and each "admitted" handler inside the worker's lock, the one its stop
+    request and its handlers' admission (may_handle) take, so their times are in the order they happened.
+    """
+    lock, request_stop, may_handle_for = worker._lock, worker._request_stop, worker._may_handle
+
+    def recorded_request_stop() -> Any:
+        with lock:
+            listener = request_stop()
+            timeline.add("stop-requested")
+        return listener
+
+    def recorded_may_handle(n: int) -> Any:
+        may_handle = may_handle_for(n)
+
+        def admit(job_context: Any) -> bool:
+            with lock:
+                admitted = bool(may_handle(job_context))
+                if admitted:
+                    timeline.add("admitted")
+            return admitted
+
+        return admit
+
+    # Replaced on the instance before start(): each poller thread asks for its may_handle as it starts.
+    worker._request_stop = recorded_request_stop
+    worker._may_handle = recorded_may_handle
+
+
 def check_nothing_happened_after(
-    timeline: Timeline, stop_called: float, stopped: float, schedule: Schedule, *, drained: bool
+    timeline: Timeline, stopped: float, schedule: Schedule, *, drained: bool
 ) -> None:
-    """No handler started once stop() was called; no claim, write or commit came after it returned, nor,
-    when it returned normally (every handler drained), a handler's end.
+    """No handler was admitted once stop() had taken effect, and none started without an admission; no
+    claim, write or commit came after stop() returned, nor, when it returned normally (every handler
+    drained), a handler's end.
     """
     late = [e for e in timeline.after(stopped) if drained or not e.startswith("handler-end")]
     assert not late, (late, schedule)
-    assert not [e for e in timeline.after(stop_called) if e.startswith("handler-start")], schedule
+    requested = [at for at, what in timeline.events if what == "stop-requested"]
+    assert len(requested) == 1, (timeline.events, schedule)
+    assert "admitted" not in timeline.after(requested[0]), schedule
+    whats = [what for _, what in timeline.events]
+    starts = [what for what in whats if what.startswith("handler-start")]
+    assert len(starts) == whats.count("admitted"), (whats, schedule)
 
 
 # The two schedules of issue 11.4, always tried: threads waiting for the pool's one connection while a
