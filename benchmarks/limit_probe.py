@@ -30,6 +30,7 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast, get_args
 
@@ -265,32 +266,29 @@ def probe(
                 time.sleep(SAMPLE_S)
 
         claims.clear()
-        waits0 = server_waits(watcher, dialect)
         c0, t0 = run.count, time.perf_counter()
-        client0, server0, all0, idle0 = (
+        client0, server0, machine0 = (
             schedstat(run.pids, True),
             served.cpu(),
-            server_processes_cpu(),
-            cores_busy(),
+            MachineReading.take(watcher, dialect),
         )
         sampler = threading.Thread(target=sample)
         sampler.start()
         time.sleep(window_s)
         stop.set()
         sampler.join()
-        client1, server1, all1, idle1 = (
+        client1, server1, machine1 = (
             schedstat(run.pids, True),
             served.cpu(),
-            server_processes_cpu(),
-            cores_busy(),
+            MachineReading.take(watcher, dialect),
         )
         c1, t1 = run.count, time.perf_counter()
-        waits1 = server_waits(watcher, dialect)
         polls = dict(claims)
     jobs = c1 - c0
     if jobs <= 0 or c1 >= preload:
         raise RuntimeError(f"the queue of {preload} jobs ran dry before the window ended: a larger --preload")
     total = sum(samples.values())
+    server_all_cpu, machine = machine0.until(machine1, jobs)
     return {
         "point": list(point),
         "factory": drain,
@@ -304,14 +302,36 @@ def probe(
             "client_runqueue": (client1[1] - client0[1]) / jobs * 1e6,
             "server_cpu": (server1[0] - server0[0]) / jobs * 1e6,
             "server_runqueue": (server1[1] - server0[1]) / jobs * 1e6,
-            "server_all_cpu": server_cpu_between(all0, all1) / jobs * 1e6,
+            "server_all_cpu": server_all_cpu,
         },
-        "cores_idle": _share(idle0, idle1),
         "polls": polls if counted else None,
         "backend_states": {k: round(v / total, 3) for k, v in samples.most_common()},
-        **waits_per_job(waits0, waits1, jobs),
-        "load_average": list(psutil.getloadavg()),
+        **machine,
     }
+
+
+@dataclass(frozen=True)
+class MachineReading:
+    """What a probe reads of the whole machine before and after its window, the drain's and the limit's
+    alike: the server's wait instruments (server_waits), the cores' busy and idle time (cores_busy), every
+    server process's CPU (server_processes_cpu)."""
+
+    waits: dict[str, tuple[int, int]] | None
+    cores: tuple[float, float]
+    server_processes: dict[int, float]
+
+    @classmethod
+    def take(cls, conn: Any, dialect: Dialect) -> MachineReading:
+        return cls(server_waits(conn, dialect), cores_busy(), server_processes_cpu())
+
+    def until(self, after: MachineReading, jobs: int) -> tuple[float, dict[str, Any]]:
+        """The whole server's CPU µs a job from this reading to `after`, and the result's keys of the
+        machine's: cores_idle, server_waits (where the server has them), load_average."""
+        return server_cpu_between(self.server_processes, after.server_processes) / jobs * 1e6, {
+            "cores_idle": _share(self.cores, after.cores),
+            **waits_per_job(self.waits, after.waits, jobs),
+            "load_average": list(psutil.getloadavg()),
+        }
 
 
 def _share(before: tuple[float, float], after: tuple[float, float]) -> float:
@@ -382,9 +402,9 @@ def probe_limit(
     try:
         QueueFiller(harness, preload).top_up()
         with contextlib.closing(_connect(harness, dialect)) as conn:
-            waits0, idle0, all0 = server_waits(conn, dialect), cores_busy(), server_processes_cpu()
+            machine0 = MachineReading.take(conn, dialect)
             result = limit_rate(harness, processes * threads, batch, seconds, _SLAP_JOBS_PER_S * batch**0.67)
-            waits1, idle1, all1 = server_waits(conn, dialect), cores_busy(), server_processes_cpu()
+            machine1 = MachineReading.take(conn, dialect)
     finally:
         harness.close()
     jobs = result["jobs"]
@@ -395,6 +415,7 @@ def probe_limit(
     # pgbench's backends began and ended within the run: server_cpu_between leaves them to limit_rate's
     # reading; MariaDB's threads are its one process's.
     ended = server if dialect == "postgresql" else 0.0
+    server_all_cpu, machine = machine0.until(machine1, jobs)
     return {
         "point": list(point),
         "factory": "limit",
@@ -404,11 +425,9 @@ def probe_limit(
         "per_job_us": {
             "client_cpu": per_job["client_cpu_us"],
             "server_cpu": server,
-            "server_all_cpu": server_cpu_between(all0, all1) / jobs * 1e6 + ended,
+            "server_all_cpu": server_all_cpu + ended,
         },
-        "cores_idle": _share(idle0, idle1),
-        **waits_per_job(waits0, waits1, jobs),
-        "load_average": list(psutil.getloadavg()),
+        **machine,
     }
 
 
