@@ -244,8 +244,10 @@ def measure_rate(
     first_job_s = time.perf_counter() - started
     c_first, t_first = run.count, time.perf_counter()
     time.sleep(warmup_s)
-    c0, t0 = run.count, time.perf_counter()
+    # The counters first, then the count: a first reading can be slow (ServerCpu finds the drain's server
+    # processes), and jobs finished meanwhile would be counted with none of their costs.
     before = costs() if costs is not None else {}
+    c0, t0 = run.count, time.perf_counter()
     limit = int(total * 0.95)
     if c0 >= limit:
         # A backend fast enough to near the end of the queue during the warm-up: count from the first job,
