@@ -11,7 +11,9 @@ also reads the machine's idle share of its cores and the whole server's CPU (its
 WAL writer, InnoDB's log writer and purge). Per job, those say whether the CPU (client or server), the
 locks, the scheduler's queue on a loaded machine or neither (idle cores: the drain waited) bound the drain.
 On a MariaDB started with performance_schema on, each result also keeps the server's wait instruments with
-the most time a job (InnoDB's latches among them when `wait/synch/%` is enabled).
+the most time a job (InnoDB's latches among them when `wait/synch/%` is enabled); on any MariaDB, InnoDB's
+counters a job (the pages it read, the rows asked for by key and next, written, deleted) and its purge
+backlog (history list length) at both ends of the window: `--table` prints them as a second table.
 
 A drain is `FACTORY` (a conformance.builtin factory, the threaded worker) or `FACTORY:MODE`, MODE one of
 benchmarks.workers' asyncio modes (`async`, `async_chain`, `async_pipeline`); `limit` is the server's own
@@ -319,19 +321,65 @@ class MachineReading:
     waits: dict[str, tuple[int, int]] | None
     cores: tuple[float, float]
     server_processes: dict[int, float]
+    status: dict[str, int] | None
 
     @classmethod
     def take(cls, conn: Any, dialect: Dialect) -> MachineReading:
-        return cls(server_waits(conn, dialect), cores_busy(), server_processes_cpu())
+        return cls(
+            server_waits(conn, dialect), cores_busy(), server_processes_cpu(), server_status(conn, dialect)
+        )
 
     def until(self, after: MachineReading, jobs: int) -> tuple[float, dict[str, Any]]:
         """The whole server's CPU µs a job from this reading to `after`, and the result's keys of the
-        machine's: cores_idle, server_waits (where the server has them), load_average."""
+        machine's: cores_idle, server_waits and server_status (where the server has them), load_average."""
         return server_cpu_between(self.server_processes, after.server_processes) / jobs * 1e6, {
             "cores_idle": _share(self.cores, after.cores),
             **waits_per_job(self.waits, after.waits, jobs),
+            **status_per_job(self.status, after.status, jobs),
             "load_average": list(psutil.getloadavg()),
         }
+
+
+# MariaDB's counters of the work InnoDB did, read a job: the pages it looked at (each B-tree page a claim's
+# scan walks, locked rows and rows deleted but not yet purged among them), the rows the SQL layer asked it
+# for by key and next in an index; and its purge's backlog, a level read at both ends of the window.
+STATUS_COUNTERS: Final = (
+    "Innodb_buffer_pool_read_requests",
+    "Handler_read_key",
+    "Handler_read_next",
+    "Handler_write",
+    "Handler_delete",
+    "Innodb_row_lock_waits",
+)
+STATUS_LEVELS: Final = ("Innodb_history_list_length",)
+
+
+def server_status(conn: Any, dialect: Dialect) -> dict[str, int] | None:
+    """MariaDB's global STATUS_COUNTERS and STATUS_LEVELS now (every session's, live), or None on
+    PostgreSQL (whose statistics reach pg_stat_database up to a second late, too late for a window)."""
+    if dialect != "mysql":
+        return None
+    names = ", ".join(f"'{name}'" for name in (*STATUS_COUNTERS, *STATUS_LEVELS))
+    cursor = conn.cursor()
+    cursor.execute(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
+    found = {str(name): int(value) for name, value in cursor.fetchall()}
+    missing = {*STATUS_COUNTERS, *STATUS_LEVELS} - found.keys()
+    if missing:
+        raise RuntimeError(f"the server has no status variable {sorted(missing)}")
+    return found
+
+
+def status_per_job(before: dict[str, int] | None, after: dict[str, int] | None, jobs: int) -> dict[str, Any]:
+    """{"server_status": each of STATUS_COUNTERS a job between two server_status readings, each of
+    STATUS_LEVELS as [before, after]}, or nothing where the server gave none."""
+    if before is None or after is None:
+        return {}
+    return {
+        "server_status": {
+            **{name: (after[name] - before[name]) / jobs for name in STATUS_COUNTERS},
+            **{name: [before[name], after[name]] for name in STATUS_LEVELS},
+        }
+    }
 
 
 def _share(before: tuple[float, float], after: tuple[float, float]) -> float:
@@ -471,6 +519,43 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def status_table(results: list[dict[str, Any]]) -> str | None:
+    """The table of the readings' server_status (MariaDB's): medians over the rounds of each (point,
+    drain), each counter a job and the purge backlog at the window's end; None where none has them."""
+    groups: dict[tuple[tuple[int, ...], str], list[dict[str, Any]]] = collections.defaultdict(list)
+    for result in results:
+        if "server_status" in result:
+            groups[(tuple(result["point"]), result["factory"])].append(result)
+    if not groups:
+        return None
+    lines = [
+        "| processes x threads x jobs/commit | drain | "
+        + " | ".join(f"{_STATUS_HEADINGS[name]} a job" for name in STATUS_COUNTERS)
+        + " | purge backlog at the end |",
+        "|---|---|" + "---|" * (len(STATUS_COUNTERS) + 1),
+    ]
+    for (point, factory), runs in groups.items():
+        status = [r["server_status"] for r in runs]
+        cells = [
+            "x".join(str(n) for n in point),
+            factory,
+            *(f"{statistics.median(s[name] for s in status):,.1f}" for name in STATUS_COUNTERS),
+            f"{statistics.median(s['Innodb_history_list_length'][1] for s in status):,.0f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+_STATUS_HEADINGS: Final = {
+    "Innodb_buffer_pool_read_requests": "pages read",
+    "Handler_read_key": "index reads by key",
+    "Handler_read_next": "index reads next",
+    "Handler_write": "rows written",
+    "Handler_delete": "rows deleted",
+    "Innodb_row_lock_waits": "row lock waits",
+}
+
+
 def top_states(
     results: list[dict[str, Any]], point: list[int], drain: str, most: int = 4
 ) -> list[tuple[str, float]]:
@@ -508,7 +593,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.table:
-        print(table(load(args.table)))
+        results = load(args.table)
+        print(table(results))
+        status = status_table(results)
+        if status is not None:
+            print()
+            print(status)
         return
     if not args.dsn or not args.point:
         parser.error("--dsn and --point are needed to probe")

@@ -257,6 +257,10 @@ def test_the_limit_probe_samples_only_a_mariadb_drains_own_connections(mysql_dsn
     assert result["polls"]["claims"] > 0
     # The server's wait instruments where performance_schema is on (a server start option), else none.
     assert ("server_waits" in result) == _performance_schema_on(mysql_dsn)
+    # InnoDB's counters a job, always: each job deletes its row (other sessions' deletes only add).
+    status = result["server_status"]
+    assert status["Handler_delete"] >= 0.8 and status["Innodb_buffer_pool_read_requests"] > 0
+    assert [type(n) for n in status["Innodb_history_list_length"]] == [int, int]
 
 
 @pytest.mark.mysql
@@ -269,6 +273,7 @@ def test_the_limit_probes_limit_on_mariadb_counts_the_whole_servers_cpu(mysql_ds
     # The whole server is its connections' threads and its background threads, in one process.
     assert costs["server_all_cpu"] >= costs["server_cpu"] * 0.95
     assert 0 <= result["cores_idle"] <= 1
+    assert result["server_status"]["Handler_delete"] >= 0.8
 
 
 @pytest.mark.postgresql
@@ -279,6 +284,30 @@ def test_the_limit_probes_limit_on_postgresql_keeps_the_cpu_of_pgbenchs_ended_ba
     costs = result["per_job_us"]
     assert result["jobs"] > 0 and costs["server_cpu"] > 0
     assert costs["server_all_cpu"] >= costs["server_cpu"]
+    # PostgreSQL's statistics reach its views up to a second late: none is read for a window.
+    assert "server_status" not in result and "server_waits" not in result
+
+
+def test_the_limit_probe_reads_innodbs_counters_a_job_and_its_purge_backlog_at_both_ends() -> None:
+    from benchmarks.limit_probe import STATUS_COUNTERS, status_per_job, status_table
+
+    before = dict.fromkeys(STATUS_COUNTERS, 100) | {"Innodb_history_list_length": 7}
+    after = dict.fromkeys(STATUS_COUNTERS, 160) | {"Innodb_history_list_length": 90}
+    status = status_per_job(before, after, jobs=20)["server_status"]
+    assert status == dict.fromkeys(STATUS_COUNTERS, 3.0) | {"Innodb_history_list_length": [7, 90]}
+    assert status_per_job(None, after, jobs=20) == {} == status_per_job(before, None, jobs=20)
+    rounds = [
+        {"point": [4, 4, 10], "factory": drain, "server_status": status | {"Handler_delete": deletes}}
+        for drain, deletes in (("limit", 1.0), ("mysql", 1.5), ("limit", 2.0), ("mysql", 0.5), ("mysql", 1.2))
+    ]
+    printed = status_table([*rounds, {"point": [1, 1, 1], "factory": "postgresql"}])
+    assert printed is not None
+    header, _, limit, mysql = printed.splitlines()
+    assert "| pages read a job |" in header and header.endswith("| purge backlog at the end |")
+    # Medians over the rounds of each drain: rows deleted a job 1.5 (limit), 1.2 (mysql).
+    assert limit == "| 4x4x10 | limit | 3.0 | 3.0 | 3.0 | 3.0 | 1.5 | 3.0 | 90 |"
+    assert mysql == "| 4x4x10 | mysql | 3.0 | 3.0 | 3.0 | 3.0 | 1.2 | 3.0 | 90 |"
+    assert status_table([{"point": [1, 1, 1], "factory": "postgresql"}]) is None
 
 
 @pytest.mark.parametrize("text", ["", ":async", "postgresql:raw", "postgresql:threads"])
