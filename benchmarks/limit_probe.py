@@ -340,9 +340,9 @@ class MachineReading:
         }
 
 
-# MariaDB's counters of the work InnoDB did, read a job: the pages it looked at (each B-tree page a claim's
-# scan walks, locked rows and rows deleted but not yet purged among them), the rows the SQL layer asked it
-# for by key and next in an index; and its purge's backlog, a level read at both ends of the window.
+# MariaDB's counters of the work InnoDB did, read a job: the pages it looked at (every page a statement or
+# the purge visited: a global counter cannot tell whose), the rows the SQL layer asked it for by key and next
+# in an index, wrote and deleted; and its purge's backlog, a level read at both ends of the window.
 STATUS_COUNTERS: Final = (
     "Innodb_buffer_pool_read_requests",
     "Handler_read_key",
