@@ -13,7 +13,10 @@ locks, the scheduler's queue on a loaded machine or neither (idle cores: the dra
 On a MariaDB started with performance_schema on, each result also keeps the server's wait instruments with
 the most time a job (InnoDB's latches among them when `wait/synch/%` is enabled); on any MariaDB, InnoDB's
 counters a job (the pages it read, the rows asked for by key and next, written, deleted) and its purge
-backlog (history list length) at both ends of the window: `--table` prints them as a second table.
+backlog (history list length) at both ends of the window: `--table` prints them as a second table. On
+either database, drain or limit, it also samples what one claim reads as the server accounts for it
+(ClaimPages: the pages or blocks a claim of the point's jobs a commit read, run and rolled back on a
+connection of its own every CLAIM_EVERY_S): `--table` prints them as a third.
 
 A drain is `FACTORY` (a conformance.builtin factory, the threaded worker) or `FACTORY:MODE`, MODE one of
 benchmarks.workers' asyncio modes (`async`, `async_chain`, `async_pipeline`); `limit` is the server's own
@@ -31,14 +34,22 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast, get_args
 
 import psutil
 
-from benchmarks.common import BackendSpec, Dialect, open_harness, require_sql
+from benchmarks.common import (
+    BENCH_QUEUE_TEXT,
+    BackendSpec,
+    Dialect,
+    db_now,
+    job_table_of,
+    open_harness,
+    require_sql,
+)
 from benchmarks.costs import _client_ports, _port, _server_pid
 from benchmarks.machine import describe, machine
 from benchmarks.server_limit import limit_rate
@@ -49,6 +60,7 @@ from benchmarks.workers import DrainRun, Mode
 # asyncio one, _async/poll_loop.py).
 from proletarian_ref._async import poll_loop as async_poll_loop
 from proletarian_ref._sync import poll_loop as poll_loop_module
+from proletarian_ref.sql import render
 
 # The server's processes, by the name each of their processes (PostgreSQL) or the one process (MariaDB) has.
 _SERVER_PROCESSES: Final = ("postgres", "mariadbd", "mysqld")
@@ -188,6 +200,120 @@ class _Served:
         return [f"{command}|{state or ''}|{trx or ''}" for command, state, trx in cursor.fetchall()]
 
 
+class _Every:
+    """Calls `fn` on a thread of its own every `interval_s` from start() to stop(); stop() raises what it
+    raised, if anything."""
+
+    def __init__(self, fn: Callable[[], None], interval_s: float, name: str) -> None:
+        self._fn = fn
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._fn()
+                self._stop.wait(self._interval_s)
+        except BaseException as exc:  # handed to stop()
+            self._error = exc
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop calling fn (again, or before start(): nothing)."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"{self._thread.name} failed") from error
+
+
+class ClaimPages:
+    """What one claim reads now, sampled every CLAIM_EVERY_S on a connection of its own while a drain or
+    the limit runs: batch mode's claim (get_next_jobs, LIMIT jobs a commit) run under the server's own
+    account of it (MariaDB's ANALYZE FORMAT=JSON, whose r_engine_stats count the pages each table's access
+    read, 10.9 on; PostgreSQL's EXPLAIN (ANALYZE, BUFFERS): shared blocks hit and read), in a transaction
+    rolled back at once. The rows it claims are locked for that moment, and a drain's claims pass over
+    them as over any other worker's; none is changed."""
+
+    def __init__(self, harness: Any, dialect: Dialect, batch: int) -> None:
+        self._conn: Any = _connect(harness, dialect)
+        self._dialect = dialect
+        prefix = "ANALYZE FORMAT=JSON " if dialect == "mysql" else "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+        self._statement = prefix + render(dialect, "get_next_jobs", job_table_of(harness))
+        self._params = {"queue": BENCH_QUEUE_TEXT, "limit": batch}
+        self._samples: list[tuple[int, int]] = []
+        self._every = _Every(lambda: self._samples.append(self._claim()), CLAIM_EVERY_S, "probe-claim-pages")
+
+    def _claim(self) -> tuple[int, int]:
+        """(pages read, rows claimed) of one claim, rolled back."""
+        params = {**self._params, "now": db_now(self._dialect)}
+        if self._dialect == "postgresql":
+            with self._conn.transaction(force_rollback=True):
+                ((plan,),) = self._conn.execute(self._statement, params).fetchall()
+            top = plan[0]["Plan"]
+            return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"]), int(top["Actual Rows"])
+        cursor = self._conn.cursor()
+        cursor.execute("START TRANSACTION")
+        try:
+            cursor.execute(self._statement, params)
+            ((text,),) = cursor.fetchall()
+        finally:
+            cursor.execute("ROLLBACK")
+        tables = list(_tables(json.loads(text)))
+        if not tables or any("r_engine_stats" not in t for t in tables):
+            raise RuntimeError("the server's ANALYZE names no pages a table read (MariaDB 10.9 on does)")
+        pages = sum(int(t["r_engine_stats"].get("pages_accessed", 0)) for t in tables)
+        return pages, int(tables[0]["r_rows"])
+
+    def start(self) -> None:
+        self._every.start()
+
+    def stop(self) -> None:
+        """Stop sampling and close the connection (again: nothing); raise what a sample raised."""
+        try:
+            self._every.stop()
+        finally:
+            if self._conn is not None:
+                conn, self._conn = self._conn, None
+                conn.close()
+
+    def result(self) -> dict[str, Any]:
+        """{"claims": {samples, the medians of pages a claim, rows a claim and pages a row}}."""
+        found = [(pages, rows) for pages, rows in self._samples if rows > 0]
+        if not found:
+            return {"claims": {"samples": 0}}
+        return {
+            "claims": {
+                "samples": len(found),
+                "pages": statistics.median(p for p, _ in found),
+                "rows": statistics.median(r for _, r in found),
+                "pages_per_row": statistics.median(p / r for p, r in found),
+            }
+        }
+
+
+def _tables(node: Any) -> Iterator[dict[str, Any]]:
+    """Every "table" object of a MariaDB ANALYZE FORMAT=JSON document, depth first."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "table" and isinstance(value, dict):
+                yield value
+            yield from _tables(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _tables(item)
+
+
+# How often a claim is sampled: often enough for a median over a two-second window, seldom enough that its
+# moment's locks are a small share of what the drain's claims pass.
+CLAIM_EVERY_S: Final = 0.05
+
+
 def waiting_on_client(state: str) -> bool:
     """A sampled state (either dialect's) in which the server waits for the client's next message."""
     return "ClientRead" in state or state.startswith("Sleep|")
@@ -239,7 +365,6 @@ def probe(
     filler.top_up()
     run = DrainRun(harness, spec, mode, processes, threads, 100.0, batch_size=batch)
     samples: collections.Counter[str] = collections.Counter()
-    stop = threading.Event()
     # A chained claim is made inside run_next_job's call, so only unchained drains' claims are counted.
     counted = processes == 1 and "chain" not in drain
     claiming: contextlib.AbstractContextManager[collections.Counter[str]] = (
@@ -253,20 +378,18 @@ def probe(
         cleanup.callback(watcher.close)
         claims: collections.Counter[str] = cleanup.enter_context(claiming)
         cleanup.callback(run.stop)
-        cleanup.callback(stop.set)
+        claim_pages = ClaimPages(harness, dialect, batch)
+        cleanup.callback(claim_pages.stop)
         server_port = watcher.info.port if dialect == "postgresql" else int(watcher.port)
+        # Ports open now are the probe's own (the watcher's, the claim sampler's, the harness's).
         before = _client_ports([os.getpid()], server_port)
         run.start()
         while run.count == 0:
             time.sleep(0.01)
         time.sleep(0.3)
         served = _Served(watcher, dialect, run.pids, before)
-
-        def sample() -> None:
-            while not stop.is_set():
-                samples.update(served.sample())
-                time.sleep(SAMPLE_S)
-
+        states = _Every(lambda: samples.update(served.sample()), SAMPLE_S, "probe-states")
+        cleanup.callback(states.stop)
         claims.clear()
         c0, t0 = run.count, time.perf_counter()
         client0, server0, machine0 = (
@@ -274,11 +397,11 @@ def probe(
             served.cpu(),
             MachineReading.take(watcher, dialect),
         )
-        sampler = threading.Thread(target=sample)
-        sampler.start()
+        states.start()
+        claim_pages.start()
         time.sleep(window_s)
-        stop.set()
-        sampler.join()
+        states.stop()
+        claim_pages.stop()
         client1, server1, machine1 = (
             schedstat(run.pids, True),
             served.cpu(),
@@ -308,6 +431,7 @@ def probe(
         },
         "polls": polls if counted else None,
         "backend_states": {k: round(v / total, 3) for k, v in samples.most_common()},
+        **claim_pages.result(),
         **machine,
     }
 
@@ -449,9 +573,16 @@ def probe_limit(
     _, dialect = require_sql(harness)
     try:
         QueueFiller(harness, preload).top_up()
+        claim_pages = ClaimPages(harness, dialect, batch)
         with contextlib.closing(_connect(harness, dialect)) as conn:
             machine0 = MachineReading.take(conn, dialect)
-            result = limit_rate(harness, processes * threads, batch, seconds, _SLAP_JOBS_PER_S * batch**0.67)
+            claim_pages.start()
+            try:
+                result = limit_rate(
+                    harness, processes * threads, batch, seconds, _SLAP_JOBS_PER_S * batch**0.67
+                )
+            finally:
+                claim_pages.stop()
             machine1 = MachineReading.take(conn, dialect)
     finally:
         harness.close()
@@ -475,6 +606,7 @@ def probe_limit(
             "server_cpu": server,
             "server_all_cpu": server_all_cpu + ended,
         },
+        **claim_pages.result(),
         **machine,
     }
 
@@ -546,6 +678,34 @@ def status_table(results: list[dict[str, Any]]) -> str | None:
     return "\n".join(lines)
 
 
+def claims_table(results: list[dict[str, Any]]) -> str | None:
+    """The table of the readings' sampled claims (ClaimPages): medians over the rounds of each (point,
+    drain) of the claims' medians; None where no reading has them."""
+    groups: dict[tuple[tuple[int, ...], str], list[dict[str, Any]]] = collections.defaultdict(list)
+    for result in results:
+        if result.get("claims", {}).get("samples"):
+            groups[(tuple(result["point"]), result["factory"])].append(result["claims"])
+    if not groups:
+        return None
+    lines = [
+        "| processes x threads x jobs/commit | drain | claims sampled | pages a claim | rows a claim | "
+        "pages a row claimed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (point, factory), runs in groups.items():
+        cells = [
+            "x".join(str(n) for n in point),
+            factory,
+            str(sum(c["samples"] for c in runs)),
+            *(
+                f"{statistics.median(c[key] for c in runs):,.1f}"
+                for key in ("pages", "rows", "pages_per_row")
+            ),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 _STATUS_HEADINGS: Final = {
     "Innodb_buffer_pool_read_requests": "pages read",
     "Handler_read_key": "index reads by key",
@@ -595,10 +755,10 @@ def main() -> None:
     if args.table:
         results = load(args.table)
         print(table(results))
-        status = status_table(results)
-        if status is not None:
-            print()
-            print(status)
+        for more in (status_table(results), claims_table(results)):
+            if more is not None:
+                print()
+                print(more)
         return
     if not args.dsn or not args.point:
         parser.error("--dsn and --point are needed to probe")

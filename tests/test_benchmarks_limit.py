@@ -6,7 +6,7 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 from fix_db import table_suffix
@@ -196,6 +196,15 @@ def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> N
     assert result["polls"]["claims"] > 0
     assert abs(sum(result["backend_states"].values()) - 1) < 0.01
     assert 0 <= result["cores_idle"] <= 1
+    # A claim sampled as the server accounts for it: EXPLAIN (ANALYZE, BUFFERS)'s blocks, its rows at most
+    # the batch's ten.
+    assert_claims_sampled(result["claims"], batch=10)
+
+
+def assert_claims_sampled(claims: dict[str, Any], batch: int) -> None:
+    assert claims["samples"] > 0, claims
+    assert 0 < claims["rows"] <= batch and claims["pages"] > 0
+    assert claims["pages_per_row"] >= claims["pages"] / batch
 
 
 @pytest.mark.postgresql
@@ -257,6 +266,8 @@ def test_the_limit_probe_samples_only_a_mariadb_drains_own_connections(mysql_dsn
     assert result["polls"]["claims"] > 0
     # The server's wait instruments where performance_schema is on (a server start option), else none.
     assert ("server_waits" in result) == _performance_schema_on(mysql_dsn)
+    # MariaDB's ANALYZE FORMAT=JSON's pages a table read (r_engine_stats).
+    assert_claims_sampled(result["claims"], batch=10)
     # InnoDB's counters a job, always: each job deletes its row (other sessions' deletes only add).
     status = result["server_status"]
     assert status["Handler_delete"] >= 0.8 and status["Innodb_buffer_pool_read_requests"] > 0
@@ -274,6 +285,7 @@ def test_the_limit_probes_limit_on_mariadb_counts_the_whole_servers_cpu(mysql_ds
     assert costs["server_all_cpu"] >= costs["server_cpu"] * 0.95
     assert 0 <= result["cores_idle"] <= 1
     assert result["server_status"]["Handler_delete"] >= 0.8
+    assert_claims_sampled(result["claims"], batch=10)
 
 
 @pytest.mark.postgresql
@@ -284,8 +296,35 @@ def test_the_limit_probes_limit_on_postgresql_keeps_the_cpu_of_pgbenchs_ended_ba
     costs = result["per_job_us"]
     assert result["jobs"] > 0 and costs["server_cpu"] > 0
     assert costs["server_all_cpu"] >= costs["server_cpu"]
+    assert_claims_sampled(result["claims"], batch=1)
     # PostgreSQL's statistics reach its views up to a second late: none is read for a window.
     assert "server_status" not in result and "server_waits" not in result
+
+
+def test_the_limit_probe_sums_the_pages_of_every_table_mariadbs_analyze_names() -> None:
+    from benchmarks.limit_probe import _tables, claims_table
+
+    document = {
+        "query_block": {
+            "nested_loop": [
+                {"table": {"table_name": "job", "r_rows": 10, "r_engine_stats": {"pages_accessed": 22}}},
+                {"block": {"table": {"table_name": "other", "r_engine_stats": {"pages_accessed": 3}}}},
+            ]
+        }
+    }
+    assert [t["table_name"] for t in _tables(document)] == ["job", "other"]
+    rounds = [
+        {
+            "point": [1, 1, 10],
+            "factory": "mysql",
+            "claims": {"samples": n, "pages": p, "rows": 10, "pages_per_row": p / 10},
+        }
+        for n, p in ((30, 20.0), (40, 50.0), (20, 30.0))
+    ]
+    printed = claims_table([*rounds, {"point": [1, 1, 10], "factory": "limit", "claims": {"samples": 0}}])
+    assert printed is not None
+    assert printed.splitlines()[2] == "| 1x1x10 | mysql | 90 | 30.0 | 10.0 | 3.0 |"
+    assert claims_table([{"point": [1, 1, 1], "factory": "limit"}]) is None
 
 
 def test_the_limit_probe_reads_innodbs_counters_a_job_and_its_purge_backlog_at_both_ends() -> None:
