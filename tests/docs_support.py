@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import statistics
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -207,6 +208,36 @@ def assert_pair_named(cores: dict[str, Any], shared: dict[str, Any], text: str) 
         f"load average {shared['machine']['load_average'][0]} at its start, "
         f"{shared['machine_at_end']['load_average'][0]} at its end" in text
     )
+
+
+def probe_shares(results: list[dict[str, Any]], point: list[int]) -> list[tuple[str, float]]:
+    """Each drain's jobs/s over its round's limit at `point`, in a benchmarks.limit_probe file's results
+    (each round runs the limit, then the drains): (drain, share), round by round."""
+    found, limit = [], None
+    for r in results:
+        if r["point"] != point:
+            continue
+        if r["factory"] == "limit":
+            limit = r
+        else:
+            assert limit is not None, "a drain before its round's limit"
+            found.append((str(r["factory"]), float(r["jobs_per_s"]) / float(limit["jobs_per_s"])))
+    return found
+
+
+def probe_medians(results: list[dict[str, Any]], point: list[int]) -> dict[str, float]:
+    """Each drain's median share of its round's limit at `point`, as the probe's table prints it."""
+    found: dict[str, list[float]] = {}
+    for drain, share in probe_shares(results, point):
+        found.setdefault(drain, []).append(share)
+    return {drain: statistics.median(values) for drain, values in found.items()}
+
+
+def assert_quoted(text: str, found: Mapping[str, str], phrases: Mapping[str, str]) -> None:
+    """Each of `phrases`, its placeholder filled with the figure `found` names, is in `text` (prose's)."""
+    assert found.keys() == phrases.keys()
+    for name, phrase in phrases.items():
+        assert phrase.format(found[name]) in text, (name, phrase.format(found[name]))
 
 
 def span(values: Iterable[float]) -> str:

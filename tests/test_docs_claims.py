@@ -14,7 +14,16 @@ import math
 import statistics
 from typing import Any, Final
 
-from docs_support import BENCHMARKS_MD, LIMIT_TARGET, RESULTS_DIR, prose, section, span
+from docs_support import (
+    BENCHMARKS_MD,
+    LIMIT_TARGET,
+    RESULTS_DIR,
+    assert_quoted,
+    probe_medians,
+    prose,
+    section,
+    span,
+)
 
 RUN: Final = RESULTS_DIR / "claims-2026-12-06"
 HEADING: Final = "### What one claim reads: `claims-2026-12-06`"
@@ -43,26 +52,6 @@ def medians(results: list[dict[str, Any]], point: list[int], key: str) -> dict[s
     found: dict[str, list[float]] = {}
     for r in at(results, point):
         found.setdefault(r["factory"], []).append(float(r["claims"][key]))
-    return {drain: statistics.median(values) for drain, values in found.items()}
-
-
-def shares(results: list[dict[str, Any]], point: list[int]) -> list[float]:
-    """Each drain's jobs/s over its round's limit at `point` (each round runs the limit, then the drains)."""
-    found, limit = [], None
-    for r in at(results, point):
-        if r["factory"] == "limit":
-            limit = r
-        else:
-            assert limit is not None
-            found.append(float(r["jobs_per_s"]) / float(limit["jobs_per_s"]))
-    return found
-
-
-def drain_medians(results: list[dict[str, Any]], point: list[int]) -> dict[str, float]:
-    found: dict[str, list[float]] = {}
-    drains = [r for r in at(results, point) if r["factory"] != "limit"]
-    for r, share in zip(drains, shares(results, point), strict=True):
-        found.setdefault(r["factory"], []).append(share)
     return {drain: statistics.median(values) for drain, values in found.items()}
 
 
@@ -95,13 +84,13 @@ def figures() -> dict[str, str]:
         f"{max(r['server_status'][PAGES] for r in at(MYSQL, NARROW)):.0f}",
         "OWN": f"{max(own_share(r) for r in MYSQL):.3f}",
         "CORR": f"{statistics.correlation(pages, cpu):.2f}",
-        "MEDIANS_WIDE": span(drain_medians(MYSQL, WIDE).values()),
-        "MEDIANS_NARROW": span(drain_medians(MYSQL, NARROW).values()),
+        "MEDIANS_WIDE": span(probe_medians(MYSQL, WIDE).values()),
+        "MEDIANS_NARROW": span(probe_medians(MYSQL, NARROW).values()),
         "LIMITS": f"{min(limits):,.0f} to {max(limits):,.0f}",
         "PG_SHARES": ", ".join(
-            f"{drain_medians(POSTGRESQL, p)['postgresql:async_chain']:.2f}" for p in ([1, 8, 1], [4, 4, 1])
+            f"{probe_medians(POSTGRESQL, p)['postgresql:async_chain']:.2f}" for p in ([1, 8, 1], [4, 4, 1])
         )
-        + f" and {drain_medians(POSTGRESQL, [1, 4, 10])['postgresql:async_chain']:.2f}",
+        + f" and {probe_medians(POSTGRESQL, [1, 4, 10])['postgresql:async_chain']:.2f}",
     }
 
 
@@ -133,11 +122,7 @@ def test_the_probes_tables_pasted_are_what_the_probe_prints() -> None:
 
 
 def test_every_figure_the_prose_quotes_is_the_probes() -> None:
-    text = prose(_text())
-    found = figures()
-    assert found.keys() == PHRASES.keys()
-    for name, phrase in PHRASES.items():
-        assert phrase.format(found[name]) in text, (name, phrase.format(found[name]))
+    assert_quoted(prose(_text()), figures(), PHRASES)
 
 
 def test_the_innodb_probes_figures_quoted_here_are_its_own() -> None:
@@ -150,12 +135,9 @@ def test_the_innodb_probes_figures_quoted_here_are_its_own() -> None:
 
 def test_mariadbs_batch_4_x_4_met_the_target_in_both_probes() -> None:
     from test_docs_innodb import RESULTS as INNODB
-    from test_docs_innodb import WIDE as INNODB_WIDE
-    from test_docs_innodb import drain_medians as innodb_medians
 
-    assert min(drain_medians(MYSQL, WIDE).values()) >= LIMIT_TARGET
-    assert min(innodb_medians(INNODB_WIDE)) >= LIMIT_TARGET
-    assert len(INNODB) == len(MYSQL)
+    for results in (MYSQL, INNODB):
+        assert min(probe_medians(results, WIDE).values()) >= LIMIT_TARGET
 
 
 def test_on_postgresql_the_limits_claims_read_at_least_as_much_a_row_as_any_drains() -> None:

@@ -14,7 +14,17 @@ import statistics
 from pathlib import Path
 from typing import Any, Final
 
-from docs_support import BENCHMARKS_MD, LIMIT_TARGET, RESULTS_DIR, prose, section, span
+from docs_support import (
+    BENCHMARKS_MD,
+    LIMIT_TARGET,
+    RESULTS_DIR,
+    assert_quoted,
+    probe_medians,
+    probe_shares,
+    prose,
+    section,
+    span,
+)
 
 RUN: Final = RESULTS_DIR / "innodb-2026-12-06"
 HEADING: Final = "### What MariaDB's server spends a job at batch 4 x 4: `innodb-2026-12-06`"
@@ -46,29 +56,6 @@ def server_cpu(result: dict[str, Any]) -> float:
     return float(result["per_job_us"]["server_all_cpu"])
 
 
-def shares(point: list[int]) -> list[float]:
-    """Each drain's jobs/s over its round's limit at `point` (each round runs the limit, then the drains)."""
-    found = []
-    limit: dict[str, Any] | None = None
-    for r in RESULTS:
-        if r["point"] != point:
-            continue
-        if r["factory"] == "limit":
-            limit = r
-        else:
-            assert limit is not None
-            found.append(float(r["jobs_per_s"]) / float(limit["jobs_per_s"]))
-    return found
-
-
-def drain_medians(point: list[int]) -> list[float]:
-    """Each drain's median share of its round's limit at `point`, as the probe's table prints it."""
-    found: dict[str, list[float]] = {}
-    for r, share in zip(at(point, limit=False), shares(point), strict=True):
-        found.setdefault(r["factory"], []).append(share)
-    return [statistics.median(each) for each in found.values()]
-
-
 def figures() -> dict[str, str]:
     wide = at(WIDE)
     fit = statistics.linear_regression([pages(r) for r in wide], [server_cpu(r) for r in wide])
@@ -84,12 +71,12 @@ def figures() -> dict[str, str]:
         "CPU_WIDE": f"{min(map(server_cpu, wide)):.0f} to {max(map(server_cpu, wide)):.0f}",
         "LIMIT_RATES": f"{min(r['jobs_per_s'] for r in at(WIDE, limit=True)):,.0f} to "
         f"{max(r['jobs_per_s'] for r in at(WIDE, limit=True)):,.0f}",
-        "SHARES_WIDE": span(shares(WIDE)),
-        "MEDIANS_WIDE": span(drain_medians(WIDE)),
+        "SHARES_WIDE": span(share for _, share in probe_shares(RESULTS, WIDE)),
+        "MEDIANS_WIDE": span(probe_medians(RESULTS, WIDE).values()),
         "BACKLOG_CORR": f"{statistics.correlation([pages(r) for r in wide], backlog_end):.2f}",
         "BACKLOGS": f"{min(backlogs)} to {max(backlogs)}",
         "PAGES_NARROW": f"{min(map(pages, at(NARROW))):.0f} to {max(map(pages, at(NARROW))):.0f}",
-        "SHARES_NARROW": span(shares(NARROW)),
+        "SHARES_NARROW": span(share for _, share in probe_shares(RESULTS, NARROW)),
         "CLIENT_NARROW": f"{min(r['per_job_us']['client_cpu'] for r in narrow_drains):.0f} to "
         f"{max(r['per_job_us']['client_cpu'] for r in narrow_drains):.0f}",
         "CLIENT_LIMIT": f"{max(r['per_job_us']['client_cpu'] for r in at(NARROW, limit=True)):.0f}",
@@ -125,11 +112,7 @@ def test_the_probes_tables_pasted_are_what_the_probe_prints() -> None:
 
 
 def test_every_figure_the_prose_quotes_is_the_probes() -> None:
-    text = prose(_text())
-    found = figures()
-    assert found.keys() == PHRASES.keys()
-    for name, phrase in PHRASES.items():
-        assert phrase.format(found[name]) in text, (name, phrase.format(found[name]))
+    assert_quoted(prose(_text()), figures(), PHRASES)
 
 
 def test_the_server_cpu_follows_the_pages_at_batch_4_x_4_and_not_at_batch_1_x_4() -> None:
@@ -143,8 +126,9 @@ def test_the_server_cpu_follows_the_pages_at_batch_4_x_4_and_not_at_batch_1_x_4(
 
 
 def test_every_drains_median_met_the_target_at_batch_4_x_4_in_this_probe() -> None:
-    assert min(drain_medians(WIDE)) >= LIMIT_TARGET
-    assert min(shares(WIDE)) < LIMIT_TARGET < max(shares(WIDE))
+    assert min(probe_medians(RESULTS, WIDE).values()) >= LIMIT_TARGET
+    shares = [share for _, share in probe_shares(RESULTS, WIDE)]
+    assert min(shares) < LIMIT_TARGET < max(shares)
 
 
 def test_the_probe_is_named_with_its_revision_machine_and_load() -> None:
