@@ -204,7 +204,8 @@ def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> N
 def assert_claims_sampled(claims: dict[str, Any], batch: int) -> None:
     assert claims["samples"] > 0, claims
     assert 0 < claims["rows"] <= batch and claims["pages"] > 0
-    assert claims["pages_per_row"] >= claims["pages"] / batch
+    # Each sample's pages a row is at least its pages over the batch, so the medians are too (to the float).
+    assert claims["pages_per_row"] >= claims["pages"] / batch * (1 - 1e-9)
 
 
 @pytest.mark.postgresql
