@@ -60,6 +60,7 @@ from benchmarks.workers import DrainRun, Mode
 # asyncio one, _async/poll_loop.py).
 from proletarian_ref._async import poll_loop as async_poll_loop
 from proletarian_ref._sync import poll_loop as poll_loop_module
+from proletarian_ref.backends.mysql import _ISOLATION_SQL as WORKER_ISOLATION_SQL
 from proletarian_ref.sql import render
 
 # The server's processes, by the name each of their processes (PostgreSQL) or the one process (MariaDB) has.
@@ -237,11 +238,16 @@ class ClaimPages:
     the limit runs: batch mode's claim (get_next_jobs, LIMIT jobs a commit) run under the server's own
     account of it (MariaDB's ANALYZE FORMAT=JSON, whose r_engine_stats count the pages each table's access
     read, 10.9 on; PostgreSQL's EXPLAIN (ANALYZE, BUFFERS): shared blocks hit and read), in a transaction
-    rolled back at once. The rows it claims are locked for that moment, and a drain's claims pass over
+    rolled back at once, at the isolation level the worker's own claims run at (READ COMMITTED on MariaDB,
+    as MySQLBackend sets it). The rows it claims are locked for that moment, and a drain's claims pass over
     them as over any other worker's; none is changed."""
 
     def __init__(self, harness: Any, dialect: Dialect, batch: int) -> None:
         self._conn: Any = _connect(harness, dialect)
+        if dialect == "mysql":
+            cursor = self._conn.cursor()
+            cursor.execute(WORKER_ISOLATION_SQL)
+            cursor.close()
         self._dialect = dialect
         prefix = "ANALYZE FORMAT=JSON " if dialect == "mysql" else "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
         self._statement = prefix + render(dialect, "get_next_jobs", job_table_of(harness))

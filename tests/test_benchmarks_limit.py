@@ -276,6 +276,25 @@ def test_the_limit_probe_samples_only_a_mariadb_drains_own_connections(mysql_dsn
 
 
 @pytest.mark.mysql
+def test_the_sampled_claim_runs_at_the_isolation_level_of_the_workers_own_claims(mysql_dsn: str) -> None:
+    from benchmarks.common import BackendSpec, open_harness
+    from benchmarks.limit_probe import ClaimPages
+
+    harness = open_harness(
+        BackendSpec("conformance.builtin:mysql", {"dsn": mysql_dsn}), "iso", f"_ci{table_suffix()}"
+    )
+    claim = ClaimPages(harness, "mysql", 10)
+    try:
+        cursor = claim._conn.cursor()
+        cursor.execute("SELECT @@SESSION.tx_isolation")
+        assert cursor.fetchone() == ("READ-COMMITTED",)
+    finally:
+        claim.stop()
+        claim.stop()  # a second stop does nothing
+        harness.close()
+
+
+@pytest.mark.mysql
 def test_the_limit_probes_limit_on_mariadb_counts_the_whole_servers_cpu(mysql_dsn: str) -> None:
     from benchmarks import limit_probe
 

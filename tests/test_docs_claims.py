@@ -172,6 +172,8 @@ def test_the_sampling_interval_quoted_is_the_probes() -> None:
     from benchmarks.limit_probe import CLAIM_EVERY_S
 
     assert f"every {CLAIM_EVERY_S * 1000:.0f} ms of each window" in prose(_text())
+    # The isolation level the sampled claim runs at now (tests/test_benchmarks_limit.py proves it).
+    assert "it runs at READ COMMITTED since, as the worker's" in prose(_text())
 
 
 def test_the_readme_names_both_probes() -> None:
