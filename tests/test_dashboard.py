@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,7 +28,7 @@ from cli_support import (
     target,
     wait_for,
 )
-from fix_throwaway import free_port
+from fix_throwaway import LEFTOVER_AGE_S, free_port
 
 from proletarian_ref import enqueue, process_next_job
 from proletarian_ref.cli.errors import ExitCode
@@ -40,6 +42,9 @@ pytest_generate_tests = parametrize_dialects
 TOKEN = "test-token-0123456789abcdef"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+# Chromium keeps its singleton socket in a directory of TMPDIR and leaves it there when it quits: its TMPDIR
+# is one of these, removed after, and a run removes those an earlier, killed run left.
+CHROMIUM_TMP_PREFIX = "proletarian-chromium-"
 # Set to 1 to refresh the screenshots in docs/img (they are written to the test's tmp_path otherwise).
 SCREENSHOTS_ENV = "PROLETARIAN_DOC_SCREENSHOTS"
 
@@ -144,15 +149,26 @@ def browser() -> Iterator[Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    for leftover in Path(tempfile.gettempdir()).glob(f"{CHROMIUM_TMP_PREFIX}*"):
+        # Older than any run still going: a killed run's (another run's browser may be using a newer one).
+        if time.time() - leftover.stat().st_mtime > LEFTOVER_AGE_S:
+            shutil.rmtree(leftover, ignore_errors=True)
+    tmp = tempfile.mkdtemp(prefix=CHROMIUM_TMP_PREFIX)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,800"):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    service = Service(CHROMEDRIVER, env={**os.environ, "TMPDIR": tmp})
     try:
-        yield driver
+        driver = webdriver.Chrome(service=service, options=options)
+        try:
+            # Its singleton socket's directory is in ours, so nothing of it stays in the machine's TMPDIR.
+            assert list(Path(tmp).glob("org.chromium.Chromium.*")), os.listdir(tmp)
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _screenshot(browser: Any, name: str, tmp_path: Path) -> None:
