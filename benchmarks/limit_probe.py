@@ -446,7 +446,7 @@ def probe(
 class MachineReading:
     """What a probe reads of the whole machine before and after its window, the drain's and the limit's
     alike: the server's wait instruments (server_waits), the cores' busy and idle time (cores_busy), every
-    server process's CPU (server_processes_cpu)."""
+    server process's CPU (server_processes_cpu), InnoDB's counters (server_status)."""
 
     waits: dict[str, tuple[int, int]] | None
     cores: tuple[float, float]
@@ -579,16 +579,14 @@ def probe_limit(
     _, dialect = require_sql(harness)
     try:
         QueueFiller(harness, preload).top_up()
-        claim_pages = ClaimPages(harness, dialect, batch)
-        with contextlib.closing(_connect(harness, dialect)) as conn:
+        with contextlib.ExitStack() as cleanup:
+            claim_pages = ClaimPages(harness, dialect, batch)
+            cleanup.callback(claim_pages.stop)
+            conn = cleanup.enter_context(contextlib.closing(_connect(harness, dialect)))
             machine0 = MachineReading.take(conn, dialect)
             claim_pages.start()
-            try:
-                result = limit_rate(
-                    harness, processes * threads, batch, seconds, _SLAP_JOBS_PER_S * batch**0.67
-                )
-            finally:
-                claim_pages.stop()
+            result = limit_rate(harness, processes * threads, batch, seconds, _SLAP_JOBS_PER_S * batch**0.67)
+            claim_pages.stop()
             machine1 = MachineReading.take(conn, dialect)
     finally:
         harness.close()
@@ -617,13 +615,27 @@ def probe_limit(
     }
 
 
+def _by_point_and_drain(
+    results: list[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]
+) -> dict[tuple[tuple[int, ...], str], list[dict[str, Any]]]:
+    """The readings `keep` keeps, by (point, drain), each group in the rounds' order: a table's rows."""
+    groups: dict[tuple[tuple[int, ...], str], list[dict[str, Any]]] = collections.defaultdict(list)
+    for result in results:
+        if keep(result):
+            groups[(tuple(result["point"]), result["factory"])].append(result)
+    return groups
+
+
+def _row(point: tuple[int, ...], factory: str, cells: list[str]) -> str:
+    """A table's markdown row: the point, the drain, then `cells`."""
+    return "| " + " | ".join(["x".join(str(n) for n in point), factory, *cells]) + " |"
+
+
 def table(results: list[dict[str, Any]]) -> str:
     """The probe's markdown table: medians over the rounds of each (point, drain), and each of library
     jobs/s over the same round's limit. Readings that have the cores' idle share and the whole server's
     CPU (this probe's since they were added) get those columns too."""
-    groups: dict[tuple[tuple[int, ...], str], list[dict[str, Any]]] = collections.defaultdict(list)
-    for result in results:
-        groups[(tuple(result["point"]), result["factory"])].append(result)
+    groups = _by_point_and_drain(results, lambda _: True)
     wide = all("cores_idle" in r for r in results)
     costs = _COSTS + (("server_all_cpu",) if wide else ())
     lines = [
@@ -643,8 +655,6 @@ def table(results: list[dict[str, Any]]) -> str:
         polls = [r["polls"] for r in runs if r.get("polls")]
         empty = f"{sum(p.get('empty', 0) for p in polls)} of {sum(sum(p.values()) for p in polls)}"
         cells = [
-            "x".join(str(n) for n in point),
-            factory,
             f"{statistics.median(r['jobs_per_s'] for r in runs):,.0f}",
             "-" if factory == "limit" else f"{statistics.median(ratios):.2f}",
             *("-" if math.isnan(per_job[k]) else f"{per_job[k]:,.0f}" for k in costs),
@@ -653,17 +663,14 @@ def table(results: list[dict[str, Any]]) -> str:
             "-" if factory == "limit" else f"{locked:.3f}",
             empty if polls else "-",
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(_row(point, factory, cells))
     return "\n".join(lines)
 
 
 def status_table(results: list[dict[str, Any]]) -> str | None:
     """The table of the readings' server_status (MariaDB's): medians over the rounds of each (point,
     drain), each counter a job and the purge backlog at the window's end; None where none has them."""
-    groups: dict[tuple[tuple[int, ...], str], list[dict[str, Any]]] = collections.defaultdict(list)
-    for result in results:
-        if "server_status" in result:
-            groups[(tuple(result["point"]), result["factory"])].append(result)
+    groups = _by_point_and_drain(results, lambda r: "server_status" in r)
     if not groups:
         return None
     lines = [
@@ -675,22 +682,17 @@ def status_table(results: list[dict[str, Any]]) -> str | None:
     for (point, factory), runs in groups.items():
         status = [r["server_status"] for r in runs]
         cells = [
-            "x".join(str(n) for n in point),
-            factory,
             *(f"{statistics.median(s[name] for s in status):,.1f}" for name in STATUS_COUNTERS),
             f"{statistics.median(s['Innodb_history_list_length'][1] for s in status):,.0f}",
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(_row(point, factory, cells))
     return "\n".join(lines)
 
 
 def claims_table(results: list[dict[str, Any]]) -> str | None:
     """The table of the readings' sampled claims (ClaimPages): medians over the rounds of each (point,
     drain) of the claims' medians; None where no reading has them."""
-    groups: dict[tuple[tuple[int, ...], str], list[dict[str, Any]]] = collections.defaultdict(list)
-    for result in results:
-        if result.get("claims", {}).get("samples"):
-            groups[(tuple(result["point"]), result["factory"])].append(result["claims"])
+    groups = _by_point_and_drain(results, lambda r: bool(r.get("claims", {}).get("samples")))
     if not groups:
         return None
     lines = [
@@ -699,16 +701,15 @@ def claims_table(results: list[dict[str, Any]]) -> str | None:
         "|---|---|---|---|---|---|",
     ]
     for (point, factory), runs in groups.items():
+        claims = [r["claims"] for r in runs]
         cells = [
-            "x".join(str(n) for n in point),
-            factory,
-            str(sum(c["samples"] for c in runs)),
+            str(sum(c["samples"] for c in claims)),
             *(
-                f"{statistics.median(c[key] for c in runs):,.1f}"
+                f"{statistics.median(c[key] for c in claims):,.1f}"
                 for key in ("pages", "rows", "pages_per_row")
             ),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(_row(point, factory, cells))
     return "\n".join(lines)
 
 
