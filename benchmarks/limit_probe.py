@@ -6,7 +6,8 @@ every few milliseconds, what serves the drain's own connections (never the probe
 wait event in pg_stat_activity; MariaDB, command and state in information_schema.PROCESSLIST with the InnoDB
 transaction's state, LOCK WAIT among them; MySQL 8's PROCESSLIST names no connection's thread, so it is not
 probed), and reads /proc/<pid>/schedstat of every client thread and of every backend or server thread
-serving the drain: the CPU time and the time spent runnable but waiting for a core (the run queue). It
+serving the drain: the CPU time and the time spent runnable but waiting for a core (the run queue), and
+the share of that CPU the kernel charged as its own (system time: the system calls, the network stack). It
 also reads the machine's idle share of its cores and the whole server's CPU (its background work included:
 WAL writer, InnoDB's log writer and purge). Per job, those say whether the CPU (client or server), the
 locks, the scheduler's queue on a loaded machine or neither (idle cores: the drain waited) bound the drain.
@@ -69,16 +70,21 @@ _SERVER_PROCESSES: Final = ("postgres", "mariadbd", "mysqld")
 SAMPLE_S: Final = 0.005
 
 
-def schedstat(pids: list[int], threads: bool) -> tuple[float, float]:
-    """Seconds on a core and seconds runnable in the run queue, summed over `pids` (and their threads)."""
-    on_cpu = waiting = 0.0
-    for pid in pids:
-        tasks = [f"/proc/{pid}/task/{t}" for t in os.listdir(f"/proc/{pid}/task")] if threads else []
-        for path in tasks or [f"/proc/{pid}"]:
-            on, queued = _schedstat(path)
-            on_cpu += on
-            waiting += queued
-    return on_cpu, waiting
+def schedstat(pids: list[int], threads: bool) -> tuple[float, float, float]:
+    """Seconds on a core, seconds runnable in the run queue, and seconds of the CPU spent in the kernel
+    (kernel_seconds), summed over `pids` (and their threads)."""
+    return _summed([path for pid in pids for path in _tasks(pid, threads)])
+
+
+def _tasks(pid: int, threads: bool) -> list[str]:
+    """The /proc paths of `pid`'s threads (when `threads`), or of the process."""
+    tasks = [f"/proc/{pid}/task/{t}" for t in os.listdir(f"/proc/{pid}/task")] if threads else []
+    return tasks or [f"/proc/{pid}"]
+
+
+def _summed(paths: list[str]) -> tuple[float, float, float]:
+    read = [(*_schedstat(path), kernel_seconds(path)) for path in paths]
+    return sum(r[0] for r in read), sum(r[1] for r in read), sum(r[2] for r in read)
 
 
 def _schedstat(path: str) -> tuple[float, float]:
@@ -87,6 +93,22 @@ def _schedstat(path: str) -> tuple[float, float]:
         fields = Path(path, "schedstat").read_text().split()
         return int(fields[0]) / 1e9, int(fields[1]) / 1e9
     return 0.0, 0.0
+
+
+# The kernel's clock ticks a second, the unit of /proc's stat times.
+_TICK_S: Final = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def kernel_seconds(path: str) -> float:
+    """The seconds of CPU the process or thread at /proc `path` spent in the kernel (stat's stime: system
+    calls, the network stack, page faults), zero once gone. The kernel charges them a clock tick at a time
+    to whichever task a tick finds running, so over a window of a few seconds they are a sample: a share of
+    schedstat's exact time, not a time of their own."""
+    with contextlib.suppress(OSError):
+        # The command name, in parentheses, may hold spaces: the fields are counted after it.
+        fields = Path(path, "stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[12]) * _TICK_S
+    return 0.0
 
 
 def cores_busy() -> tuple[float, float]:
@@ -176,10 +198,9 @@ class _Served:
     def connections(self) -> int:
         return len(self._ids)
 
-    def cpu(self) -> tuple[float, float]:
-        """Seconds on a core and in the run queue so far, summed over what serves the drain."""
-        read = [_schedstat(path) for path in self.paths]
-        return sum(r[0] for r in read), sum(r[1] for r in read)
+    def cpu(self) -> tuple[float, float, float]:
+        """Seconds on a core, in the run queue and in the kernel so far, summed over what serves the drain."""
+        return _summed(self.paths)
 
     def sample(self) -> list[str]:
         """One sample: a state of each connection, "state|wait_event_type:wait_event" on PostgreSQL,
@@ -435,11 +456,20 @@ def probe(
             "server_runqueue": (server1[1] - server0[1]) / jobs * 1e6,
             "server_all_cpu": server_all_cpu,
         },
+        # Of each side's CPU over the window, the share the kernel charged to its system time.
+        "kernel_share": {
+            "client": _share_of(client1[2] - client0[2], client1[0] - client0[0]),
+            "server": _share_of(server1[2] - server0[2], server1[0] - server0[0]),
+        },
         "polls": polls if counted else None,
         "backend_states": {k: round(v / total, 3) for k, v in samples.most_common()},
         **claim_pages.result(),
         **machine,
     }
+
+
+def _share_of(part: float, whole: float) -> float:
+    return round(part / whole, 3) if whole > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -637,13 +667,18 @@ def table(results: list[dict[str, Any]]) -> str:
     CPU (this probe's since they were added) get those columns too."""
     groups = _by_point_and_drain(results, lambda _: True)
     wide = all("cores_idle" in r for r in results)
+    # Readings since the kernel's share was kept (the limit's never has it).
+    split = all("kernel_share" in r for r in results if r["factory"] != "limit")
     costs = _COSTS + (("server_all_cpu",) if wide else ())
     lines = [
         "| processes x threads x jobs/commit | drain | jobs/s | of limit | client CPU µs/job | "
         "client run queue µs/job | server CPU µs/job | server run queue µs/job | "
         + ("whole server CPU µs/job | cores idle | " if wide else "")
+        + ("client CPU in the kernel | server CPU in the kernel | " if split else "")
         + "backends waiting on the client | on a lock | empty claims |",
-        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if wide else ""),
+        "|---|---|---|---|---|---|---|---|---|---|---|"
+        + ("---|---|" if wide else "")
+        + ("---|---|" if split else ""),
     ]
     for (point, factory), runs in groups.items():
         limits = [r for r in results if tuple(r["point"]) == point and r["factory"] == "limit"]
@@ -659,12 +694,22 @@ def table(results: list[dict[str, Any]]) -> str:
             "-" if factory == "limit" else f"{statistics.median(ratios):.2f}",
             *("-" if math.isnan(per_job[k]) else f"{per_job[k]:,.0f}" for k in costs),
             *([f"{statistics.median(r['cores_idle'] for r in runs):.2f}"] if wide else []),
+            *(_kernel_cells(runs) if split else []),
             "-" if factory == "limit" else f"{client:.2f}",
             "-" if factory == "limit" else f"{locked:.3f}",
             empty if polls else "-",
         ]
         lines.append(_row(point, factory, cells))
     return "\n".join(lines)
+
+
+def _kernel_cells(runs: list[dict[str, Any]]) -> list[str]:
+    """The medians of the client's and the server's kernel shares over `runs` ("-" for the limit's)."""
+    if "kernel_share" not in runs[0]:
+        return ["-", "-"]
+    return [
+        f"{statistics.median(r['kernel_share'][side] for r in runs):.2f}" for side in ("client", "server")
+    ]
 
 
 def status_table(results: list[dict[str, Any]]) -> str | None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -196,9 +199,49 @@ def test_the_limit_probe_reads_a_drains_costs_states_and_polls(pg_dsn: str) -> N
     assert result["polls"]["claims"] > 0
     assert abs(sum(result["backend_states"].values()) - 1) < 0.01
     assert 0 <= result["cores_idle"] <= 1
+    # The client sends and reads every claim through system calls, as the backend does: both spend some of
+    # their CPU in the kernel (its ticks are samples of schedstat's exact time, so a share may overshoot 1).
+    assert set(result["kernel_share"]) == {"client", "server"}
+    assert all(0 < share < 1.5 for share in result["kernel_share"].values()), result["kernel_share"]
     # A claim sampled as the server accounts for it: EXPLAIN (ANALYZE, BUFFERS)'s blocks, its rows at most
     # the batch's ten.
     assert_claims_sampled(result["claims"], batch=10)
+
+
+def test_the_limit_probe_reads_a_threads_kernel_time_apart_from_its_own() -> None:
+    from benchmarks.limit_probe import _schedstat, kernel_seconds
+
+    def share_of(work: Callable[[], object]) -> float:
+        found: list[float] = []
+
+        def run() -> None:
+            path = f"/proc/{os.getpid()}/task/{threading.get_native_id()}"
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                work()
+            found.append(kernel_seconds(path) / _schedstat(path)[0])
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        return found[0]
+
+    # 64 KiB the kernel writes at every call, and arithmetic that never leaves Python.
+    zeros = os.open("/dev/zero", os.O_RDONLY)
+    try:
+        assert share_of(lambda: os.read(zeros, 1 << 16)) > 0.5
+    finally:
+        os.close(zeros)
+    assert share_of(lambda: sum(range(100))) < 0.2
+
+
+def test_the_limit_probe_reads_stime_after_a_command_name_with_parentheses(tmp_path: Path) -> None:
+    from benchmarks.limit_probe import _TICK_S, kernel_seconds
+
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+    (tmp_path / "stat").write_text("42 (a) b (c) S 1 42 42 0 -1 4194304 10 0 0 0 700 250 0 0 20 0 1 0\n")
+    assert kernel_seconds(str(tmp_path)) == 250 * _TICK_S
+    assert kernel_seconds(str(tmp_path / "gone")) == 0.0
 
 
 def assert_claims_sampled(claims: dict[str, Any], batch: int) -> None:
