@@ -83,7 +83,7 @@ class ServerCpu:
             # A backend or thread listed a moment ago may have ended since (another connection of this
             # process closing): that one is skipped, not every one (a clean-clone CI run lost the figure so).
             with contextlib.suppress(OSError):
-                self._last[path] = _stat_cpu_s(path)
+                self._last[path] = sum(stat_times(path))
         if not self._last:
             self.reason = (
                 "no server process or thread of the drain's connections was found in /proc "
@@ -94,7 +94,7 @@ class ServerCpu:
         for path in self._last:
             # A connection ended since counts what it had used by the last read.
             with contextlib.suppress(OSError):
-                self._last[path] = _stat_cpu_s(path)
+                self._last[path] = sum(stat_times(path))
         return sum(self._last.values())
 
 
@@ -109,6 +109,9 @@ class ToolRun:
     client_cpu_s: float
     server_cpu_s: float | None
     server_cpu_reason: str | None
+    # Of client_cpu_s and server_cpu_s, the seconds the kernel charged as system time (stat_times).
+    client_kernel_s: float
+    server_kernel_s: float | None
 
 
 # How often run_tool reads the server side of the tool's connections: they end with the tool, so what each
@@ -159,13 +162,16 @@ def run_tool(
         stdout, stderr = out.read(), err.read()
     if server is not None and server.reason is not None:
         reason = server.reason
+    measured = reason is None and server is not None
     return ToolRun(
         process.returncode,
         stdout,
         stderr,
         usage.ru_utime + usage.ru_stime,
-        None if reason is not None or server is None else server.seconds(),
+        server.seconds() if measured and server is not None else None,
         reason,
+        usage.ru_stime,
+        server.seconds(kernel=True) if measured and server is not None else None,
     )
 
 
@@ -179,8 +185,9 @@ class _ToolServer:
         self._pid = pid
         self._connections = connections
         self._conn: Any = sql_harness.connect()
-        self._first: dict[str, float | None] = {}
-        self._last: dict[str, float] = {}
+        # (CPU, of it the kernel's) seconds of each path at its first and its latest reading.
+        self._first: dict[str, tuple[float, float] | None] = {}
+        self._last: dict[str, tuple[float, float]] = {}
         self._ended: set[str] = set()
         self.reason: str | None = "no server process or thread of the tool's connections was found"
 
@@ -191,13 +198,13 @@ class _ToolServer:
             if path in self._ended:
                 continue
             try:
-                cpu = _stat_cpu_s(path)
+                user, system = stat_times(path)
             except OSError:
                 self._ended.add(path)  # ended with its connection: its last reading stands
                 continue
             if first is None:
-                self._first[path] = 0.0 if self._dialect == "postgresql" else cpu
-            self._last[path] = cpu
+                self._first[path] = (0.0, 0.0) if self._dialect == "postgresql" else (user + system, system)
+            self._last[path] = (user + system, system)
         if self._last:
             self.reason = None
 
@@ -214,8 +221,10 @@ class _ToolServer:
         if sum(os.path.exists(path) for path in self._first) >= self._connections:
             self.close()
 
-    def seconds(self) -> float:
-        return sum(cpu - (self._first[path] or 0.0) for path, cpu in self._last.items())
+    def seconds(self, kernel: bool = False) -> float:
+        """The CPU seconds of the tool's connections' server side (with `kernel`, the kernel's share)."""
+        side = 1 if kernel else 0
+        return sum(last[side] - (self._first[path] or (0.0, 0.0))[side] for path, last in self._last.items())
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -227,12 +236,15 @@ class _ToolServer:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _stat_cpu_s(path: str) -> float:
-    """User + system CPU seconds of the process or thread whose /proc stat file is `path`."""
+def stat_times(path: str) -> tuple[float, float]:
+    """User and system CPU seconds of the process or thread whose /proc stat file is `path` (OSError once
+    it is gone). The kernel charges them a clock tick at a time to whichever task a tick finds running:
+    over a window of seconds they are a sample, whose split is what they tell beside schedstat's exact
+    total."""
     text = Path(path).read_text()
     # The command name (field 2) may hold spaces and parentheses: fields are counted after its last ")".
     fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return int(fields[11]) / _CLOCK_TICKS, int(fields[12]) / _CLOCK_TICKS
 
 
 def _serving(conn: Any, dialect: str, client_pids: list[int]) -> list[str] | str:

@@ -51,7 +51,7 @@ from benchmarks.common import (
     open_harness,
     require_sql,
 )
-from benchmarks.costs import _client_ports, _port, _server_pid
+from benchmarks.costs import _client_ports, _port, _server_pid, stat_times
 from benchmarks.machine import describe, machine
 from benchmarks.server_limit import limit_rate
 from benchmarks.throughput import QueueFiller
@@ -95,19 +95,11 @@ def _schedstat(path: str) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-# The kernel's clock ticks a second, the unit of /proc's stat times.
-_TICK_S: Final = 1 / os.sysconf("SC_CLK_TCK")
-
-
 def kernel_seconds(path: str) -> float:
-    """The seconds of CPU the process or thread at /proc `path` spent in the kernel (stat's stime: system
-    calls, the network stack, page faults), zero once gone. The kernel charges them a clock tick at a time
-    to whichever task a tick finds running, so over a window of a few seconds they are a sample: a share of
-    schedstat's exact time, not a time of their own."""
+    """The seconds of CPU the process or thread at /proc `path` spent in the kernel (stat's system time:
+    system calls, the network stack, page faults; costs.stat_times), zero once gone."""
     with contextlib.suppress(OSError):
-        # The command name, in parentheses, may hold spaces: the fields are counted after it.
-        fields = Path(path, "stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[12]) * _TICK_S
+        return stat_times(f"{path}/stat")[1]
     return 0.0
 
 
@@ -640,6 +632,7 @@ def probe_limit(
             "server_cpu": server,
             "server_all_cpu": server_all_cpu + ended,
         },
+        "kernel_share": result.get("kernel_share", {}),
         **claim_pages.result(),
         **machine,
     }
@@ -704,11 +697,12 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def _kernel_cells(runs: list[dict[str, Any]]) -> list[str]:
-    """The medians of the client's and the server's kernel shares over `runs` ("-" for the limit's)."""
-    if "kernel_share" not in runs[0]:
-        return ["-", "-"]
+    """The medians of the client's and the server's kernel shares over `runs` ("-" where a side's is not
+    read: the limit's before it was, a server on another host's)."""
+    shares = [r.get("kernel_share", {}) for r in runs]
     return [
-        f"{statistics.median(r['kernel_share'][side] for r in runs):.2f}" for side in ("client", "server")
+        f"{statistics.median(s[side] for s in shares):.2f}" if all(side in s for s in shares) else "-"
+        for side in ("client", "server")
     ]
 
 

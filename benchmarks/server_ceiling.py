@@ -13,8 +13,9 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from benchmarks.common import BENCH_QUEUE_TEXT, archived_table_of, job_table_of, sql_dialect
 from benchmarks.raw import STATUS_SUCCESS
@@ -86,35 +87,69 @@ def script(harness: SqlHarness) -> str:
     return f"BEGIN;\n{claim_line} \\gset\n{archive_line};\n{delete_line};\nCOMMIT;\n"
 
 
+class _Finished(Protocol):
+    """What run_pgbench reads of a finished run: subprocess's CompletedProcess, or costs.ToolRun."""
+
+    @property
+    def returncode(self) -> int: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+
+
+_Run = TypeVar("_Run", bound=_Finished)
+
+
 def pgbench_rate(harness: SqlHarness, clients: int, seconds: int) -> dict[str, Any]:
     """Jobs per second of `clients` pgbench connections draining the harness's queue for `seconds`.
 
     The queue must hold enough due jobs for the whole run: a claim that finds none aborts its client.
     """
+
+    def run(command: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            command,
+            check=False,
+            env=pgbench_env(harness),
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+        )
+
+    _done, processed, _tps = run_pgbench(script(harness), clients, seconds, run)
+    return {"jobs": processed, "seconds": seconds, "jobs_per_s": _tps}
+
+
+def run_pgbench(
+    script_text: str, clients: int, seconds: int, run: Callable[[list[str]], _Run]
+) -> tuple[_Run, int, float]:
+    """pgbench running `script_text` on `clients` connections for `seconds`, prepared, with the bench
+    queue's and the success status's variables, through `run` (its command line in, the finished run out):
+    that run, the transactions it processed and their rate. Raises naming pgbench's own error when it
+    failed or printed no rate."""
     executable = pgbench_path()
     if executable is None:
         raise RuntimeError("pgbench is not installed")
-    env = pgbench_env(harness)
     with tempfile.NamedTemporaryFile("w", suffix=".sql", encoding="utf-8") as file:
-        file.write(script(harness))
+        file.write(script_text)
         file.flush()
-        command = [
-            executable,
-            "--no-vacuum",
-            "--protocol=prepared",
-            f"--client={clients}",
-            f"--jobs={min(clients, os.cpu_count() or 1)}",
-            f"--time={seconds}",
-            f"--define=queue={BENCH_QUEUE_TEXT}",
-            f"--define=status={STATUS_SUCCESS}",
-            f"--file={file.name}",
-        ]
-        done = subprocess.run(
-            command, check=False, env=env, capture_output=True, text=True, timeout=seconds + 60
+        done = run(
+            [
+                executable,
+                "--no-vacuum",
+                "--protocol=prepared",
+                f"--client={clients}",
+                f"--jobs={min(clients, os.cpu_count() or 1)}",
+                f"--time={seconds}",
+                f"--define=queue={BENCH_QUEUE_TEXT}",
+                f"--define=status={STATUS_SUCCESS}",
+                f"--file={file.name}",
+            ]
         )
     tps, processed = _TPS.search(done.stdout), _PROCESSED.search(done.stdout)
     if done.returncode != 0 or tps is None or processed is None:
         raise RuntimeError(
             f"pgbench failed (exit {done.returncode}): {done.stderr.strip()[-500:] or done.stdout[-500:]}"
         )
-    return {"jobs": int(processed.group(1)), "seconds": seconds, "jobs_per_s": float(tps.group(1))}
+    return done, int(processed.group(1)), float(tps.group(1))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,11 +32,9 @@ from benchmarks.common import (
 )
 from benchmarks.costs import ToolRun, run_tool
 from benchmarks.raw import STATUS_SUCCESS
-from benchmarks.server_ceiling import pgbench_env, pgbench_path
+from benchmarks.server_ceiling import pgbench_env, pgbench_path, run_pgbench
 from conformance.harness import Harness, SqlHarness
 
-_TPS = re.compile(r"tps = ([0-9.]+) \(without initial connection time\)")
-_PROCESSED = re.compile(r"number of transactions actually processed: (\d+)")
 _SLAP_SECONDS = re.compile(r"Average number of seconds to run all queries: ([0-9.]+) seconds")
 _COLUMNS = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
 _ARCHIVED = "job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at"
@@ -128,47 +125,31 @@ def limit_rate(
     result["jobs"] = jobs
     result["jobs_per_s"] = result["transactions_per_s"] * jobs / transactions if transactions else 0.0
     result["per_commit"] = per_commit
+    kernel = {side: result.pop(f"{side}_kernel_s", None) for side in ("client", "server")}
     if jobs:
         # As a drain's (throughput.drain_rate): the tool's CPU, the server's for its connections, and a
         # round trip a call (one statement, or one CALL, a transaction).
-        result["per_job"] = {
-            "client_cpu_us": result.pop("client_cpu_s") / jobs * 1e6,
-            "round_trips": transactions / jobs,
+        cpu = {"client": result.pop("client_cpu_s"), "server": result.pop("server_cpu_s", None)}
+        result["per_job"] = {"client_cpu_us": cpu["client"] / jobs * 1e6, "round_trips": transactions / jobs}
+        if cpu["server"] is not None:
+            result["per_job"]["server_cpu_us"] = cpu["server"] / jobs * 1e6
+        # Of each side's CPU, the share the kernel charged as system time (as limit_probe's drains').
+        result["kernel_share"] = {
+            side: round(k / cpu[side], 3) for side, k in kernel.items() if k is not None and cpu[side]
         }
-        if "server_cpu_s" in result:
-            result["per_job"]["server_cpu_us"] = result.pop("server_cpu_s") / jobs * 1e6
     return result
 
 
 def _pgbench_limit(harness: SqlHarness, clients: int, per_commit: int, seconds: int) -> dict[str, Any]:
-    executable = pgbench_path()
-    if executable is None:
-        raise RuntimeError("pgbench is not installed")
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", encoding="utf-8") as file:
-        file.write(pg_statement(harness, per_commit))
-        file.flush()
-        command = [
-            executable,
-            "--no-vacuum",
-            "--protocol=prepared",
-            f"--client={clients}",
-            f"--jobs={min(clients, os.cpu_count() or 1)}",
-            f"--time={seconds}",
-            f"--define=queue={BENCH_QUEUE_TEXT}",
-            f"--define=status={STATUS_SUCCESS}",
-            f"--file={file.name}",
-        ]
-        done = run_tool(harness, command, pgbench_env(harness), seconds + 60, clients)
-    tps, processed = _TPS.search(done.stdout), _PROCESSED.search(done.stdout)
-    if done.returncode != 0 or tps is None or processed is None:
-        raise RuntimeError(
-            f"pgbench failed (exit {done.returncode}): {done.stderr.strip()[-500:] or done.stdout[-500:]}"
-        )
+    def run(command: list[str]) -> ToolRun:
+        return run_tool(harness, command, pgbench_env(harness), seconds + 60, clients)
+
+    done, processed, tps = run_pgbench(pg_statement(harness, per_commit), clients, seconds, run)
     return {
         "tool": "pgbench",
         "seconds": seconds,
-        "transactions": int(processed.group(1)),
-        "transactions_per_s": float(tps.group(1)),
+        "transactions": processed,
+        "transactions_per_s": tps,
         **_costs(done),
     }
 
@@ -234,9 +215,10 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
 
 def _costs(done: ToolRun) -> dict[str, Any]:
     """A tool run's CPU, whole-run seconds, for limit_rate to put per job (or why the server's is not)."""
-    costs: dict[str, Any] = {"client_cpu_s": done.client_cpu_s}
+    costs: dict[str, Any] = {"client_cpu_s": done.client_cpu_s, "client_kernel_s": done.client_kernel_s}
     if done.server_cpu_s is None:
         costs["server_cpu_skipped"] = done.server_cpu_reason
     else:
         costs["server_cpu_s"] = done.server_cpu_s
+        costs["server_kernel_s"] = done.server_kernel_s
     return costs
