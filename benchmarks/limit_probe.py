@@ -253,22 +253,25 @@ class ClaimPages:
     read, 10.9 on; PostgreSQL's EXPLAIN (ANALYZE, BUFFERS): shared blocks hit and read), in a transaction
     rolled back at once, at the isolation level the worker's own claims run at (READ COMMITTED on MariaDB,
     as MySQLBackend sets it). The rows it claims are locked for that moment, and a drain's claims pass over
-    them as over any other worker's; none is changed."""
+    them as over any other worker's; none is changed. `isolation` (MariaDB: a `SET SESSION TRANSACTION
+    ISOLATION LEVEL` statement) runs it at another level, as benchmarks.delete_marked does."""
 
-    def __init__(self, harness: Any, dialect: Dialect, batch: int) -> None:
+    def __init__(
+        self, harness: Any, dialect: Dialect, batch: int, isolation: str = WORKER_ISOLATION_SQL
+    ) -> None:
         self._conn: Any = _connect(harness, dialect)
         if dialect == "mysql":
             cursor = self._conn.cursor()
-            cursor.execute(WORKER_ISOLATION_SQL)
+            cursor.execute(isolation)
             cursor.close()
         self._dialect = dialect
         prefix = "ANALYZE FORMAT=JSON " if dialect == "mysql" else "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
         self._statement = prefix + render(dialect, "get_next_jobs", job_table_of(harness))
         self._params = {"queue": BENCH_QUEUE_TEXT, "limit": batch}
         self._samples: list[tuple[int, int]] = []
-        self._every = _Every(lambda: self._samples.append(self._claim()), CLAIM_EVERY_S, "probe-claim-pages")
+        self._every = _Every(lambda: self._samples.append(self.claim()), CLAIM_EVERY_S, "probe-claim-pages")
 
-    def _claim(self) -> tuple[int, int]:
+    def claim(self) -> tuple[int, int]:
         """(pages read, rows claimed) of one claim, rolled back."""
         params = {**self._params, "now": db_now(self._dialect)}
         if self._dialect == "postgresql":

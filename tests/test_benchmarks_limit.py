@@ -603,3 +603,25 @@ def test_a_runs_git_record_names_the_paths_its_tree_changed(tmp_path: Path) -> N
     (tmp_path / "new.py").write_text("", encoding="utf-8")  # untracked: not the run's code
     record = git_revision(tmp_path)
     assert record["dirty"] is True and record["changed"] == ["test_lib.py"]
+
+
+@pytest.mark.mysql
+def test_a_claim_at_read_committed_reads_two_pages_for_each_delete_marked_entry_ahead(mysql_dsn: str) -> None:
+    from benchmarks.delete_marked import LEVELS, measure, table
+
+    results = measure(mysql_dsn, [0, 500], 3_000, 10, 2, f"_dm{table_suffix()}")
+    pages = {(r["marked"], r["isolation"]): r["pages"] for r in results}
+    committed, repeatable = LEVELS
+    assert all(r["rows"] == 10 for r in results), results
+    # The worker's level pays for every entry the purge has not removed; the server's default does not.
+    assert (pages[500, committed] - pages[0, committed]) / 500 >= 1.5, pages
+    assert (pages[500, repeatable] - pages[0, repeatable]) / 500 < 0.1, pages
+    assert "| 500 |" in table(results)
+
+
+def test_the_delete_marked_measurement_refuses_a_server_without_innodb() -> None:
+    from benchmarks.delete_marked import measure
+
+    with pytest.raises(ValueError, match="names no MariaDB or MySQL") as refused:
+        measure("postgresql://postgres:secret@127.0.0.1/test", [0], 100, 10, 1)
+    assert "secret" not in str(refused.value)
