@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 from pathlib import Path
 from typing import Any, Final
 
 from benchmarks.common import BackendSpec, bulk_load, count_rows, open_harness, require_sql, truncate
-from benchmarks.limit_probe import ClaimPages, load
-from benchmarks.machine import describe, machine
+from benchmarks.limit_probe import ClaimPages, load, save
+from benchmarks.machine import describe
 from conformance.harness import Harness
 from proletarian_ref.backends.dsn import dialect_of_dsn, redact
 
@@ -129,9 +128,7 @@ def main() -> None:
     results = measure(args.dsn, [int(n) for n in args.marked.split(",")], args.rows, args.batch, args.claims)
     print(table(results))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta["machine_at_end"] = machine()
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n", encoding="utf-8")
+        save(args.out, meta, results)
 
 
 if __name__ == "__main__":

@@ -830,10 +830,14 @@ def main() -> None:
                 print(json.dumps(result), flush=True)
                 results.append(result)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta["machine_at_end"] = machine()
-        document = {"meta": meta, "results": results}
-        args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+        save(args.out, meta, results)
+
+
+def save(path: Path, meta: dict[str, Any], results: list[dict[str, Any]]) -> None:
+    """Write a probe's JSON (what load reads): its `meta` with the machine at its end, and its readings."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta["machine_at_end"] = machine()
+    path.write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n", encoding="utf-8")
 
 
 def load(path: Path) -> list[dict[str, Any]]:

@@ -625,3 +625,14 @@ def test_the_delete_marked_measurement_refuses_a_server_without_innodb() -> None
     with pytest.raises(ValueError, match="names no MariaDB or MySQL") as refused:
         measure("postgresql://postgres:secret@127.0.0.1/test", [0], 100, 10, 1)
     assert "secret" not in str(refused.value)
+
+
+def test_a_saved_probe_reads_back_with_the_machine_at_its_end(tmp_path: Path) -> None:
+    from benchmarks.limit_probe import load, save
+
+    readings = [{"point": [1, 1, 1], "factory": "limit", "jobs_per_s": 1.0}]
+    meta: dict[str, Any] = {"git": {"commit": "0" * 40}}
+    save(tmp_path / "run" / "probe.json", meta, readings)
+    assert load(tmp_path / "run" / "probe.json") == readings
+    written = json.loads((tmp_path / "run" / "probe.json").read_text(encoding="utf-8"))["meta"]
+    assert written["git"] == meta["git"] and written["machine_at_end"]["logical_cores"] >= 1
