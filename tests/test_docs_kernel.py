@@ -177,3 +177,9 @@ def test_the_readme_names_both_runs() -> None:
     ]
     quoted = f"{min(times):.1f} to {max(times):.1f} times pgbench's whole CPU a job"
     assert f"the Python client's CPU outside the kernel is {quoted}" in readme
+
+
+def test_the_capacity_model_quotes_what_an_unpurged_entry_costs_a_claim() -> None:
+    scaling = prose((BENCHMARKS_MD.parent / "scaling.md").read_text(encoding="utf-8"))
+    assert f"reads {figures()['ADDED']} pages for each such entry ahead of it" in scaling
+    assert "(named run `marked-2026-12-07`," in scaling
