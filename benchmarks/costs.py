@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import math
 import os
 import socket
 import subprocess
@@ -162,16 +163,18 @@ def run_tool(
         stdout, stderr = out.read(), err.read()
     if server is not None and server.reason is not None:
         reason = server.reason
-    measured = reason is None and server is not None
+    server_cpu = server_kernel = None
+    if reason is None and server is not None:
+        server_cpu, server_kernel = server.seconds(), server.seconds(kernel=True)
     return ToolRun(
         process.returncode,
         stdout,
         stderr,
         usage.ru_utime + usage.ru_stime,
-        server.seconds() if measured and server is not None else None,
+        server_cpu,
         reason,
         usage.ru_stime,
-        server.seconds(kernel=True) if measured and server is not None else None,
+        server_kernel,
     )
 
 
@@ -234,6 +237,12 @@ class _ToolServer:
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def share_of(part: float, whole: float) -> float:
+    """`part` of `whole` (seconds: of a side's CPU, the kernel's; of the cores' time, the idle), to three
+    places; NaN when there was nothing to share."""
+    return round(part / whole, 3) if whole > 0 else math.nan
 
 
 def stat_times(path: str) -> tuple[float, float]:

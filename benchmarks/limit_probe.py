@@ -51,7 +51,7 @@ from benchmarks.common import (
     open_harness,
     require_sql,
 )
-from benchmarks.costs import _client_ports, _port, _server_pid, stat_times
+from benchmarks.costs import _client_ports, _port, _server_pid, share_of, stat_times
 from benchmarks.machine import describe, machine
 from benchmarks.server_limit import limit_rate
 from benchmarks.throughput import QueueFiller
@@ -453,18 +453,14 @@ def probe(
         },
         # Of each side's CPU over the window, the share the kernel charged to its system time.
         "kernel_share": {
-            "client": _share_of(client1[2] - client0[2], client1[0] - client0[0]),
-            "server": _share_of(server1[2] - server0[2], server1[0] - server0[0]),
+            "client": share_of(client1[2] - client0[2], client1[0] - client0[0]),
+            "server": share_of(server1[2] - server0[2], server1[0] - server0[0]),
         },
         "polls": polls if counted else None,
         "backend_states": {k: round(v / total, 3) for k, v in samples.most_common()},
         **claim_pages.result(),
         **machine,
     }
-
-
-def _share_of(part: float, whole: float) -> float:
-    return round(part / whole, 3) if whole > 0 else math.nan
 
 
 @dataclass(frozen=True)
@@ -539,8 +535,7 @@ def status_per_job(before: dict[str, int] | None, after: dict[str, int] | None, 
 
 def _share(before: tuple[float, float], after: tuple[float, float]) -> float:
     """The share of the cores' time between two cores_busy() readings that was idle (or waiting on I/O)."""
-    spent = after[1] - before[1]
-    return round((after[0] - before[0]) / spent, 3) if spent > 0 else math.nan
+    return share_of(after[0] - before[0], after[1] - before[1])
 
 
 # The waits a result keeps: the server's instruments with the most time a job.

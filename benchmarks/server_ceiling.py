@@ -117,8 +117,8 @@ def pgbench_rate(harness: SqlHarness, clients: int, seconds: int) -> dict[str, A
             timeout=seconds + 60,
         )
 
-    _done, processed, _tps = run_pgbench(script(harness), clients, seconds, run)
-    return {"jobs": processed, "seconds": seconds, "jobs_per_s": _tps}
+    _done, processed, tps = run_pgbench(script(harness), clients, seconds, run)
+    return {"jobs": processed, "seconds": seconds, "jobs_per_s": tps}
 
 
 def run_pgbench(

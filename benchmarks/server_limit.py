@@ -30,7 +30,7 @@ from benchmarks.common import (
     require_sql,
     sql_dialect,
 )
-from benchmarks.costs import ToolRun, run_tool
+from benchmarks.costs import ToolRun, run_tool, share_of
 from benchmarks.raw import STATUS_SUCCESS
 from benchmarks.server_ceiling import pgbench_env, pgbench_path, run_pgbench
 from conformance.harness import Harness, SqlHarness
@@ -135,7 +135,7 @@ def limit_rate(
             result["per_job"]["server_cpu_us"] = cpu["server"] / jobs * 1e6
         # Of each side's CPU, the share the kernel charged as system time (as limit_probe's drains').
         result["kernel_share"] = {
-            side: round(k / cpu[side], 3) for side, k in kernel.items() if k is not None and cpu[side]
+            side: share_of(k, cpu[side]) for side, k in kernel.items() if k is not None and cpu[side]
         }
     return result
 
