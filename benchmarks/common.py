@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 
 from conformance.harness import Harness, SqlHarness, load_harness
 from proletarian_ref import enqueue
+from proletarian_ref.backends import mysql_claim
 from proletarian_ref.schema import index_name
 from proletarian_ref.sql import render
 from proletarian_ref.tables import TableName, table_name
@@ -90,6 +91,21 @@ def job_table_of(harness: Harness) -> TableName:
 
 def archived_table_of(harness: Harness) -> TableName:
     return table_name(harness.archived_job_table, option="archived_job_table")
+
+
+def batch_claim(conn: Any, dialect: str, job_table: TableName, *, bounded: bool = True) -> str:
+    """Batch mode's claim (get_next_jobs) for `job_table` as the library sends it: on MySQL the bounded claim
+    on the index `conn` finds (mysql_claim), or Proletarian's classic one without `bounded` or an index."""
+    if dialect != "mysql" or not bounded:
+        return render(dialect, "get_next_jobs", job_table)
+    statement, params = mysql_claim.lookup(job_table)
+    cursor = conn.cursor()
+    try:
+        cursor.execute(statement, params)
+        index = mysql_claim.pick(cursor.fetchall())
+    finally:
+        cursor.close()
+    return mysql_claim.statement("get_next_jobs", job_table, index)
 
 
 # -- statements on the raw driver -----------------------------------------------------------------------

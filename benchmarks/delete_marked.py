@@ -4,10 +4,11 @@
 `--rows` due jobs into a job table of its own and, for each count N of `--marked`: holds InnoDB's purge back
 with a consistent snapshot opened on another connection (so the N jobs deleted next leave their index
 entries delete-marked, as they stay while the purge lags behind a drain), deletes the N oldest jobs, and runs
-batch mode's claim (`get_next_jobs`, `--batch` jobs) `--claims` times at READ COMMITTED, the level the
-worker's claims run at (MySQLBackend sets it), and as many at REPEATABLE READ, the server's default, each
-under `ANALYZE FORMAT=JSON` and rolled back at once (benchmarks.limit_probe.ClaimPages): the median pages
-each level's claim read. Then it lets the purge go and reloads the deleted jobs for the next count.
+batch mode's claim (`get_next_jobs`, `--batch` jobs) as Proletarian words it `--claims` times at READ
+COMMITTED, the level the worker's claims run at (MySQLBackend sets it), and as many at REPEATABLE READ, the
+server's default, then the library's bounded claim (queries.sql, get_next_jobs_bounded) as many times at
+READ COMMITTED, each under `ANALYZE FORMAT=JSON` and rolled back at once (benchmarks.limit_probe.ClaimPages):
+the median pages each claim read. Then it lets the purge go and reloads the deleted jobs for the next count.
 `--table FILE.json` prints the table.
 
 The jobs are due in process_at order, so every entry deleted lies ahead of the rows the claim returns,
@@ -29,18 +30,27 @@ from conformance.harness import Harness
 from proletarian_ref.backends.dsn import dialect_of_dsn, redact
 
 LEVELS: Final = ("READ COMMITTED", "REPEATABLE READ")
+# Each claim measured, as (claim, isolation level): Proletarian's at both levels, the bounded one at the
+# worker's. Results of runs before the bounded claim have no "claim": theirs was the classic one.
+CLAIMS: Final = (("classic", LEVELS[0]), ("classic", LEVELS[1]), ("bounded", LEVELS[0]))
 
 
-def claim_pages(harness: Harness, batch: int, level: str, claims: int) -> dict[str, Any]:
-    """The median pages and rows of `claims` claims of `batch` jobs at isolation `level`, each rolled back."""
+def claim_pages(harness: Harness, batch: int, level: str, claims: int, claim: str) -> dict[str, Any]:
+    """The median pages and rows of `claims` claims of `batch` jobs at isolation `level`, each rolled back:
+    the `claim` "classic" (Proletarian's statement) or "bounded" (the library's)."""
     sampler = ClaimPages(
-        harness, "mysql", batch, isolation=f"SET SESSION TRANSACTION ISOLATION LEVEL {level}"
+        harness,
+        "mysql",
+        batch,
+        isolation=f"SET SESSION TRANSACTION ISOLATION LEVEL {level}",
+        bounded=claim == "bounded",
     )
     try:
         found = [sampler.claim() for _ in range(claims)]
     finally:
         sampler.stop()
     return {
+        "claim": claim,
         "isolation": level,
         "pages": statistics.median(pages for pages, _ in found),
         "rows": statistics.median(rows for _, rows in found),
@@ -77,10 +87,9 @@ def measure(
                 deleter.commit()
                 if count_rows(harness) != rows - count:
                     raise RuntimeError(f"{count} jobs were to be deleted, {rows - count_rows(harness)} were")
-                for level in LEVELS:
-                    results.append(
-                        {"marked": count, "batch": batch, **claim_pages(harness, batch, level, claims)}
-                    )
+                for claim, level in CLAIMS:
+                    found = claim_pages(harness, batch, level, claims, claim)
+                    results.append({"marked": count, "batch": batch, **found})
                 snapshot.execute("ROLLBACK")
     finally:
         with contextlib.suppress(Exception):
@@ -90,21 +99,32 @@ def measure(
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """Pages a claim read at each count of delete-marked entries ahead of it, at both levels, and at READ
-    COMMITTED the pages each such entry added over none."""
-    by_count: dict[int, dict[str, float]] = {}
+    """Pages a claim read at each count of delete-marked entries ahead of it, each claim and level measured,
+    and at READ COMMITTED the pages each such entry added over none."""
+    columns = [c for c in CLAIMS if any(_key(r) == c for r in results)]
+    by_count: dict[int, dict[tuple[str, str], float]] = {}
     for r in results:
-        by_count.setdefault(r["marked"], {})[r["isolation"]] = r["pages"]
-    base = by_count.get(0, {}).get(LEVELS[0])
-    lines = [
-        "| delete-marked entries ahead | pages a claim, READ COMMITTED | pages a claim, REPEATABLE READ | "
-        "pages an entry added, READ COMMITTED |",
-        "|---|---|---|---|",
-    ]
+        by_count.setdefault(r["marked"], {})[_key(r)] = r["pages"]
+    heads = [f"pages a claim, {_name(c)}" for c in columns]
+    added = [c for c in columns if c[1] == LEVELS[0]]
+    heads += [f"pages an entry added, {_name(c)}" for c in added]
+    lines = ["| delete-marked entries ahead | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
     for count, pages in sorted(by_count.items()):
-        added = "-" if base is None or count == 0 else f"{(pages[LEVELS[0]] - base) / count:.2f}"
-        lines.append(f"| {count:,} | {pages[LEVELS[0]]:,.0f} | {pages[LEVELS[1]]:,.0f} | {added} |")
+        cells = [f"{pages[c]:,.0f}" for c in columns]
+        for c in added:
+            base = by_count.get(0, {}).get(c)
+            cells.append("-" if base is None or count == 0 else f"{(pages[c] - base) / count:.2f}")
+        lines.append(f"| {count:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _key(result: dict[str, Any]) -> tuple[str, str]:
+    return result.get("claim", "classic"), result["isolation"]
+
+
+def _name(claim: tuple[str, str]) -> str:
+    kind, level = claim
+    return level if kind == "classic" else f"bounded claim, {level}"
 
 
 def main() -> None:

@@ -46,6 +46,7 @@ from benchmarks.common import (
     BENCH_QUEUE_TEXT,
     BackendSpec,
     Dialect,
+    batch_claim,
     db_now,
     job_table_of,
     open_harness,
@@ -62,7 +63,6 @@ from benchmarks.workers import DrainRun, Mode
 from proletarian_ref._async import poll_loop as async_poll_loop
 from proletarian_ref._sync import poll_loop as poll_loop_module
 from proletarian_ref.backends.mysql import _ISOLATION_SQL as WORKER_ISOLATION_SQL
-from proletarian_ref.sql import render
 
 # The server's processes, by the name each of their processes (PostgreSQL) or the one process (MariaDB) has.
 _SERVER_PROCESSES: Final = ("postgres", "mariadbd", "mysqld")
@@ -248,7 +248,8 @@ class _Every:
 
 class ClaimPages:
     """What one claim reads now, sampled every CLAIM_EVERY_S on a connection of its own while a drain or
-    the limit runs: batch mode's claim (get_next_jobs, LIMIT jobs a commit) run under the server's own
+    the limit runs: batch mode's claim (get_next_jobs, LIMIT jobs a commit; on MariaDB the library's bounded
+    claim, common.batch_claim, or Proletarian's classic one without `bounded`) run under the server's own
     account of it (MariaDB's ANALYZE FORMAT=JSON, whose r_engine_stats count the pages each table's access
     read, 10.9 on; PostgreSQL's EXPLAIN (ANALYZE, BUFFERS): shared blocks hit and read), in a transaction
     rolled back at once, at the isolation level the worker's own claims run at (READ COMMITTED on MariaDB,
@@ -257,7 +258,13 @@ class ClaimPages:
     ISOLATION LEVEL` statement) runs it at another level, as benchmarks.delete_marked does."""
 
     def __init__(
-        self, harness: Any, dialect: Dialect, batch: int, isolation: str = WORKER_ISOLATION_SQL
+        self,
+        harness: Any,
+        dialect: Dialect,
+        batch: int,
+        isolation: str = WORKER_ISOLATION_SQL,
+        *,
+        bounded: bool = True,
     ) -> None:
         self._conn: Any = _connect(harness, dialect)
         if dialect == "mysql":
@@ -266,7 +273,7 @@ class ClaimPages:
             cursor.close()
         self._dialect = dialect
         prefix = "ANALYZE FORMAT=JSON " if dialect == "mysql" else "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-        self._statement = prefix + render(dialect, "get_next_jobs", job_table_of(harness))
+        self._statement = prefix + batch_claim(self._conn, dialect, job_table_of(harness), bounded=bounded)
         self._params = {"queue": BENCH_QUEUE_TEXT, "limit": batch}
         self._samples: list[tuple[int, int]] = []
         self._every = _Every(lambda: self._samples.append(self.claim()), CLAIM_EVERY_S, "probe-claim-pages")

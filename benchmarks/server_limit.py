@@ -25,6 +25,7 @@ from typing import Any
 from benchmarks.common import (
     BENCH_QUEUE_TEXT,
     archived_table_of,
+    batch_claim,
     count_rows,
     job_table_of,
     require_sql,
@@ -38,6 +39,7 @@ from conformance.harness import Harness, SqlHarness
 _SLAP_SECONDS = re.compile(r"Average number of seconds to run all queries: ([0-9.]+) seconds")
 _COLUMNS = "job_id, queue, job_type, payload, attempts, enqueued_at, process_at"
 _ARCHIVED = "job_id, queue, job_type, payload, attempts, status, enqueued_at, process_at, finished_at"
+_CLAIM_HEAD = f"SELECT {_COLUMNS}\nFROM"
 
 
 def _text(value: Any) -> str:
@@ -73,14 +75,24 @@ def pg_statement(harness: SqlHarness, per_commit: int) -> str:
     )
 
 
-def mysql_procedure(harness: SqlHarness, name: str) -> str:
-    """The whole job's work as a MariaDB/MySQL procedure `name`(n): n jobs a transaction."""
+def procedure_claim(claim: str) -> str:
+    """Batch mode's claim `claim` (common.batch_claim's text) as the procedure runs it: the ids alone, the
+    bench queue and the procedure's n written in, the server's clock for the worker's."""
+    if not claim.startswith(_CLAIM_HEAD):
+        raise ValueError(f"the claim does not begin with {_CLAIM_HEAD!r}: {claim!r}")
+    queue = "'" + BENCH_QUEUE_TEXT.replace("'", "''") + "'"
+    ids = "SELECT job_id\nFROM" + claim[len(_CLAIM_HEAD) :]
+    return ids % {"queue": queue, "now": "UTC_TIMESTAMP()", "limit": "n"}
+
+
+def mysql_procedure(harness: SqlHarness, name: str, claim: str) -> str:
+    """The whole job's work as a MariaDB/MySQL procedure `name`(n): n jobs a transaction, claimed with
+    `claim`, batch mode's claim as the library sends it (common.batch_claim)."""
     job, archived = job_table_of(harness), archived_table_of(harness)
-    queue = BENCH_QUEUE_TEXT.replace("'", "''")
     status = STATUS_SUCCESS.replace("'", "''")
-    # The worker's sessions read committed (backend set-up); a claim is FOR UPDATE SKIP LOCKED, as the
-    # library's. The claimed ids go through a session's temporary table, so the archive and the delete
-    # join on them without a round trip.
+    # The worker's sessions read committed (backend set-up); the claim is the library's own, so the limit
+    # does the work a drain does, its bounded scan included. The claimed ids go through a session's
+    # temporary table, so the archive and the delete join on them without a round trip.
     return f"""
 CREATE PROCEDURE {name}(IN n INT)
 BEGIN
@@ -89,8 +101,7 @@ BEGIN
   CREATE TEMPORARY TABLE IF NOT EXISTS limit_claimed (job_id BINARY(16) PRIMARY KEY) ENGINE=MEMORY;
   START TRANSACTION;
   INSERT INTO limit_claimed (job_id)
-    SELECT job_id FROM {job} WHERE queue = '{queue}' AND process_at <= UTC_TIMESTAMP()
-    ORDER BY process_at ASC LIMIT n FOR UPDATE SKIP LOCKED;
+{procedure_claim(claim)};
   INSERT INTO {archived} ({_ARCHIVED})
     SELECT j.job_id, j.queue, j.job_type, j.payload, j.attempts + 1, '{status}', j.enqueued_at,
            j.process_at, UTC_TIMESTAMP()
@@ -167,7 +178,8 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
         cursor = conn.cursor()
         cursor.execute(f"CREATE DATABASE {database}")
         try:
-            cursor.execute(mysql_procedure(harness, procedure))
+            claim = batch_claim(conn, "mysql", job_table_of(harness))
+            cursor.execute(mysql_procedure(harness, procedure, claim))
             conn.commit()
             host, port, user, password = (_text(v) for v in (conn.host, conn.port, conn.user, conn.password))
             command = [

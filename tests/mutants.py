@@ -1323,6 +1323,9 @@ from mutants_protocols import (  # noqa: E402  (beside the rest, which its mutan
     MemoryOneSavepointPerBatch,
     MySQLBatchChainOverLimit,
     MySQLBatchChainWithoutCommit,
+    MySQLBoundAtTheNewest,
+    MySQLBoundLocks,
+    MySQLBoundPastTheOldest,
     MySQLChainClaimsBeforeCommit,
     MySQLChainDropsKeptBackWrite,
     MySQLChainWithoutCommit,
@@ -1494,6 +1497,31 @@ MYSQL_CHAIN_MUTANTS: tuple[Mutant, ...] = (
         "MySQL: commit_and_get_next_jobs claims one job more than its limit, outgrowing batch_size",
         MySQLBatchChainOverLimit,
         ("J5", "J6"),
+    ),
+    Mutant(
+        "mysql_bound_past_the_oldest",
+        "MySQL: the bounded claim's scan starts one second past the oldest due job",
+        MySQLBoundPastTheOldest,
+        ("S1",),
+    ),
+    Mutant(
+        "mysql_bound_locks",
+        "MySQL: the bounded claim reads its bound with a lock, which waits for other workers' rows",
+        MySQLBoundLocks,
+        ("S6",),
+    ),
+    Mutant(
+        "mysql_bound_at_the_newest",
+        "MySQL: the bounded claim's scan starts at the newest due job (DESC for ASC)",
+        MySQLBoundAtTheNewest,
+        ("S3",),
+    ),
+    Mutant(
+        "mysql_batch_bound_at_the_newest",
+        "MySQL: the bounded batch claim's scan starts at the newest due job (DESC for ASC)",
+        MySQLBoundAtTheNewest,
+        ("G1",),
+        batch_size=8,
     ),
 )
 

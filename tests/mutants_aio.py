@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from mutants import Mutant, MySQLClaimWithoutSkipLocked, _rewrite
+from mutants_protocols import BOUND_AT_THE_NEWEST, BOUND_LOCKS, BOUND_PAST_THE_OLDEST, rewrite_bound
 
 from proletarian_ref import side_tables
 from proletarian_ref._async.unique_claims import AsyncSqlUniqueStore
@@ -415,6 +416,28 @@ class AsyncMySQLBatchChainOverLimit(_AsyncMySQLChained):
         return await super().commit_and_get_next_jobs(conn, job_table, queue, now, limit + 1)
 
 
+class _AsyncMySQLBoundRewritten(_AsyncMySQLChained):
+    """The async chained plan with one piece of its bounded claims replaced (as _MySQLBoundRewritten)."""
+
+    old: str
+    new: str
+
+    async def _claim_statement(self, conn: Any, name: str, job_table: TableName) -> str:
+        return rewrite_bound(type(self), await super()._claim_statement(conn, name, job_table))
+
+
+class AsyncMySQLBoundPastTheOldest(_AsyncMySQLBoundRewritten):
+    old, new = BOUND_PAST_THE_OLDEST
+
+
+class AsyncMySQLBoundLocks(_AsyncMySQLBoundRewritten):
+    old, new = BOUND_LOCKS
+
+
+class AsyncMySQLBoundAtTheNewest(_AsyncMySQLBoundRewritten):
+    old, new = BOUND_AT_THE_NEWEST
+
+
 # Run on conformance.aio_bridge:mysql_async_chain's tables.
 MYSQL_ASYNC_CHAIN_MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -446,6 +469,31 @@ MYSQL_ASYNC_CHAIN_MUTANTS: tuple[Mutant, ...] = (
         "async MySQL: commit_and_get_next_jobs claims one job more than its limit, outgrowing batch_size",
         AsyncMySQLBatchChainOverLimit,
         ("J5", "J6"),
+    ),
+    Mutant(
+        "aio_mysql_bound_past_the_oldest",
+        "async MySQL: the bounded claim's scan starts one second past the oldest due job",
+        AsyncMySQLBoundPastTheOldest,
+        ("S1",),
+    ),
+    Mutant(
+        "aio_mysql_bound_locks",
+        "async MySQL: the bounded claim reads its bound with a lock, which waits for other workers' rows",
+        AsyncMySQLBoundLocks,
+        ("S6",),
+    ),
+    Mutant(
+        "aio_mysql_bound_at_the_newest",
+        "async MySQL: the bounded claim's scan starts at the newest due job (DESC for ASC)",
+        AsyncMySQLBoundAtTheNewest,
+        ("S3",),
+    ),
+    Mutant(
+        "aio_mysql_batch_bound_at_the_newest",
+        "async MySQL: the bounded batch claim's scan starts at the newest due job (DESC for ASC)",
+        AsyncMySQLBoundAtTheNewest,
+        ("G1",),
+        batch_size=8,
     ),
 )
 

@@ -326,6 +326,44 @@ class MySQLBatchChainWithoutCommit(_MySQLChained):
         return self.get_next_jobs(conn, job_table, queue, now, limit)
 
 
+class _MySQLBoundRewritten(_MySQLChained):
+    """The chained plan, whose claims are bounded (queries.sql, get_next_job_bounded), with one piece of the
+    bounded claims' text replaced."""
+
+    old: str
+    new: str
+
+    def _claim_statement(self, conn: Any, name: str, job_table: TableName) -> str:
+        return rewrite_bound(type(self), super()._claim_statement(conn, name, job_table))
+
+
+def rewrite_bound(mutant: type[Any], text: str) -> str:
+    """`text`, a bounded claim, with `mutant.old` replaced by `mutant.new`."""
+    # A claim that is not bounded, or a rewrite that no longer matches, would leave the mutant a lie.
+    assert "FORCE INDEX" in text, f"{mutant.__name__}: the claim is not bounded: {text}"
+    assert mutant.old in text, f"{mutant.__name__}: {mutant.old!r} is not in the claim {text}"
+    return text.replace(mutant.old, mutant.new)
+
+
+# The bounded claims' three faults, each as (old, new): the bound one second past the oldest due job; the
+# bound read with a lock, which waits for the rows other transactions hold; the newest due job as the bound.
+BOUND_PAST_THE_OLDEST: Final = ("SELECT process_at FROM", "SELECT process_at + INTERVAL 1 SECOND FROM")
+BOUND_LOCKS: Final = ("ASC LIMIT 1)", "ASC LIMIT 1 FOR UPDATE)")
+BOUND_AT_THE_NEWEST: Final = ("ORDER BY process_at ASC LIMIT 1)", "ORDER BY process_at DESC LIMIT 1)")
+
+
+class MySQLBoundPastTheOldest(_MySQLBoundRewritten):
+    old, new = BOUND_PAST_THE_OLDEST
+
+
+class MySQLBoundLocks(_MySQLBoundRewritten):
+    old, new = BOUND_LOCKS
+
+
+class MySQLBoundAtTheNewest(_MySQLBoundRewritten):
+    old, new = BOUND_AT_THE_NEWEST
+
+
 class MySQLBatchChainOverLimit(_MySQLChained):
     """commit_and_get_next_jobs claims one job more than its limit: chained batches grow past batch_size."""
 

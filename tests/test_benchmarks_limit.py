@@ -610,13 +610,35 @@ def test_a_claim_at_read_committed_reads_two_pages_for_each_delete_marked_entry_
     from benchmarks.delete_marked import LEVELS, measure, table
 
     results = measure(mysql_dsn, [0, 500], 3_000, 10, 2, f"_dm{table_suffix()}")
-    pages = {(r["marked"], r["isolation"]): r["pages"] for r in results}
+    pages = {(r["marked"], r["claim"], r["isolation"]): r["pages"] for r in results}
     committed, repeatable = LEVELS
     assert all(r["rows"] == 10 for r in results), results
-    # The worker's level pays for every entry the purge has not removed; the server's default does not.
-    assert (pages[500, committed] - pages[0, committed]) / 500 >= 1.5, pages
-    assert (pages[500, repeatable] - pages[0, repeatable]) / 500 < 0.1, pages
-    assert "| 500 |" in table(results)
+
+    def added(claim: str, level: str) -> float:
+        return float(pages[500, claim, level] - pages[0, claim, level]) / 500
+
+    # The worker's level pays for every entry the purge has not removed; the server's default does not,
+    # and neither does the library's bounded claim at the worker's level.
+    assert added("classic", committed) >= 1.5, pages
+    assert added("classic", repeatable) < 0.1, pages
+    assert added("bounded", committed) < 0.1, pages
+    assert "| 500 |" in table(results) and "pages an entry added, bounded claim, READ COMMITTED" in table(
+        results
+    )
+
+
+def test_the_limits_procedure_claims_with_the_librarys_bounded_claim() -> None:
+    from benchmarks.server_limit import procedure_claim
+    from proletarian_ref.backends import mysql_claim
+    from proletarian_ref.tables import table_name
+
+    job = table_name("proletarian.job")
+    claim = procedure_claim(mysql_claim.statement("get_next_jobs", job, "queue"))
+    assert claim.startswith("SELECT job_id\nFROM proletarian.job FORCE INDEX (`queue`)"), claim
+    assert "%(" not in claim and "UTC_TIMESTAMP()" in claim and "LIMIT n\n" in claim, claim
+    assert claim.count("FORCE INDEX (`queue`)") == 2, claim
+    with pytest.raises(ValueError, match="does not begin with"):
+        procedure_claim("SELECT job_id FROM proletarian.job")
 
 
 def test_the_delete_marked_measurement_refuses_a_server_without_innodb() -> None:

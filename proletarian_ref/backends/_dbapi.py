@@ -655,11 +655,15 @@ class SqlBackend:
     def get_next_job(self, conn: Any, job_table: TableName, queue: str, now: datetime) -> JobRecord | None:
         row = self._execute(
             conn,
-            self._statements["get_next_job", job_table, None],
+            self._claim_statement(conn, "get_next_job", job_table),
             {"queue": queue, "now": self._db_time(now, what="now")},
             self._fetch_claimed,
         )
         return None if row is None else self._job_record(row)
+
+    def _claim_statement(self, conn: Any, name: str, job_table: TableName) -> str:
+        """The text of claim `name` (get_next_job or get_next_jobs) for `job_table`, to run on `conn`."""
+        return self._statements[name, job_table, None]
 
     def _job_record(self, row: Sequence[Any]) -> JobRecord:
         job_id, queue_text, job_type, payload, attempts, enqueued_at, process_at = row
@@ -685,7 +689,7 @@ class SqlBackend:
     ) -> list[JobRecord]:
         rows = self._execute(
             conn,
-            self._render("get_next_jobs", job_table),
+            self._claim_statement(conn, "get_next_jobs", job_table),
             {"queue": queue, "now": self._db_time(now, what="now"), "limit": limit},
             self._fetch_claimed_rows,
         )

@@ -14,7 +14,7 @@ from pymysql.constants import CLIENT
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends import mysql_chain
+from proletarian_ref.backends import mysql_chain, mysql_claim
 from proletarian_ref.backends._dbapi import (
     SessionPrefix,
     SqlBackend,
@@ -59,6 +59,8 @@ _TRANSIENT_CODES: Final = frozenset(
     }
 )
 _NO_SUCH_TABLE: Final = 1146
+# "Key '...' doesn't exist in table": a bounded claim's FORCE INDEX names an index dropped since its lookup.
+_NO_SUCH_INDEX: Final = 1176
 # Errors after which the worker thread drops its connection rather than keep it: a Galera node that is
 # not in the primary component answers every statement with 1047 until it rejoins, so the thread must
 # connect again, which a failover_connection_factory sends to a node that is.
@@ -92,6 +94,13 @@ class MySQLBackend(SqlBackend):
     COMMIT to the next claim, which it sends in the same query; on the compact plan the job's archive and
     delete go in it too, each row count checked by the server (backends/mysql_chain.py): one round trip a
     job. It needs the same connections as the compact plan.
+
+    With `bounded_claim=True` (the default) every claim but the exact plan's starts its index scan at the
+    oldest due job (queries.sql, get_next_job_bounded), so it does not lock-read the rows of the index
+    entries InnoDB has not yet purged: batch mode's claims on every plan, and one job's claims on the
+    compact and chained plans. The job table's (queue, process_at) index is looked up once; a table without
+    one is claimed from with Proletarian's statement. `bounded_claim=False` keeps Proletarian's claim in
+    every plan (docs/mysql.md, "The bounded claim").
     """
 
     dialect: ClassVar[str] = "mysql"
@@ -109,8 +118,13 @@ class MySQLBackend(SqlBackend):
         first_connection: Any = None,
         compact: bool = False,
         chain: bool = False,
+        bounded_claim: bool = True,
     ) -> None:
         super().__init__(data_source, first_connection=first_connection, compact=compact, chain=chain)
+        # The claims this backend bounds: Proletarian's exact plan keeps its own single-job claim.
+        bounded = ("get_next_jobs", "get_next_job") if compact or chain else ("get_next_jobs",)
+        self._bounded_claims = frozenset(bounded if bounded_claim else ())
+        self._claim_indexes = mysql_claim.ClaimIndexes()
         # The payload columns of (server, job table, archive table); read once, re-read before refusing.
         self._payload_columns: dict[tuple[Any, ...], list[PayloadColumn]] = {}
 
@@ -164,6 +178,10 @@ class MySQLBackend(SqlBackend):
         message = f"{type(exc).__name__}: {exc}"
         if code == _NO_SUCH_TABLE:
             return SchemaMissingError(f"{message} (install the schema: proletarian_ref.schema.install)")
+        if code == _NO_SUCH_INDEX and self._bounded_claims:
+            # The next claim looks the index up again, and falls back on Proletarian's claim if none is left.
+            self._claim_indexes.forget()
+            return TransientDatabaseError(f"{message} (the bounded claim's index is gone; looked up again)")
         if isinstance(exc, pymysql.err.InterfaceError) or code in _TRANSIENT_CODES or code in _CLIENT_ERRORS:
             return TransientDatabaseError(message)
         return DatabaseError(message)
@@ -404,7 +422,7 @@ class MySQLBackend(SqlBackend):
         as one query. On a connection outside transaction() (a caller's), COMMIT and the claim apart."""
         params = {"queue": queue, "now": self._db_time(now, what="now")}
         row = self._chained(
-            conn, self._statements["get_next_job", job_table, None], params, self._fetch_claimed
+            conn, self._claim_statement(conn, "get_next_job", job_table), params, self._fetch_claimed
         )
         return None if row is None else self._job_record(row)
 
@@ -413,8 +431,23 @@ class MySQLBackend(SqlBackend):
     ) -> list[JobRecord]:
         """ChainedBatchClaim: commit_and_get_next_job's query with batch mode's claim."""
         params = {"queue": queue, "now": self._db_time(now, what="now"), "limit": limit}
-        rows = self._chained(conn, self._render("get_next_jobs", job_table), params, _fetchall)
+        rows = self._chained(conn, self._claim_statement(conn, "get_next_jobs", job_table), params, _fetchall)
         return [self._job_record(row) for row in rows]
+
+    def _claim_statement(self, conn: Any, name: str, job_table: TableName) -> str:
+        text = self._known_claim(name, job_table)
+        if text is None:
+            statement, params = mysql_claim.lookup(job_table)
+            text = self._claim_indexes.record(
+                name, job_table, self._execute(conn, statement, params, _fetchall)
+            )
+        return text
+
+    def _known_claim(self, name: str, job_table: TableName) -> str | None:
+        """Claim `name`'s text for `job_table`; None while the index its bounded form needs is unknown."""
+        if name not in self._bounded_claims:
+            return self._statements[name, job_table, None]
+        return self._claim_indexes.statement(name, job_table)
 
     def _chained(self, conn: Any, claim: str, params: dict[str, Any], read: Any) -> Any:
         lease = self._local.lease

@@ -16,7 +16,7 @@ from pymysql.converters import encoders, escape_item
 
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends import mysql_chain
+from proletarian_ref.backends import mysql_chain, mysql_claim
 from proletarian_ref.backends._aio_dbapi import (
     AsyncSessionPrefix,
     AsyncSqlBackend,
@@ -58,6 +58,8 @@ class AsyncMySQLBackend(AsyncSqlBackend):
     sent, each count checked by the server, with the COMMIT and the next claim as one query, one round trip
     a job (backends/mysql_chain.py); a kept-back write goes alone before any other statement and before the
     block's own COMMIT. Without compact=True the COMMIT and the claim go as one query.
+
+    `bounded_claim` is MySQLBackend's: the same claims are bounded, on the index looked up the same way.
     """
 
     dialect: ClassVar[str] = "mysql"
@@ -65,9 +67,16 @@ class AsyncMySQLBackend(AsyncSqlBackend):
     _driver_error: ClassVar[type[Exception]] = pymysql.err.MySQLError
     codec: MySQLBackend
 
-    def __init__(self, data_source: Any = None, *, compact: bool = False, chain: bool = False) -> None:
+    def __init__(
+        self,
+        data_source: Any = None,
+        *,
+        compact: bool = False,
+        chain: bool = False,
+        bounded_claim: bool = True,
+    ) -> None:
         super().__init__(
-            MySQLBackend(None, compact=compact, chain=chain),
+            MySQLBackend(None, compact=compact, chain=chain, bounded_claim=bounded_claim),
             data_source,
             pooled=isinstance(data_source, aiomysql.Pool),
         )
@@ -252,15 +261,46 @@ class AsyncMySQLBackend(AsyncSqlBackend):
         """ChainedClaim: the kept-back archive and delete (checked by the server), COMMIT and the next claim
         as one query, as MySQLBackend's. On a connection outside transaction() (a caller's), COMMIT and the
         claim apart."""
-        row = await self._chained(conn, *self._claim(job_table, queue, now), self._fetch_claimed)
+        _, params = self._claim(job_table, queue, now)
+        statement = await self._claim_statement(conn, "get_next_job", job_table)
+        row = await self._chained(conn, statement, params, self._fetch_claimed)
         return None if row is None else self.codec._job_record(row)
 
     async def commit_and_get_next_jobs(
         self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
     ) -> list[JobRecord]:
         """ChainedBatchClaim: commit_and_get_next_job's query with batch mode's claim."""
-        rows = await self._chained(conn, *self._batch_claim(job_table, queue, now, limit), _fetchall)
+        _, params = self._batch_claim(job_table, queue, now, limit)
+        statement = await self._claim_statement(conn, "get_next_jobs", job_table)
+        rows = await self._chained(conn, statement, params, _fetchall)
         return [self.codec._job_record(row) for row in rows]
+
+    async def get_next_job(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime
+    ) -> JobRecord | None:
+        _, params = self._claim(job_table, queue, now)
+        statement = await self._claim_statement(conn, "get_next_job", job_table)
+        row = await self._execute(conn, statement, params, self._fetch_claimed)
+        return None if row is None else self.codec._job_record(row)
+
+    async def get_next_jobs(
+        self, conn: Any, job_table: TableName, queue: str, now: datetime, limit: int
+    ) -> list[JobRecord]:
+        _, params = self._batch_claim(job_table, queue, now, limit)
+        statement = await self._claim_statement(conn, "get_next_jobs", job_table)
+        rows = await self._execute(conn, statement, params, _fetchall)
+        return [self.codec._job_record(row) for row in rows]
+
+    async def _claim_statement(self, conn: Any, name: str, job_table: TableName) -> str:
+        """MySQLBackend._claim_statement, awaited: the same claim, its index looked up on `conn` once."""
+        codec = self.codec
+        text = codec._known_claim(name, job_table)
+        if text is None:
+            statement, params = mysql_claim.lookup(job_table)
+            text = codec._claim_indexes.record(
+                name, job_table, await self._execute(conn, statement, params, _fetchall)
+            )
+        return text
 
     async def _chained(self, conn: Any, claim: str, params: dict[str, Any], read: Any) -> Any:
         pending = self._chained_pending(conn)

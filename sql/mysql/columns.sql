@@ -11,3 +11,15 @@ WHERE COLUMN_NAME = 'payload'
     OR (TABLE_SCHEMA = COALESCE(%(archive_schema)s, DATABASE()) AND TABLE_NAME = %(archive_name)s))
 -- The job table's column first, so that of two columns of one size the error names the one enqueue writes.
 ORDER BY (TABLE_SCHEMA = COALESCE(%(job_schema)s, DATABASE()) AND TABLE_NAME = %(job_name)s) DESC
+
+-- name: claim_index
+-- The job table's indexes whose first two columns are queue and process_at, which the bounded claims scan
+-- (queries.sql, get_next_job_bounded). Proletarian's DDL leaves its index unnamed: the server names it
+-- after its first column, `queue`.
+SELECT INDEX_NAME
+FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = COALESCE(%(job_schema)s, DATABASE()) AND TABLE_NAME = %(job_name)s
+  AND ((SEQ_IN_INDEX = 1 AND COLUMN_NAME = 'queue') OR (SEQ_IN_INDEX = 2 AND COLUMN_NAME = 'process_at'))
+GROUP BY INDEX_NAME
+HAVING COUNT(*) = 2
+ORDER BY INDEX_NAME

@@ -87,6 +87,43 @@ ORDER BY process_at ASC
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
+-- The bounded claims (not Proletarian's statements): get_next_job's and get_next_jobs' with the index scan
+-- started at the oldest due job, for every plan but Proletarian's exact one (MySQLBackend's bounded_claim,
+-- docs/mysql.md "The bounded claim"). A job's DELETE leaves its index entry delete-marked until InnoDB's
+-- purge removes it, and the purge lags behind a busy queue; a locking read at READ COMMITTED looks up the
+-- row of every such entry it steps over (two pages each, benchmarks.delete_marked). Here the scalar
+-- subquery finds the oldest due job with a plain read, which takes no lock (a locking clause does not reach
+-- into a subquery, on MySQL 8 as on MariaDB) and steps over those entries for much less, and the locking
+-- scan starts at it. What it finds is the oldest row committed when the statement began: no claimable row
+-- lies before it but one committed since with an older process_at, which the next poll claims, as the
+-- classic claim's own scan passes a row committed behind it. No due job: the bound is NULL and nothing is
+-- claimed. ORDER BY ... LIMIT 1, not MIN(): on the prefix index (queue(256), process_at) MIN reads every
+-- due row of the queue. {claim_index} is the job table's (queue, process_at) index, looked up in
+-- information_schema (columns.sql, claim_index) and quoted: without FORCE INDEX MariaDB chooses a ref
+-- access on the queue prefix, which checks the bound row by row over every entry again, or a sort.
+
+-- name: get_next_job_bounded
+SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+FROM {job_table} FORCE INDEX ({claim_index})
+WHERE queue = %(queue)s
+  AND process_at BETWEEN (SELECT process_at FROM {job_table} FORCE INDEX ({claim_index})
+                          WHERE queue = %(queue)s AND process_at <= %(now)s ORDER BY process_at ASC LIMIT 1)
+                     AND %(now)s
+ORDER BY process_at ASC
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+
+-- name: get_next_jobs_bounded
+SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
+FROM {job_table} FORCE INDEX ({claim_index})
+WHERE queue = %(queue)s
+  AND process_at BETWEEN (SELECT process_at FROM {job_table} FORCE INDEX ({claim_index})
+                          WHERE queue = %(queue)s AND process_at <= %(now)s ORDER BY process_at ASC LIMIT 1)
+                     AND %(now)s
+ORDER BY process_at ASC
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
 -- name: archive_jobs
 -- (A) for batch mode: archive_job of every finished job of the batch in one statement. The first two
 -- placeholders are status and finished_at; {ids} is one placeholder per job id.
