@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 
 import pytest
@@ -74,6 +75,16 @@ class TestMySQLChainBatch(WorkerSuite):
             yield batched
         finally:
             batched.close()
+
+
+class TestMySQLChainClassicClaim(BackendSuite):
+    """The chained plan with Proletarian's claim statements (bounded_claim=False, conformance.builtin:
+    mysql_chain_classic): the claims the bounded ones replace stay under the whole suite."""
+
+    @pytest.fixture
+    def harness(self, mysql_chain_db: SqlHarness) -> SqlHarness:
+        backend = functools.partial(MySQLBackend, compact=True, chain=True, bounded_claim=False)
+        return mysql_chain_db.with_backend(backend, "mysql-chain-classic")
 
 
 class TestMySQLChainClauses(ChainedClaimTests):
