@@ -364,6 +364,12 @@ def _connect(harness: Any, dialect: Dialect) -> Any:
     return conn
 
 
+def _sends_bounded_claims(harness: Any) -> bool:
+    """Whether the drain's backend claims with MySQL's bounded statements (MySQLBackend's bounded_claim;
+    the asyncio drains' AsyncMySQLBackend keeps its default, on), so that the sampled claim is its own."""
+    return bool(getattr(harness.backend(), "_bounded_claims", False))
+
+
 def parse_drain(text: str) -> tuple[str, Mode]:
     """ "FACTORY" or "FACTORY:MODE" as (factory, benchmarks.workers mode), refusing what names neither."""
     factory, _, mode = text.partition(":")
@@ -407,7 +413,7 @@ def probe(
         cleanup.callback(watcher.close)
         claims: collections.Counter[str] = cleanup.enter_context(claiming)
         cleanup.callback(run.stop)
-        claim_pages = ClaimPages(harness, dialect, batch)
+        claim_pages = ClaimPages(harness, dialect, batch, bounded=_sends_bounded_claims(harness))
         cleanup.callback(claim_pages.stop)
         server_port = watcher.info.port if dialect == "postgresql" else int(watcher.port)
         # Ports open now are the probe's own (the watcher's, the claim sampler's, the harness's).
