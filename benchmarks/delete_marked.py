@@ -6,7 +6,7 @@ with a consistent snapshot opened on another connection (so the N jobs deleted n
 entries delete-marked, as they stay while the purge lags behind a drain), deletes the N oldest jobs, and runs
 batch mode's claim (`get_next_jobs`, `--batch` jobs) as Proletarian words it `--claims` times at READ
 COMMITTED, the level the worker's claims run at (MySQLBackend sets it), and as many at REPEATABLE READ, the
-server's default, then the library's bounded claim (queries.sql, get_next_jobs_bounded) as many times at
+server's default, then the library's bounded claim (queries.sql, claim_bounded) as many times at
 READ COMMITTED, each under `ANALYZE FORMAT=JSON` and rolled back at once (benchmarks.limit_probe.ClaimPages):
 the median pages each claim read. Then it lets the purge go and reloads the deleted jobs for the next count.
 `--table FILE.json` prints the table.

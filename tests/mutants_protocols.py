@@ -327,7 +327,7 @@ class MySQLBatchChainWithoutCommit(_MySQLChained):
 
 
 class _MySQLBoundRewritten(_MySQLChained):
-    """The chained plan, whose claims are bounded (queries.sql, get_next_job_bounded), with one piece of the
+    """The chained plan, whose claims are bounded (queries.sql, claim_bounded), with one piece of the
     bounded claims' text replaced."""
 
     old: str

@@ -1,4 +1,4 @@
-"""MySQL's bounded claim (queries.sql, get_next_job_bounded): the plans that send it, the index it forces, a
+"""MySQL's bounded claim (queries.sql, claim_bounded): the plans that send it, the index it forces, a
 job table without that index or losing it, and the threaded and asyncio backends alike."""
 
 from __future__ import annotations
@@ -86,7 +86,9 @@ def multi_statements(dsn: str, **options: Any) -> Any:
 
 
 def bounded_text(job: TableName, name: str, index: str = "queue") -> str:
-    return sql.queries("mysql")[f"{name}_bounded"].format(job_table=job, claim_index=f"`{index}`")
+    """claim_bounded for `name`: one job's LIMIT 1, or the batch's bound limit."""
+    limit = "1" if name == "get_next_job" else "%(limit)s"
+    return sql.queries("mysql")["claim_bounded"].format(job_table=job, claim_index=f"`{index}`", limit=limit)
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,7 @@ def test_both_dialects_define_the_same_statements_and_their_own_batch_inserts() 
         # autocommit, so no BEGIN), and the server's check of each kept-back write's row count.
         # The bounded claims of every plan but the exact one (MySQLBackend's bounded_claim): get_next_job's
         # and get_next_jobs' scans started at the oldest due job, past the entries InnoDB has not purged.
-        "mysql": {"chain_commit", "chain_check_count", "get_next_job_bounded", "get_next_jobs_bounded"},
+        "mysql": {"chain_commit", "chain_check_count", "claim_bounded"},
     }
     for dialect in sql.DIALECTS:
         assert set(sql.queries(dialect)) == shared | batch[dialect]

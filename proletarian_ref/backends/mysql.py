@@ -96,7 +96,7 @@ class MySQLBackend(SqlBackend):
     job. It needs the same connections as the compact plan.
 
     With `bounded_claim=True` (the default) every claim but the exact plan's starts its index scan at the
-    oldest due job (queries.sql, get_next_job_bounded), so it does not lock-read the rows of the index
+    oldest due job (queries.sql, claim_bounded), so it does not lock-read the rows of the index
     entries InnoDB has not yet purged: batch mode's claims on every plan, and one job's claims on the
     compact and chained plans. The job table's (queue, process_at) index is looked up once; a table without
     one is claimed from with Proletarian's statement. `bounded_claim=False` keeps Proletarian's claim in

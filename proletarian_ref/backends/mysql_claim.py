@@ -1,7 +1,7 @@
 """The MySQL backends' bounded claim: which statement claims, and the job table's index it forces.
 
-Both MySQL backends (threaded and asyncio) claim with queries.sql's get_next_job_bounded and
-get_next_jobs_bounded where their plan is not Proletarian's exact one, once they know the job table's
+Both MySQL backends (threaded and asyncio) claim with queries.sql's claim_bounded, for one job or a batch,
+where their plan is not Proletarian's exact one, once they know the job table's
 (queue, process_at) index; this module keeps what they found and gives them the statement's text. The
 lookup itself is theirs to run (columns.sql, claim_index), on the connection the claim is about to use.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from functools import cache, lru_cache
+from functools import lru_cache
 from typing import Any, Final
 
 from proletarian_ref import sql
@@ -18,8 +18,8 @@ from proletarian_ref.backends.mysql_payload import statements as column_statemen
 from proletarian_ref.tables import TableName
 
 _DIALECT: Final = "mysql"
-# Each claim with its bounded form.
-BOUNDED: Final = {"get_next_job": "get_next_job_bounded", "get_next_jobs": "get_next_jobs_bounded"}
+# Each claim's LIMIT in the bounded statement: one job, or the batch's bound parameter.
+_LIMITS: Final = {"get_next_job": "1", "get_next_jobs": "%(limit)s"}
 # Index names the claim will write between backquotes: the server allows any character, but a name of
 # these is all Proletarian's DDL or a hand-made index would give, and it cannot close its quotes.
 _PLAIN_NAME: Final = re.compile(r"[A-Za-z0-9_$]{1,64}")
@@ -47,12 +47,8 @@ def statement(name: str, job_table: TableName, index: str | None) -> str:
         return sql.render(_DIALECT, name, job_table)
     if not _PLAIN_NAME.fullmatch(index):
         raise ValueError(f"index name {index!r} is not 1 to 64 of [A-Za-z0-9_$]")
-    return _bounded_template(name).format(job_table=job_table, claim_index=f"`{index}`")
-
-
-@cache
-def _bounded_template(name: str) -> str:
-    return sql.queries(_DIALECT)[BOUNDED[name]]
+    template = sql.queries(_DIALECT)["claim_bounded"]
+    return template.format(job_table=job_table, claim_index=f"`{index}`", limit=_LIMITS[name])
 
 
 class ClaimIndexes:

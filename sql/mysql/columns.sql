@@ -14,7 +14,7 @@ ORDER BY (TABLE_SCHEMA = COALESCE(%(job_schema)s, DATABASE()) AND TABLE_NAME = %
 
 -- name: claim_index
 -- The job table's indexes whose first two columns are queue and process_at, which the bounded claims scan
--- (queries.sql, get_next_job_bounded). Proletarian's DDL leaves its index unnamed: the server names it
+-- (queries.sql, claim_bounded). Proletarian's DDL leaves its index unnamed: the server names it
 -- after its first column, `queue`.
 SELECT INDEX_NAME
 FROM information_schema.STATISTICS

@@ -87,7 +87,7 @@ ORDER BY process_at ASC
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
--- The bounded claims (not Proletarian's statements): get_next_job's and get_next_jobs' with the index scan
+-- The bounded claim (not Proletarian's statements): get_next_job's and get_next_jobs' with the index scan
 -- started at the oldest due job, for every plan but Proletarian's exact one (MySQLBackend's bounded_claim,
 -- docs/mysql.md "The bounded claim"). A job's DELETE leaves its index entry delete-marked until InnoDB's
 -- purge removes it, and the purge lags behind a busy queue; a locking read at READ COMMITTED looks up the
@@ -102,7 +102,8 @@ FOR UPDATE SKIP LOCKED
 -- information_schema (columns.sql, claim_index) and quoted: without FORCE INDEX MariaDB chooses a ref
 -- access on the queue prefix, which checks the bound row by row over every entry again, or a sort.
 
--- name: get_next_job_bounded
+-- name: claim_bounded
+-- {limit} is 1 for get_next_job, the bound parameter %(limit)s for get_next_jobs (mysql_claim.statement).
 SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
 FROM {job_table} FORCE INDEX ({claim_index})
 WHERE queue = %(queue)s
@@ -110,18 +111,7 @@ WHERE queue = %(queue)s
                           WHERE queue = %(queue)s AND process_at <= %(now)s ORDER BY process_at ASC LIMIT 1)
                      AND %(now)s
 ORDER BY process_at ASC
-LIMIT 1
-FOR UPDATE SKIP LOCKED
-
--- name: get_next_jobs_bounded
-SELECT job_id, queue, job_type, payload, attempts, enqueued_at, process_at
-FROM {job_table} FORCE INDEX ({claim_index})
-WHERE queue = %(queue)s
-  AND process_at BETWEEN (SELECT process_at FROM {job_table} FORCE INDEX ({claim_index})
-                          WHERE queue = %(queue)s AND process_at <= %(now)s ORDER BY process_at ASC LIMIT 1)
-                     AND %(now)s
-ORDER BY process_at ASC
-LIMIT %(limit)s
+LIMIT {limit}
 FOR UPDATE SKIP LOCKED
 
 -- name: archive_jobs
