@@ -346,17 +346,20 @@ def test_the_limit_probes_limit_on_mariadb_counts_the_whole_servers_cpu(mysql_ds
     assert 0 <= result["cores_idle"] <= 1
     assert result["server_status"]["Handler_delete"] >= 0.8
     assert_claims_sampled(result["claims"], batch=10)
-    assert_kernel_shares(result)
+    assert_kernel_shares(result, tool=True)
 
 
-def assert_kernel_shares(result: dict[str, Any]) -> None:
+def assert_kernel_shares(result: dict[str, Any], *, tool: bool = False) -> None:
     """The client (a drain, or the limit's tool) and its connections' server side send and read every
     claim through system calls: both spend some of their CPU in the kernel. A drain's are read from /proc
     (stat's ticks are samples of schedstat's exact time, so a share may overshoot 1), the tool's from its
-    exit (wait4's system time)."""
+    exit (wait4's system time, split from its user time by the same ticks: a tool that ran a few
+    milliseconds of CPU may have had every tick land in user time, a share of 0)."""
     shares = result["kernel_share"]
     assert set(shares) == {"client", "server"}, shares
-    assert all(0 < share < 1.5 for share in shares.values()), shares
+    assert 0 < shares["server"] < 1.5, shares
+    lowest = 0.0 if tool else 1e-9  # a drain's share is never 0; a short-lived tool's may be
+    assert lowest <= shares["client"] < 1.5, shares
 
 
 @pytest.mark.postgresql
@@ -368,7 +371,7 @@ def test_the_limit_probes_limit_on_postgresql_keeps_the_cpu_of_pgbenchs_ended_ba
     assert result["jobs"] > 0 and costs["server_cpu"] > 0
     assert costs["server_all_cpu"] >= costs["server_cpu"]
     assert_claims_sampled(result["claims"], batch=1)
-    assert_kernel_shares(result)
+    assert_kernel_shares(result, tool=True)
     # PostgreSQL's statistics reach its views up to a second late: none is read for a window.
     assert "server_status" not in result and "server_waits" not in result
 

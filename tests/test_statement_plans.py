@@ -197,7 +197,9 @@ class _Counting(SqlBackend):
     statements: list[str]
 
     def _execute(self, conn: Any, statement: str, params: Any, read: Any, *, copy: bool = False) -> Any:
-        self.statements.append(statement)
+        # MySQL's bounded claim reads its index once per backend (mysql_claim.lookup): not a job's statement.
+        if "information_schema.STATISTICS" not in statement:
+            self.statements.append(statement)
         return super()._execute(conn, statement, params, read, copy=copy)
 
 
@@ -214,7 +216,11 @@ def test_the_compact_plan_sends_a_finished_jobs_archive_and_delete_as_one_statem
         assert _run(db, backend) is True
     assert len(sent[False]) == 3  # the claim, the archive INSERT, the DELETE (BEGIN and COMMIT apart)
     claim, write = sent[True]
-    assert claim == sent[False][0]
+    if dialect == "mysql":
+        # On MySQL the compact plan claims with the bounded claim, the exact plan with Proletarian's.
+        assert "FORCE INDEX" in claim and "FORCE INDEX" not in sent[False][0]
+    else:
+        assert claim == sent[False][0]
     assert "INSERT INTO" in write and "DELETE FROM" in write
     if dialect == "mysql":
         # Proletarian's two statements, as they are, in one query.
