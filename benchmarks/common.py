@@ -93,18 +93,14 @@ def archived_table_of(harness: Harness) -> TableName:
     return table_name(harness.archived_job_table, option="archived_job_table")
 
 
-def batch_claim(conn: Any, dialect: str, job_table: TableName, *, bounded: bool = True) -> str:
-    """Batch mode's claim (get_next_jobs) for `job_table` as the library sends it: on MySQL the bounded claim
-    on the index `conn` finds (mysql_claim), or Proletarian's classic one without `bounded` or an index."""
-    if dialect != "mysql" or not bounded:
-        return render(dialect, "get_next_jobs", job_table)
-    statement, params = mysql_claim.lookup(job_table)
-    cursor = conn.cursor()
-    try:
-        cursor.execute(statement, params)
-        index = mysql_claim.pick(cursor.fetchall())
-    finally:
-        cursor.close()
+def batch_claim(harness: SqlHarness, *, bounded: bool = True) -> str:
+    """Batch mode's claim (get_next_jobs) for the harness's job table as the library sends it: on MySQL the
+    bounded claim on the index the server names (mysql_claim), or Proletarian's classic one without
+    `bounded` or an index."""
+    job_table = job_table_of(harness)
+    if harness.dialect != "mysql" or not bounded:
+        return render(harness.dialect, "get_next_jobs", job_table)
+    index = mysql_claim.pick(run_sql(harness, *mysql_claim.lookup(job_table)))
     return mysql_claim.statement("get_next_jobs", job_table, index)
 
 

@@ -48,7 +48,6 @@ from benchmarks.common import (
     Dialect,
     batch_claim,
     db_now,
-    job_table_of,
     open_harness,
     require_sql,
 )
@@ -273,7 +272,7 @@ class ClaimPages:
             cursor.close()
         self._dialect = dialect
         prefix = "ANALYZE FORMAT=JSON " if dialect == "mysql" else "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-        self._statement = prefix + batch_claim(self._conn, dialect, job_table_of(harness), bounded=bounded)
+        self._statement = prefix + batch_claim(require_sql(harness)[0], bounded=bounded)
         self._params = {"queue": BENCH_QUEUE_TEXT, "limit": batch}
         self._samples: list[tuple[int, int]] = []
         self._every = _Every(lambda: self._samples.append(self.claim()), CLAIM_EVERY_S, "probe-claim-pages")

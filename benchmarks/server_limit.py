@@ -178,7 +178,7 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
         cursor = conn.cursor()
         cursor.execute(f"CREATE DATABASE {database}")
         try:
-            claim = batch_claim(conn, "mysql", job_table_of(harness))
+            claim = batch_claim(harness)
             cursor.execute(mysql_procedure(harness, procedure, claim))
             conn.commit()
             host, port, user, password = (_text(v) for v in (conn.host, conn.port, conn.user, conn.password))
