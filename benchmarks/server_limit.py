@@ -85,9 +85,9 @@ def procedure_claim(claim: str) -> str:
     return ids % {"queue": queue, "now": "UTC_TIMESTAMP()", "limit": "n"}
 
 
-def mysql_procedure(harness: SqlHarness, name: str, claim: str) -> str:
-    """The whole job's work as a MariaDB/MySQL procedure `name`(n): n jobs a transaction, claimed with
-    `claim`, batch mode's claim as the library sends it (common.batch_claim)."""
+def mysql_procedure(harness: SqlHarness, name: str) -> str:
+    """The whole job's work as a MariaDB/MySQL procedure `name`(n): n jobs a transaction, claimed with batch
+    mode's claim as the library sends it (common.batch_claim)."""
     job, archived = job_table_of(harness), archived_table_of(harness)
     status = STATUS_SUCCESS.replace("'", "''")
     # The worker's sessions read committed (backend set-up); the claim is the library's own, so the limit
@@ -101,7 +101,7 @@ BEGIN
   CREATE TEMPORARY TABLE IF NOT EXISTS limit_claimed (job_id BINARY(16) PRIMARY KEY) ENGINE=MEMORY;
   START TRANSACTION;
   INSERT INTO limit_claimed (job_id)
-{procedure_claim(claim)};
+{procedure_claim(batch_claim(harness))};
   INSERT INTO {archived} ({_ARCHIVED})
     SELECT j.job_id, j.queue, j.job_type, j.payload, j.attempts + 1, '{status}', j.enqueued_at,
            j.process_at, UTC_TIMESTAMP()
@@ -178,8 +178,7 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
         cursor = conn.cursor()
         cursor.execute(f"CREATE DATABASE {database}")
         try:
-            claim = batch_claim(harness)
-            cursor.execute(mysql_procedure(harness, procedure, claim))
+            cursor.execute(mysql_procedure(harness, procedure))
             conn.commit()
             host, port, user, password = (_text(v) for v in (conn.host, conn.port, conn.user, conn.password))
             command = [

@@ -130,19 +130,7 @@ def mysql_compact(
 
     Its connections are opened with CLIENT.MULTI_STATEMENTS, which the plan needs on the backend's own.
     """
-    from pymysql.constants import CLIENT
-
-    from proletarian_ref.backends.mysql import MySQLBackend
-
-    backend_class = functools.partial(MySQLBackend, compact=True)
-    return _mysql(
-        "mysql-compact",
-        dsn,
-        job_table,
-        archived_job_table,
-        backend_class,
-        client_flag=CLIENT.MULTI_STATEMENTS,
-    )
+    return _mysql_multi_statements("mysql-compact", dsn, job_table, archived_job_table, compact=True)
 
 
 def mysql_chain(
@@ -153,18 +141,8 @@ def mysql_chain(
     """mysql_compact with chained claims: a finished job's archive and delete (each count checked by the
     server), its COMMIT and the next claim go as one query, one round trip a job (MySQLBackend(compact=True,
     chain=True), backend.ChainedClaim)."""
-    from pymysql.constants import CLIENT
-
-    from proletarian_ref.backends.mysql import MySQLBackend
-
-    backend_class = functools.partial(MySQLBackend, compact=True, chain=True)
-    return _mysql(
-        "mysql-chain",
-        dsn,
-        job_table,
-        archived_job_table,
-        backend_class,
-        client_flag=CLIENT.MULTI_STATEMENTS,
+    return _mysql_multi_statements(
+        "mysql-chain", dsn, job_table, archived_job_table, compact=True, chain=True
     )
 
 
@@ -176,18 +154,29 @@ def mysql_chain_classic(
     """mysql_chain with Proletarian's claim statements (MySQLBackend(compact=True, chain=True,
     bounded_claim=False)): the claims the bounded ones replace, kept under the suite and beside them in the
     benchmarks."""
-    from pymysql.constants import CLIENT
-
-    from proletarian_ref.backends.mysql import MySQLBackend
-
-    backend_class = functools.partial(MySQLBackend, compact=True, chain=True, bounded_claim=False)
-    return _mysql(
+    return _mysql_multi_statements(
         "mysql-chain-classic",
         dsn,
         job_table,
         archived_job_table,
-        backend_class,
-        client_flag=CLIENT.MULTI_STATEMENTS,
+        compact=True,
+        chain=True,
+        bounded_claim=False,
+    )
+
+
+def _mysql_multi_statements(
+    name: str, dsn: str | None, job_table: str, archived_job_table: str, **backend_options: bool
+) -> SqlHarness:
+    """MySQLBackend(**backend_options) on connections opened with CLIENT.MULTI_STATEMENTS, which the compact
+    and chained plans need on the backend's own."""
+    from pymysql.constants import CLIENT
+
+    from proletarian_ref.backends.mysql import MySQLBackend
+
+    backend_class = functools.partial(MySQLBackend, **backend_options)
+    return _mysql(
+        name, dsn, job_table, archived_job_table, backend_class, client_flag=CLIENT.MULTI_STATEMENTS
     )
 
 
