@@ -265,7 +265,9 @@ _PG_PROCESS_AT: Final = {
     "mixed": "CASE WHEN mod(i, 2) = 1 OR mod(i, 100) = 0 "
     "THEN %(base)s::timestamptz - interval '30 days' + i * interval '1 second' "
     "ELSE %(base)s::timestamptz + interval '1 day' + i * interval '1 second' END",
-    "due": "%(base)s::timestamptz - interval '30 days' + i * interval '1 second'",
+    # A millisecond a row, not a second: a QueueFiller's numbers keep growing over a whole run, and at a
+    # second a row the 2,592,001st row of a run was due only in the future (limit18's first try, 4 x 4 batch).
+    "due": "%(base)s::timestamptz - interval '30 days' + i * interval '1 millisecond'",
 }
 _MY_QUEUE: Final = {
     "mixed": "CASE WHEN MOD(n, 2) = 1 THEN CONCAT(':bench/other-', MOD(n, 7)) ELSE %(queue)s END",
@@ -274,7 +276,7 @@ _MY_QUEUE: Final = {
 _MY_PROCESS_AT: Final = {
     "mixed": "CASE WHEN MOD(n, 2) = 1 OR MOD(n, 100) = 0 THEN %(base)s - INTERVAL 30 DAY + INTERVAL n SECOND "
     "ELSE %(base)s + INTERVAL 1 DAY + INTERVAL n SECOND END",
-    "due": "%(base)s - INTERVAL 30 DAY + INTERVAL n SECOND",
+    "due": "%(base)s - INTERVAL 30 DAY + INTERVAL n * 1000 MICROSECOND",
 }
 _DIGITS: Final = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {d}" for d in range(1, 10)) + ")"
 

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -678,6 +679,19 @@ def test_the_serializer_section_runs_once_whatever_the_backends(tmp_path: Path) 
     (entry,) = results["benchmarks"]["serializer"]
     assert entry["factory"] == "conformance.builtin:memory" and "error" not in entry
     assert "### Serializer" in (tmp_path / "results.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("fixture", ["pg_db", "mysql_db"])
+def test_rows_loaded_due_are_due_however_far_a_runs_numbering_has_come(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    # A QueueFiller numbers its rows over a whole run: a full run on a fast machine loads millions, and
+    # each of them must still be due (limit18's first try loaded rows due only in the future and drained
+    # one job a window at its last PostgreSQL point).
+    harness: SqlHarness = request.getfixturevalue(fixture)
+    bulk_load(harness, 10_000_000, 10_000_100, "due")
+    now = datetime.now(UTC)
+    assert [job.process_at <= now for job in harness.jobs()] == [True] * 100
 
 
 @pytest.mark.parametrize("fixture", ["pg_db", "mysql_db"])
