@@ -16,10 +16,11 @@ from conformance.capabilities import requires
 from conformance.clocks import EPOCH, ManualClock
 from conformance.harness import Harness
 from conformance.protocols import NEEDS_RELEASE
-from proletarian_ref.backend import STATUS_SUCCESS
+from proletarian_ref.backend import STATUS_SUCCESS, JobRecord
 from proletarian_ref.errors import ShutdownTimeoutError
 from proletarian_ref.job import Job
 from proletarian_ref.keywords import to_keyword_text
+from proletarian_ref.tables import TableName
 from proletarian_ref.worker import QueueWorker, create_queue_worker
 
 STUCK: Final = "conformance/l-stuck"
@@ -61,6 +62,33 @@ class ReleaseTests(SuiteBase):
             **{**harness.worker_options, **options},
         )
 
+    def _claim_both(
+        self, harness: Harness, job_table: TableName, within_s: float, step: str
+    ) -> tuple[JobRecord | None, JobRecord | None]:
+        """The released job and the other worker's, claimed in one transaction of another backend and
+        rolled back, tried again until the released one comes or `within_s` passes: (released, held)."""
+        released: JobRecord | None = None
+        held: JobRecord | None = None
+        deadline = time.monotonic() + within_s
+        with AgentPool(harness.make_backend, self.step_timeout) as pool:
+            agent = pool.agent()
+            while released is None and time.monotonic() < deadline:
+                agent.begin()
+                released, held = (
+                    self.claim_in(
+                        agent,
+                        job_table,
+                        to_keyword_text(queue, what="queue"),
+                        EPOCH + timedelta(seconds=2),
+                        step.format(queue),
+                    )
+                    for queue in (STUCK, BESIDE)
+                )
+                agent.rollback()
+                if released is None:
+                    time.sleep(0.01)
+        return released, held
+
     @requires(NEEDS_RELEASE)
     def test_stop_releases_the_stuck_handlers_job_and_no_other(self, harness: Harness) -> None:
         """L1: stop() of a worker whose handler ignores it gives that job back at once, and only that job.
@@ -98,26 +126,9 @@ class ReleaseTests(SuiteBase):
             stuck_thread = next(t for t in threading.enumerate() if t.name == "conformance-l1-stuck-1")
             with pytest.raises(ShutdownTimeoutError):
                 stuck.stop()
-            released = held = None
-            deadline = time.monotonic() + RELEASED_WITHIN_S
-            with AgentPool(harness.make_backend, self.step_timeout) as pool:
-                agent = pool.agent()
-                while released is None and time.monotonic() < deadline:
-                    agent.begin()
-                    # The released job, then the other worker's, in one transaction of another backend.
-                    released, held = (
-                        self.claim_in(
-                            agent,
-                            job_table,
-                            to_keyword_text(queue, what="queue"),
-                            EPOCH + timedelta(seconds=2),
-                            f"L1: claiming the job of {queue} after stop()",
-                        )
-                        for queue in (STUCK, BESIDE)
-                    )
-                    agent.rollback()
-                    if released is None:
-                        time.sleep(0.01)
+            released, held = self._claim_both(
+                harness, job_table, RELEASED_WITHIN_S, "L1: claiming the job of {} after stop()"
+            )
             assert released is not None, (
                 "L1: after stop() released its stuck handler, no other transaction could claim its job "
                 f"within {RELEASED_WITHIN_S:g} s while the handler still ran; expected it claimable at once "
@@ -197,24 +208,9 @@ class ReleaseTests(SuiteBase):
                 assert started[queue].wait(STARTED_WITHIN_S), (
                     f"L2: the worker of {queue} did not start its job"
                 )
-            released = held = None
-            deadline = time.monotonic() + STARTED_WITHIN_S
-            with AgentPool(harness.make_backend, self.step_timeout) as pool:
-                agent = pool.agent()
-                while released is None and time.monotonic() < deadline:
-                    agent.begin()
-                    released, held = (
-                        self.claim_in(
-                            agent,
-                            job_table,
-                            to_keyword_text(queue, what="queue"),
-                            EPOCH + timedelta(seconds=2),
-                            f"L2: claiming the job of {queue} past its bound",
-                        )
-                        for queue in (STUCK, BESIDE)
-                    )
-                    agent.rollback()
-                    time.sleep(AWAIT_MS / 1000)
+            released, held = self._claim_both(
+                harness, job_table, STARTED_WITHIN_S, "L2: claiming the job of {} past its bound"
+            )
             assert released is not None, (
                 "L2: a job whose handler outlasted job_timeout_ms and its grace stayed held; expected it "
                 "claimable by another transaction (its transaction ended, rolled back by the server)"

@@ -527,4 +527,20 @@ LIMIT17: Final = LimitPair(
     "limit17-shared-2026-12-06",
     "The exact plan on the asyncio worker",
 )
-LIMIT_PAIRS: Final = (LIMIT9, LIMIT10, LIMIT11, LIMIT12, LIMIT13, LIMIT14, LIMIT15, LIMIT16, LIMIT17)
+LIMIT18: Final = LimitPair(
+    "limit18-cores-2026-12-07",
+    "limit18-shared-2026-12-07",
+    "The bounded claim against the limit",
+)
+LIMIT_PAIRS: Final = (
+    LIMIT9,
+    LIMIT10,
+    LIMIT11,
+    LIMIT12,
+    LIMIT13,
+    LIMIT14,
+    LIMIT15,
+    LIMIT16,
+    LIMIT17,
+    LIMIT18,
+)

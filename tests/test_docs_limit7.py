@@ -214,5 +214,7 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         29: "Twenty-nine",
         30: "Thirty",
         31: "Thirty-one",
+        32: "Thirty-two",
+        33: "Thirty-three",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)
