@@ -265,9 +265,7 @@ _PG_PROCESS_AT: Final = {
     "mixed": "CASE WHEN mod(i, 2) = 1 OR mod(i, 100) = 0 "
     "THEN %(base)s::timestamptz - interval '30 days' + i * interval '1 second' "
     "ELSE %(base)s::timestamptz + interval '1 day' + i * interval '1 second' END",
-    # A millisecond a row, not a second: a QueueFiller's numbers keep growing over a whole run, and at a
-    # second a row the 2,592,001st row of a run was due only in the future (limit18's first try, 4 x 4 batch).
-    "due": "%(base)s::timestamptz - interval '30 days' + i * interval '1 millisecond'",
+    "due": "%(base)s::timestamptz - interval '30 days' + i * %(apart_us)s * interval '1 microsecond'",
 }
 _MY_QUEUE: Final = {
     "mixed": "CASE WHEN MOD(n, 2) = 1 THEN CONCAT(':bench/other-', MOD(n, 7)) ELSE %(queue)s END",
@@ -276,8 +274,13 @@ _MY_QUEUE: Final = {
 _MY_PROCESS_AT: Final = {
     "mixed": "CASE WHEN MOD(n, 2) = 1 OR MOD(n, 100) = 0 THEN %(base)s - INTERVAL 30 DAY + INTERVAL n SECOND "
     "ELSE %(base)s + INTERVAL 1 DAY + INTERVAL n SECOND END",
-    "due": "%(base)s - INTERVAL 30 DAY + INTERVAL n * 1000 MICROSECOND",
+    "due": "%(base)s - INTERVAL 30 DAY + INTERVAL n * %(apart_us)s MICROSECOND",
 }
+# How far apart bulk_load's due rows are. A millisecond, not a second: a QueueFiller numbers its rows over a
+# whole run, and a second a row put the 2,592,001st row of a run thirty days on, due only in the future
+# (limit18's first try, its last PostgreSQL point). On MySQL, Proletarian's TIMESTAMP keeps whole seconds,
+# so a thousand rows share one, as in a queue enqueued a thousand jobs a second.
+DUE_APART: Final = timedelta(milliseconds=1)
 _DIGITS: Final = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {d}" for d in range(1, 10)) + ")"
 
 
@@ -290,9 +293,16 @@ def _mysql_numbers(count: int) -> str:
 
 
 def bulk_load(
-    harness: Harness, start: int, stop: int, layout: Layout, *, base: datetime | None = None
+    harness: Harness,
+    start: int,
+    stop: int,
+    layout: Layout,
+    *,
+    base: datetime | None = None,
+    apart: timedelta = DUE_APART,
 ) -> None:
-    """Add rows numbered [start, stop): COPY-speed INSERT ... SELECT on our dialects, enqueue elsewhere."""
+    """Add rows numbered [start, stop): COPY-speed INSERT ... SELECT on our dialects, enqueue elsewhere; the
+    due ones `apart` from each other in process_at, oldest first."""
     when = base if base is not None else datetime.now(UTC)
     dialect = sql_dialect(harness)
     if dialect is None:
@@ -300,6 +310,7 @@ def bulk_load(
         return
     sql_harness, _ = require_sql(harness)
     salt = uuid.uuid4().hex
+    apart_us = apart // timedelta(microseconds=1)
     columns = "(job_id, queue, job_type, payload, attempts, enqueued_at, process_at)"
     for lo in range(start, stop, LOAD_CHUNK):
         hi = min(stop, lo + LOAD_CHUNK)
@@ -310,7 +321,13 @@ def bulk_load(
                 f"{_PG_PROCESS_AT[layout]} "
                 "FROM generate_series(%(lo)s::bigint, %(hi)s::bigint - 1) AS s(i)"
             )
-            params: dict[str, Any] = {"queue": BENCH_QUEUE_TEXT, "base": when.isoformat(), "lo": lo, "hi": hi}
+            params: dict[str, Any] = {
+                "queue": BENCH_QUEUE_TEXT,
+                "base": when.isoformat(),
+                "lo": lo,
+                "hi": hi,
+                "apart_us": apart_us,
+            }
         else:
             statement = (
                 f"INSERT INTO {harness.job_table} {columns} SELECT UNHEX(MD5(CONCAT(%(salt)s, n))), "
@@ -323,6 +340,7 @@ def bulk_load(
                 "lo": lo,
                 "hi": hi,
                 "salt": salt,
+                "apart_us": apart_us,
             }
         run_sql(sql_harness, statement, params)
 

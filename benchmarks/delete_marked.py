@@ -11,8 +11,10 @@ READ COMMITTED, each under `ANALYZE FORMAT=JSON` and rolled back at once (benchm
 the median pages each claim read. Then it lets the purge go and reloads the deleted jobs for the next count.
 `--table FILE.json` prints the table.
 
-The jobs are due in process_at order, so every entry deleted lies ahead of the rows the claim returns,
-in the index the claim scans (queue, process_at), exactly where a drain's deleted jobs lie.
+The jobs are due in process_at order, a second apart (`APART`), so every entry deleted lies ahead of the rows
+the claim returns, in the index the claim scans (queue, process_at), exactly where a drain's deleted jobs lie,
+and in seconds before the oldest due job's: MySQL's TIMESTAMP keeps whole seconds, and within one second the
+bounded claim's bound cannot part deleted entries from the due rows (docs/mysql.md, "The bounded claim").
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,6 +33,8 @@ from conformance.harness import Harness
 from proletarian_ref.backends.dsn import dialect_of_dsn, redact
 
 LEVELS: Final = ("READ COMMITTED", "REPEATABLE READ")
+# Each job a second of its own, as the named runs marked-2026-12-07 and bounded-2026-12-07 loaded them.
+APART: Final = timedelta(seconds=1)
 # Each claim measured, as (claim, isolation level): Proletarian's at both levels, the bounded one at the
 # worker's. Results of runs before the bounded claim have no "claim": theirs was the classic one.
 CLAIMS: Final = (("classic", LEVELS[0]), ("classic", LEVELS[1]), ("bounded", LEVELS[0]))
@@ -58,10 +63,16 @@ def claim_pages(harness: Harness, batch: int, level: str, claims: int, claim: st
 
 
 def measure(
-    dsn: str, marked: list[int], rows: int, batch: int, claims: int, suffix: str = ""
+    dsn: str,
+    marked: list[int],
+    rows: int,
+    batch: int,
+    claims: int,
+    suffix: str = "",
+    apart: timedelta = APART,
 ) -> list[dict[str, Any]]:
     """For each count of delete-marked entries, each isolation level's claim_pages (see the module), on the
-    bench tables `marked` + `suffix`."""
+    bench tables `marked` + `suffix`, the jobs due `apart` from each other."""
     if dialect_of_dsn(dsn) != "mysql":
         raise ValueError(f"delete-marked entries are InnoDB's: {redact(dsn)!r} names no MariaDB or MySQL")
     harness = open_harness(BackendSpec("conformance.builtin:mysql", {"dsn": dsn}), "marked", suffix)
@@ -72,7 +83,7 @@ def measure(
             if count >= rows:
                 raise ValueError(f"--marked {count} deletes every one of the {rows} jobs: a larger --rows")
             truncate(harness)
-            bulk_load(harness, 0, rows, "due")
+            bulk_load(harness, 0, rows, "due", apart=apart)
             with (
                 contextlib.closing(sql_harness.connect()) as holder,
                 contextlib.closing(sql_harness.connect()) as deleter,

@@ -242,17 +242,19 @@ def measure_rate(
     if not wait_until(lambda: run.count > 0, 30.0):
         raise RuntimeError("no job was handled within 30 s of starting the workers")
     first_job_s = time.perf_counter() - started
+    # The counters first, then the count, each time: a first reading can be slow (ServerCpu finds the
+    # drain's server processes), and jobs finished meanwhile would be counted with none of their costs.
+    first = costs() if costs is not None else {}
     c_first, t_first = run.count, time.perf_counter()
     time.sleep(warmup_s)
-    # The counters first, then the count: a first reading can be slow (ServerCpu finds the drain's server
-    # processes), and jobs finished meanwhile would be counted with none of their costs.
     before = costs() if costs is not None else {}
     c0, t0 = run.count, time.perf_counter()
     limit = int(total * 0.95)
     if c0 >= limit:
         # A backend fast enough to near the end of the queue during the warm-up: count from the first job,
-        # or from the start if even the first look found it there (the in-memory backend in batch mode).
-        c0, t0 = (c_first, t_first) if c_first < limit else (0, started)
+        # its costs with it, or from the start, without costs, if even the first look found it there (the
+        # in-memory backend in batch mode). Costs read after the warm-up would be the few last jobs' alone.
+        c0, t0, before = (c_first, t_first, first) if c_first < limit else (0, started, {})
     wait_until(lambda: run.count >= limit, window_s, step_s=0.01)
     c1, t1 = run.count, time.perf_counter()
     after = costs() if costs is not None else {}
@@ -263,6 +265,6 @@ def measure_rate(
         "first_job_s": round(first_job_s, 4),
         "window_cut_short": c1 >= limit,
     }
-    if after and c1 > c0:
+    if after and before and c1 > c0:
         result["per_job"] = {k: (after[k] - before[k]) / (c1 - c0) for k in after if k in before}
     return result

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -628,6 +629,21 @@ def test_a_claim_at_read_committed_reads_two_pages_for_each_delete_marked_entry_
     assert "| 500 |" in table(results) and "pages an entry added, bounded claim, READ COMMITTED" in table(
         results
     )
+
+
+@pytest.mark.mysql
+def test_within_one_second_the_bounded_claim_passes_delete_marked_entries_as_proletarians_does(
+    mysql_dsn: str,
+) -> None:
+    # Proletarian's TIMESTAMP keeps whole seconds: jobs a millisecond apart share theirs, the bound is that
+    # second, and the entries deleted within it lie inside the bound (docs/mysql.md, "The bounded claim").
+    from benchmarks.delete_marked import LEVELS, measure
+
+    results = measure(mysql_dsn, [0, 500], 3_000, 10, 2, f"_dm{table_suffix()}", timedelta(milliseconds=1))
+    pages = {(r["marked"], r["claim"], r["isolation"]): r["pages"] for r in results}
+    committed = LEVELS[0]
+    for claim in ("classic", "bounded"):
+        assert (pages[500, claim, committed] - pages[0, claim, committed]) / 500 >= 1.5, pages
 
 
 def test_the_limits_procedure_claims_with_the_librarys_bounded_claim() -> None:

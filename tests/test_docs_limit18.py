@@ -11,6 +11,7 @@ stale prose fails here.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Final
 
@@ -157,3 +158,19 @@ def test_worker_mds_figures_for_the_pipelined_plan_are_the_runs() -> None:
     for run in PAIR.runs:
         for r in PAIR.rows(run, "postgresql", batch=False):
             assert r["async_pipeline_client_cpu_us_per_job"] < r["pipeline_client_cpu_us_per_job"], run
+
+
+def test_the_docs_say_how_far_apart_the_benchmarks_load_their_jobs() -> None:
+    from benchmarks.common import DUE_APART
+    from benchmarks.delete_marked import APART
+
+    assert timedelta(milliseconds=1) == DUE_APART and timedelta(seconds=1) == APART
+    mysql = prose((ROOT / "docs" / "mysql.md").read_text(encoding="utf-8"))
+    for phrase in (
+        "`benchmarks.delete_marked` loads its jobs a second apart",
+        "The throughput benchmark loads its queue a millisecond apart (`benchmarks.common.DUE_APART`)",
+    ):
+        assert phrase in mysql, phrase
+    assert "the queue's rows are loaded a millisecond apart (`benchmarks.common.bulk_load`, `DUE_APART`)" in (
+        prose(PAIR.text())
+    )
