@@ -320,6 +320,11 @@ class LimitPair:
         drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
         return f"{sum(best_of_limit(r, drains) >= LIMIT_TARGET for r in rows)} of {len(rows)}"
 
+    def mariadb_batch_shared(self) -> tuple[str, float]:
+        """MariaDB's best drain in batch mode at 4 x 4 sharing the cores, and its share of the limit."""
+        (row,) = [r for r in self.rows(self.shared_run, "mysql", batch=True) if r["processes"] == 4]
+        return best_drain(row, CHAINED_BATCH_DRAINS), best_of_limit(row, CHAINED_BATCH_DRAINS)
+
     def assert_tables_pasted(self) -> None:
         for run in self.runs:
             assert_pasted(

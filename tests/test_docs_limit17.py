@@ -13,13 +13,11 @@ from __future__ import annotations
 from typing import Final
 
 from docs_support import (
-    CHAINED_BATCH_DRAINS,
     LIMIT16,
     LIMIT17,
     LIMIT_TARGET,
     PGBENCH_BAR,
     LimitPair,
-    best_of_limit,
     prose,
 )
 
@@ -72,11 +70,8 @@ def test_the_asyncio_worker_meets_the_exact_plans_bar_at_every_point_on_cores_of
 
 
 def test_mariadbs_point_missed_sharing_the_cores_is_the_runs() -> None:
-    drains = CHAINED_BATCH_DRAINS
-
     def four_by_four(pair: LimitPair) -> float:
-        (row,) = [r for r in pair.rows(pair.shared_run, "mysql", batch=True) if r["processes"] == 4]
-        return best_of_limit(row, drains)
+        return pair.mariadb_batch_shared()[1]
 
     assert PAIR.met(SHARED_RUN, "mysql", batch=True) == "1 of 2"
     assert four_by_four(PAIR) < LIMIT_TARGET <= four_by_four(LIMIT16)
