@@ -69,27 +69,38 @@ class ServerCpu:
     (one process each) or the MariaDB/MySQL server's threads (one each), read from /proc."""
 
     def __init__(self, harness: Harness, client_pids: list[int]) -> None:
-        sql_harness, dialect = require_sql(harness)
+        self._harness, self._client_pids = harness, client_pids
         self._last: dict[str, float] = {}
         self.reason: str | None = None
+        self.find()
+
+    def find(self) -> None:
+        """Look for the drain's connections again and count those not yet counted from now on: a drain's
+        threads open theirs as they first claim, so one found early may not have all of them yet."""
+        sql_harness, dialect = require_sql(self._harness)
         conn = sql_harness.connect()
         try:
-            found = _serving(conn, dialect, client_pids)
+            found = _serving(conn, dialect, self._client_pids)
         finally:
             conn.close()
         if isinstance(found, str):
             self.reason = found
             return
         for path in found:
+            if path in self._last:
+                continue
             # A backend or thread listed a moment ago may have ended since (another connection of this
             # process closing): that one is skipped, not every one (a clean-clone CI run lost the figure so).
             with contextlib.suppress(OSError):
                 self._last[path] = sum(stat_times(path))
-        if not self._last:
-            self.reason = (
+        self.reason = (
+            None
+            if self._last
+            else (
                 "no server process or thread of the drain's connections was found in /proc "
                 "(a server on another host, or in a container?)"
             )
+        )
 
     def seconds(self) -> float:
         for path in self._last:

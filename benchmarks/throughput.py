@@ -218,12 +218,19 @@ def drain_rate(
     drained = harness or filler.harness
     trips = RoundTrips()
     server: list[ServerCpu] = []
+    reads = 0
 
     def costs() -> dict[str, float]:
-        # Read at the window's edges, once the drain's connections are open.
+        nonlocal reads
+        # Read at the first job and at the window's edges (measure_rate). The drain's connections are looked
+        # for at the first two readings: by the window's start every thread has claimed, and its connection
+        # is counted from there at the latest, as when it was first looked for there.
         found = {"client_cpu_us": client_cpu_s(run.pids) * 1e6}
         if not server and server_cpu_reason(drained) is None:
             server.append(ServerCpu(drained, run.pids))
+        elif server and reads == 1:
+            server[0].find()
+        reads += 1
         if server and server[0].reason is None:
             found["server_cpu_us"] = server[0].seconds() * 1e6
         if processes == 1:
