@@ -76,6 +76,13 @@ def _parser() -> argparse.ArgumentParser:
         "pgbench, mariadb-slap) on the first half of the CPUs, the server side of their connections on "
         "the rest (benchmarks/server_cores.py)",
     )
+    run.add_argument(
+        "--due-apart-ms",
+        type=float,
+        default=None,
+        help="throughput: how far apart in process_at the queue's due jobs are loaded, in milliseconds "
+        "(default 1; on MySQL 1000 gives each job a second of its own)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (for CI logs)")
     report = commands.add_parser("report", help="re-render results.md and the charts from a results.json")
     report.add_argument("results", type=Path)
@@ -133,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.rounds is not None:
         settings = settings.with_(throughput_rounds=max(1, args.rounds))
+    if args.due_apart_ms is not None:
+        if not args.due_apart_ms > 0:
+            print(f"--due-apart-ms: must be more than 0, got {args.due_apart_ms}", file=sys.stderr)
+            return 2
+        settings = settings.with_(throughput_due_apart_ms=args.due_apart_ms)
     if args.limit_points is not None:
         try:
             settings = limit_points_settings(settings, args.limit_points)

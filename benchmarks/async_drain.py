@@ -41,6 +41,10 @@ def async_skip_reason(harness: Harness) -> str | None:
             f"{harness.name} is not one of the built-in factories, whose DSN the asyncio worker's driver "
             "connects to"
         )
+    if factory.spec.startswith("conformance.builtin:mysqlclient"):
+        # The asyncio worker is on aiomysql whichever blocking driver the threaded drains use: the
+        # conformance.builtin:mysql rows of the same run measure it.
+        return f"{harness.name}: the asyncio worker's driver is aiomysql, measured on the mysql rows"
     driver = _DRIVERS[dialect]
     if importlib.util.find_spec(driver) is None:
         return f"{driver} is not installed (pip install {driver}), so the asyncio worker is not measured"

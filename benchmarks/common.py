@@ -281,6 +281,8 @@ _MY_PROCESS_AT: Final = {
 # (limit18's first try, its last PostgreSQL point). On MySQL, Proletarian's TIMESTAMP keeps whole seconds,
 # so a thousand rows share one, as in a queue enqueued a thousand jobs a second.
 DUE_APART: Final = timedelta(milliseconds=1)
+# How long before now bulk_load's first due row is (the "due" layout's 30 days).
+DUE_WITHIN: Final = timedelta(days=30)
 _DIGITS: Final = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {d}" for d in range(1, 10)) + ")"
 
 

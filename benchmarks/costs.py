@@ -386,6 +386,10 @@ class RoundTrips:
         patched: list[tuple[Any, str, Any]] = []
         targets: list[tuple[str, str]] = [
             ("pymysql.connections", "Connection._execute_command"),
+            # mysqlclient's exchanges: its C calls, through its Connection's Python class.
+            ("MySQLdb.connections", "Connection.query"),
+            ("MySQLdb.connections", "Connection.commit"),
+            ("MySQLdb.connections", "Connection.rollback"),
             # Coroutine functions: counted when called, as each call is awaited once.
             ("aiomysql.connection", "Connection._execute_command"),
             # AsyncPostgresBackend(pipeline=True)'s exchanges: each reads back one pipeline's results.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ matplotlib.use("Agg")
 # The Agg backend must be chosen before pyplot loads, so no display is ever needed.
 import matplotlib.pyplot as plt
 
+from benchmarks.common import DUE_APART
 from benchmarks.serializer import table as serializer_table
 
 POLL_CHART = "poll_latency.png"
@@ -170,6 +172,21 @@ def _server_cores_lines(entries: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _layout_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """What a run with --due-apart-ms other than the default says of its queue's layout."""
+    out: list[str] = []
+    for e in entries:
+        apart = e.get("due_apart_ms")
+        if apart is None or apart == DUE_APART / timedelta(milliseconds=1):
+            continue
+        out += [
+            f"{e['backend']}: the queue's due jobs loaded {apart:g} ms apart in process_at "
+            "(`--due-apart-ms`).",
+            "",
+        ]
+    return out
+
+
 def _cpus(cpus: list[int]) -> str:
     return ", ".join(str(c) for c in cpus)
 
@@ -194,6 +211,7 @@ def _throughput_section(results: dict[str, Any]) -> list[str]:
     )
     out.append("")
     out += _server_cores_lines(entries)
+    out += _layout_lines(entries)
     rows: list[list[Any]] = []
     for e in entries:
         for r in e.get("rows", []):
@@ -306,7 +324,10 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     async_pipelined = any("pipeline=True" in str(e.get("async_chain_backend", "")) for e in entries)
     # A run from limit13 on drains MySQL's chain too (one multi-statement query a job, not a pipeline), and
     # from limit15 on the asyncio worker's on aiomysql.
-    mysql_chained = any(str(e.get("chain_factory", "")).endswith(":mysql_chain") for e in entries)
+    chain_factories = {str(e.get("chain_factory", "")) for e in entries}
+    mysql_chained = any(f.endswith((":mysql_chain", ":mysqlclient_chain")) for f in chain_factories)
+    # From limit19 on a run may drain MySQL on mysqlclient too (conformance.builtin:mysqlclient's rows).
+    mysqlclient = any(f.endswith(":mysqlclient_chain") for f in chain_factories)
     mysql_async_chained = any(
         str(e.get("async_chain_backend", "")).startswith("AsyncMySQLBackend") for e in entries
     )
@@ -329,7 +350,9 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "compact plan with chained claims (`chain=True`: a finished job's COMMIT goes with the next "
             "BEGIN and the next claim follows in the same block; on batch rows, in batch mode, a finished "
             "batch's), "
-            + _where_chained(mysql_chained=mysql_chained, mysql_async_chained=mysql_async_chained)
+            + _where_chained(
+                mysql_chained=mysql_chained, mysql_async_chained=mysql_async_chained, mysqlclient=mysqlclient
+            )
             + (
                 " "
                 + (f"On PostgreSQL {pipelined}" if mysql_chained else pipelined[0].upper() + pipelined[1:])
@@ -608,7 +631,7 @@ def _locust_section(results: dict[str, Any]) -> list[str]:
     return out + _notes(entries)
 
 
-def _where_chained(*, mysql_chained: bool, mysql_async_chained: bool) -> str:
+def _where_chained(*, mysql_chained: bool, mysql_async_chained: bool, mysqlclient: bool = False) -> str:
     """Which databases a run's chain drains ran on, as the limit section's notes say it."""
     if not mysql_chained:
         return "PostgreSQL only."
@@ -617,9 +640,18 @@ def _where_chained(*, mysql_chained: bool, mysql_async_chained: bool) -> str:
         aiomysql = "; the asyncio worker's on aiomysql, AsyncMySQLBackend(compact=True, chain=True)"
     else:
         where, aiomysql = "*async chain* on PostgreSQL only; *chain* on MySQL too", ""
+    drivers = (
+        " The *mysqlclient* rows are the same server and statements with every threaded drain (library, "
+        "compact, chain, raw) on mysqlclient (MySQLdb, the C driver) instead of PyMySQL "
+        "(conformance.builtin:mysqlclient, mysqlclient_compact, mysqlclient_chain); the asyncio worker, on "
+        "aiomysql whichever driver the threaded ones use, is drained on the *mysql* rows only."
+        if mysqlclient
+        else ""
+    )
     return (
         f"{where}, where a finished job's archive and delete, each count checked by the server, its COMMIT "
         f"and the next claim go as one multi-statement query (conformance.builtin:mysql_chain{aiomysql})."
+        f"{drivers}"
     )
 
 

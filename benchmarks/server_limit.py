@@ -42,6 +42,15 @@ _ARCHIVED = "job_id, queue, job_type, payload, attempts, status, enqueued_at, pr
 _CLAIM_HEAD = f"SELECT {_COLUMNS}\nFROM"
 
 
+def _dsn_password(harness: SqlHarness) -> str:
+    from urllib.parse import unquote, urlsplit
+
+    from benchmarks.async_drain import harness_dsn
+
+    password = urlsplit(harness_dsn(harness)).password
+    return unquote(password) if password else ""
+
+
 def _text(value: Any) -> str:
     """PyMySQL keeps the user and password as bytes."""
     return value.decode() if isinstance(value, bytes) else str(value or "")
@@ -180,7 +189,9 @@ def _slap_limit(harness: SqlHarness, clients: int, per_commit: int, calls: int) 
         try:
             cursor.execute(mysql_procedure(harness, procedure))
             conn.commit()
-            host, port, user, password = (_text(v) for v in (conn.host, conn.port, conn.user, conn.password))
+            host, port, user = (_text(v) for v in (conn.host, conn.port, conn.user))
+            # mysqlclient keeps no password on its connections: the harness's DSN has it.
+            password = _text(getattr(conn, "password", None) or _dsn_password(harness))
             command = [
                 executable,
                 f"--host={host}",

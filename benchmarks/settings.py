@@ -102,6 +102,10 @@ class Settings:
     # Throughput with the database on cores of its own (benchmarks/server_cores.py): the drains, pgbench
     # and mariadb-slap on the first half of the CPUs, the server side of their connections on the rest.
     server_cores: bool = False
+    # How far apart in process_at throughput loads its due jobs (milliseconds; bulk_load's DUE_APART by
+    # default). On MySQL's whole-second TIMESTAMP, 1000 or more gives each job a second of its own, the
+    # layout of limit18's first try (benchmarks/results/limit18-try-cores-2026-12-07).
+    throughput_due_apart_ms: float = 1.0
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0

@@ -5,11 +5,15 @@ from __future__ import annotations
 import contextlib
 import statistics
 from collections.abc import Callable
-from typing import Any
+from datetime import timedelta
+from typing import Any, Final
 
 from benchmarks.async_drain import ASYNC_CHAIN_BACKENDS, ASYNC_PIPELINE_BACKEND, async_skip_reason
 from benchmarks.common import (
+    DUE_APART,
+    DUE_WITHIN,
     BackendSpec,
+    BenchmarkFailure,
     analyze,
     bulk_load,
     closing_harness,
@@ -38,9 +42,10 @@ PGBENCH_JOBS_PER_S_BOUND = 30_000
 class QueueFiller:
     """Keeps enough due jobs in the queue so no measurement window can run it dry, reloading only when low."""
 
-    def __init__(self, harness: Harness, size: int) -> None:
+    def __init__(self, harness: Harness, size: int, apart: timedelta = DUE_APART) -> None:
         self.harness = harness
         self.size = size
+        self._apart = apart
         self._next = 0
 
     def top_up(self, at_least: int = 0) -> None:
@@ -48,8 +53,15 @@ class QueueFiller:
         remaining = count_rows(self.harness)
         target = max(self.size, at_least)
         if remaining < max(self.size // 2, at_least):
-            bulk_load(self.harness, self._next, self._next + target - remaining, "due")
-            self._next += target - remaining
+            stop = self._next + target - remaining
+            if stop * self._apart >= DUE_WITHIN:
+                # Rows past it would be due only in the future: drains of them would measure waiting.
+                raise BenchmarkFailure(
+                    f"{stop:,} rows {self._apart} apart reach past the {DUE_WITHIN.days} days bulk_load's "
+                    "due rows start before now: load them closer together (--due-apart-ms)"
+                )
+            bulk_load(self.harness, self._next, stop, "due", apart=self._apart)
+            self._next = stop
         analyze(self.harness, vacuum=True)
 
 
@@ -68,9 +80,18 @@ def drain_order(modes: list[str], round_: int) -> list[str]:
     return list(modes) if round_ % 2 == 0 else list(modes[::-1])
 
 
+# The built-in factories whose compact and chained twins are named <factory>_compact and <factory>_chain (on
+# PostgreSQL <factory>_pipeline_chain): MySQL's on either driver, PyMySQL or mysqlclient.
+_BUILTIN_SQL: Final = (
+    "conformance.builtin:postgresql",
+    "conformance.builtin:mysql",
+    "conformance.builtin:mysqlclient",
+)
+
+
 def compact_spec(spec: BackendSpec) -> BackendSpec | None:
     """The built-in backend on its compact statement plan (conformance.builtin:<name>_compact), else None."""
-    if spec.factory in ("conformance.builtin:postgresql", "conformance.builtin:mysql"):
+    if spec.factory in _BUILTIN_SQL:
         return BackendSpec(f"{spec.factory}_compact", spec.options)
     return None
 
@@ -111,10 +132,11 @@ def chain_spec(spec: BackendSpec) -> BackendSpec | None:
     """The built-in backend on the compact plan with chained claims, one round trip a job, else None: on
     PostgreSQL pipelined (conformance.builtin:postgresql_pipeline_chain: a finished job's archive, its
     COMMIT, the next BEGIN and the next claim in one exchange), on MySQL as one multi-statement query
-    (conformance.builtin:mysql_chain: the archive and delete, each checked, COMMIT and the next claim)."""
+    (conformance.builtin:mysql_chain: the archive and delete, each checked, COMMIT and the next claim; on
+    mysqlclient, mysqlclient_chain)."""
     if spec.factory == "conformance.builtin:postgresql":
         return BackendSpec(f"{spec.factory}_pipeline_chain", spec.options)
-    if spec.factory == "conformance.builtin:mysql":
+    if spec.factory in _BUILTIN_SQL:
         return BackendSpec(f"{spec.factory}_chain", spec.options)
     return None
 
@@ -404,7 +426,9 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             config in drained for config in configs for drained in points.values()
         )
         task = progress.task(f"{harness.name}: throughput", drains * settings.throughput_rounds)
-        filler = QueueFiller(harness, settings.throughput_preload)
+        filler = QueueFiller(
+            harness, settings.throughput_preload, timedelta(milliseconds=settings.throughput_due_apart_ms)
+        )
         rows: list[dict[str, Any]] = []
         for processes, threads, batch_size in configs:
             row: dict[str, Any] = {
@@ -468,6 +492,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             "async_skipped": async_reason,
         }
         result = _result(harness, spec, rows, skipped, cores, chain)
+        result["due_apart_ms"] = settings.throughput_due_apart_ms
         if settings.profile and not raw_reason:
             ptask = progress.task(f"{harness.name}: profile", 1)
             truncate(harness)

@@ -4,6 +4,42 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian packages some tests drive, installed once where missing; without them those tests fail in CI,
+# naming what is missing. Chromium and its WebDriver: the dashboard's browser test. PgBouncer, Galera and
+# rsync (its state transfer): the scale-out tests, which start their own bouncer and nodes. A JDK and
+# jackson-core: the Jackson oracle (tests/test_transit_json_jvm.py).
+packages=()
+# The MySQL client library and its headers, which mysqlclient (MySQLdb, the second MySQL driver the backend runs
+# on) compiles against when pip installs it below: this block runs before pip.
+{ command -v pkg-config >/dev/null 2>&1 && { pkg-config --exists libmariadb || pkg-config --exists mysqlclient; }; } \
+  || packages+=(pkg-config libmariadb-dev)
+{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || packages+=(chromium chromium-driver)
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || packages+=(pgbouncer)
+[ -e /usr/lib/galera/libgalera_smm.so ] || packages+=(galera-4)
+command -v rsync >/dev/null 2>&1 || packages+=(rsync)
+# Patroni, etcd and HAProxy: the Patroni failover tests (tests/test_scale_patroni.py), which start their own
+# cluster on free ports.
+command -v patroni >/dev/null 2>&1 || packages+=(patroni)
+command -v etcd >/dev/null 2>&1 || packages+=(etcd-server)
+command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || packages+=(haproxy)
+# pgbench: the server's own ceiling beside the throughput benchmark (benchmarks/server_ceiling.py).
+command -v pgbench >/dev/null 2>&1 || packages+=(postgresql-client)
+{ command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/jackson-core.jar ]; } \
+  || packages+=(default-jdk-headless libjackson2-core-java)
+if [ "${#packages[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== installing ${packages[*]}"
+  as_root=()
+  [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
+  { "${as_root[@]}" apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null; } \
+    || echo "could not install them: the tests that need them fail"
+  # The packages' own services would hold ports (PgBouncer 6432, etcd 2379); the tests start their own
+  # bouncer, etcd and HAProxy on free ports.
+  for service in pgbouncer etcd haproxy; do
+    ("${as_root[@]}" systemctl disable --now "$service" || "${as_root[@]}" service "$service" stop) >/dev/null 2>&1 || true
+  done
+fi
+
 venv="${PROLETARIAN_VENV:-.venv}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
@@ -36,44 +72,13 @@ if [ ! -x "$django_venv/bin/python" ]; then
   fi
 fi
 if [ -x "$django_venv/bin/python" ]; then
-  "$django_venv/bin/python" -m pip install --quiet --disable-pip-version-check '.[postgresql,mysql,django]'
+  "$django_venv/bin/python" -m pip install --quiet --disable-pip-version-check '.[postgresql,mysql,mysqlclient,django]'
   PROLETARIAN_DJANGO_PYTHON="$(cd "$django_venv" && pwd)/bin/python"
   export PROLETARIAN_DJANGO_PYTHON
 fi
 
 eval "$(bash ci/services.sh)"
 
-# Debian packages some tests drive, installed once where missing; without them those tests fail in CI,
-# naming what is missing. Chromium and its WebDriver: the dashboard's browser test. PgBouncer, Galera and
-# rsync (its state transfer): the scale-out tests, which start their own bouncer and nodes. A JDK and
-# jackson-core: the Jackson oracle (tests/test_transit_json_jvm.py).
-packages=()
-{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || packages+=(chromium chromium-driver)
-command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || packages+=(pgbouncer)
-[ -e /usr/lib/galera/libgalera_smm.so ] || packages+=(galera-4)
-command -v rsync >/dev/null 2>&1 || packages+=(rsync)
-# Patroni, etcd and HAProxy: the Patroni failover tests (tests/test_scale_patroni.py), which start their own
-# cluster on free ports.
-command -v patroni >/dev/null 2>&1 || packages+=(patroni)
-command -v etcd >/dev/null 2>&1 || packages+=(etcd-server)
-command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || packages+=(haproxy)
-# pgbench: the server's own ceiling beside the throughput benchmark (benchmarks/server_ceiling.py).
-command -v pgbench >/dev/null 2>&1 || packages+=(postgresql-client)
-{ command -v javac >/dev/null 2>&1 && [ -f /usr/share/java/jackson-core.jar ]; } \
-  || packages+=(default-jdk-headless libjackson2-core-java)
-if [ "${#packages[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "== installing ${packages[*]}"
-  as_root=()
-  [ "$(id -u)" -eq 0 ] || as_root=(sudo -n)
-  { "${as_root[@]}" apt-get update -qq \
-    && DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null; } \
-    || echo "could not install them: the tests that need them fail"
-  # The packages' own services would hold ports (PgBouncer 6432, etcd 2379); the tests start their own
-  # bouncer, etcd and HAProxy on free ports.
-  for service in pgbouncer etcd haproxy; do
-    ("${as_root[@]}" systemctl disable --now "$service" || "${as_root[@]}" service "$service" stop) >/dev/null 2>&1 || true
-  done
-fi
 
 echo "== the installed wheel carries its SQL"
 (cd "${TMPDIR:-/tmp}" && "$py" -c "

@@ -165,6 +165,48 @@ def mysql_chain_classic(
     )
 
 
+def mysqlclient(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """mysqlclient (MySQLdb, the C driver) on the same MySQL/MariaDB as mysql(): the backend on Proletarian's
+    plan over connections of the other driver it runs on."""
+    from proletarian_ref.backends.mysql import MySQLBackend
+
+    return _mysql("mysqlclient", _mysqlclient_dsn(dsn), job_table, archived_job_table, MySQLBackend)
+
+
+def mysqlclient_compact(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """mysql_compact on mysqlclient (MySQLBackend(compact=True))."""
+    from proletarian_ref.backends.mysql import MySQLBackend
+
+    backend_class = functools.partial(MySQLBackend, compact=True)
+    return _mysql("mysqlclient-compact", _mysqlclient_dsn(dsn), job_table, archived_job_table, backend_class)
+
+
+def mysqlclient_chain(
+    dsn: str | None = None,
+    job_table: str = DEFAULT_JOB_TABLE,
+    archived_job_table: str = DEFAULT_ARCHIVED_JOB_TABLE,
+) -> SqlHarness:
+    """mysql_chain on mysqlclient, whose connections take multi-statement queries unless told not to."""
+    from proletarian_ref.backends.mysql import MySQLBackend
+
+    backend_class = functools.partial(MySQLBackend, compact=True, chain=True)
+    return _mysql("mysqlclient-chain", _mysqlclient_dsn(dsn), job_table, archived_job_table, backend_class)
+
+
+def _mysqlclient_dsn(dsn: str | None) -> str:
+    """The DSN mysql() would connect to, naming mysqlclient as its driver (mysql+mysqlclient://)."""
+    target = dsn or os.environ.get(MYSQL_ENV) or DEFAULT_MYSQL_DSN
+    return "mysql+mysqlclient" + target[target.index(":") :]
+
+
 def _mysql_multi_statements(
     name: str, dsn: str | None, job_table: str, archived_job_table: str, **backend_options: bool
 ) -> SqlHarness:

@@ -103,8 +103,8 @@ class GuardedConnection:
 def transaction_is_open(conn: Any) -> bool | None:
     """Whether `conn` still has a transaction open, from what the driver last heard (no round trip).
 
-    None when the driver does not say (a backend's connection this module does not know): the savepoint
-    release after the handler still finds a transaction ended behind the guard.
+    None when the driver does not say (mysqlclient, or a backend's connection this module does not know):
+    the savepoint release after the handler still finds a transaction ended behind the guard.
     """
     info = getattr(conn, "info", None)
     status = getattr(info, "transaction_status", None)
@@ -119,7 +119,9 @@ def transaction_is_open(conn: Any) -> bool | None:
 def connection_is_lost(conn: Any) -> bool | None:
     """Whether the driver has found `conn` closed or broken (a killed session, after a failed statement);
     None when the driver does not say."""
-    if getattr(conn, "info", None) is not None and hasattr(conn, "closed"):  # psycopg 3: closed or BAD
+    # psycopg 3: closed or BAD. Not mysqlclient, whose `info` is a method and whose `closed` stays false
+    # when the server ends the session.
+    if hasattr(getattr(conn, "info", None), "transaction_status") and hasattr(conn, "closed"):
         return bool(conn.closed)
     if isinstance(getattr(conn, "server_status", None), int):  # PyMySQL drops its socket when lost
         return not _mysql_open(conn)

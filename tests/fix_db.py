@@ -62,6 +62,8 @@ _BACKEND_FIXTURES = {
         "mysql_compact_db",
         "mysql_compact_harness",
         "mysql_chain_db",
+        "mysqlclient_db",
+        "mysqlclient_chain_db",
     ),
 }
 
@@ -244,6 +246,18 @@ def mysql_chain_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> Sql
     return _load("conformance.builtin:mysql_chain", mysql_time_zones)
 
 
+@pytest.fixture(scope="session")
+def mysqlclient_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> SqlHarness:
+    # The tables mysql_harness installed, under the backend on mysqlclient's connections.
+    return _load("conformance.builtin:mysqlclient", mysql_time_zones)
+
+
+@pytest.fixture(scope="session")
+def mysqlclient_chain_harness(mysql_harness: SqlHarness, mysql_time_zones: str) -> SqlHarness:
+    # The same, with chained claims on the compact plan.
+    return _load("conformance.builtin:mysqlclient_chain", mysql_time_zones)
+
+
 @pytest.fixture
 def db(request: pytest.FixtureRequest) -> Iterator[Harness]:
     """The backend named by the test's parameter, with empty tables."""
@@ -300,6 +314,20 @@ def mysql_chain_db(mysql_chain_harness: SqlHarness) -> Iterator[SqlHarness]:
     mysql_chain_harness.clear()
     yield mysql_chain_harness
     mysql_chain_harness.close()
+
+
+@pytest.fixture
+def mysqlclient_db(mysqlclient_harness: SqlHarness) -> Iterator[SqlHarness]:
+    mysqlclient_harness.clear()
+    yield mysqlclient_harness
+    mysqlclient_harness.close()
+
+
+@pytest.fixture
+def mysqlclient_chain_db(mysqlclient_chain_harness: SqlHarness) -> Iterator[SqlHarness]:
+    mysqlclient_chain_harness.clear()
+    yield mysqlclient_chain_harness
+    mysqlclient_chain_harness.close()
 
 
 @pytest.fixture(scope="session")

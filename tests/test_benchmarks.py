@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from benchmarks.runner import failures, run_all  # noqa: E402
 from benchmarks.server_ceiling import pgbench_rate, pgbench_skip_reason, script  # noqa: E402
 from benchmarks.server_limit import limit_rate, limit_skip_reason  # noqa: E402
 from benchmarks.settings import ALL_BENCHMARKS, TINY  # noqa: E402
+from benchmarks.throughput import QueueFiller  # noqa: E402
 from conformance.harness import SqlHarness  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -692,6 +694,24 @@ def test_rows_loaded_due_are_due_however_far_a_runs_numbering_has_come(
     bulk_load(harness, 10_000_000, 10_000_100, "due")
     now = datetime.now(UTC)
     assert [job.process_at <= now for job in harness.jobs()] == [True] * 100
+
+
+@pytest.mark.parametrize("fixture", ["pg_db", "mysql_db"])
+def test_the_queue_filler_loads_its_due_rows_as_far_apart_as_asked_and_refuses_rows_due_in_the_future(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    # --due-apart-ms: a second apart, each MySQL job has a second of its own (limit18's first try's layout).
+    harness: SqlHarness = request.getfixturevalue(fixture)
+    filler = QueueFiller(harness, 20, timedelta(seconds=1))
+    filler.top_up()
+    times = sorted(job.process_at for job in harness.jobs())
+    assert len(times) == 20 and times[-1] <= datetime.now(UTC)
+    assert {later - earlier for earlier, later in itertools.pairwise(times)} == {timedelta(seconds=1)}
+    # 30 days hold 2,592,000 rows a second apart: the filler says so rather than load rows not yet due.
+    far = QueueFiller(harness, 2_592_100, timedelta(seconds=1))
+    with pytest.raises(BenchmarkFailure, match="--due-apart-ms"):
+        far.top_up()
+    assert len(harness.jobs()) == 20
 
 
 @pytest.mark.parametrize("fixture", ["pg_db", "mysql_db"])

@@ -1,4 +1,4 @@
-"""The MySQL/MariaDB backend (PyMySQL) through the conformance suite, exactly as a third party runs it."""
+"""The MySQL/MariaDB backend (PyMySQL, mysqlclient) through the conformance suite as a third party runs it."""
 
 from __future__ import annotations
 
@@ -95,6 +95,33 @@ class TestMySQLChainClauses(ChainedClaimTests):
     @pytest.fixture
     def harness(self, mysql_chain_db: SqlHarness) -> SqlHarness:
         return mysql_chain_db
+
+
+class TestMySQLClient(BackendSuite):
+    """The whole suite with the backend on mysqlclient's connections (MySQLdb, the C driver)."""
+
+    @pytest.fixture
+    def harness(self, mysqlclient_db: SqlHarness) -> SqlHarness:
+        return mysqlclient_db
+
+
+class TestMySQLClientChain(WorkerSuite):
+    """The worker clauses on mysqlclient with chained claims: its multi-statement queries, its values
+    written into their text (mysql_driver.quote), the server's count checks read back with nextset."""
+
+    @pytest.fixture
+    def harness(self, mysqlclient_chain_db: SqlHarness) -> SqlHarness:
+        return mysqlclient_chain_db
+
+
+class TestMySQLClientChainClauses(ChainedClaimTests):
+    """J1-J7 on mysqlclient's chained plan."""
+
+    __test__ = True
+
+    @pytest.fixture
+    def harness(self, mysqlclient_chain_db: SqlHarness) -> SqlHarness:
+        return mysqlclient_chain_db
 
 
 def test_innodb_claims_keep_the_lock_on_the_record_that_ends_their_scan(mysql_db: SqlHarness) -> None:

@@ -31,7 +31,7 @@ def _django_python() -> str:
     if not os.access(python, os.X_OK):
         pytest.fail(
             f"no Python with Django 6 at {python}: ci/test.sh makes .venv-django (pyenv's 3.12 with "
-            "'.[postgresql,mysql,django]'), or set PROLETARIAN_DJANGO_PYTHON",
+            "'.[postgresql,mysql,mysqlclient,django]'), or set PROLETARIAN_DJANGO_PYTHON",
             pytrace=False,
         )
     return python
@@ -41,7 +41,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # The dialects --backends chose (tox runs one an env), as the `db` fixture's parametrization does.
     if "dialect" in metafunc.fixturenames:
         chosen = [d for d in ("postgresql", "mysql") if d in selected_backends(metafunc.config)]
-        metafunc.parametrize("dialect", chosen)
+        # MySQL on both drivers Django's MySQL backend runs on: PyMySQL as MySQLdb, and mysqlclient.
+        metafunc.parametrize("dialect", [*chosen, *(["mysqlclient"] if "mysql" in chosen else [])])
 
 
 def test_the_django_project_enqueues_in_atomic_and_its_worker_runs_the_tasks(
@@ -66,6 +67,9 @@ def test_the_django_project_enqueues_in_atomic_and_its_worker_runs_the_tasks(
         check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
+    # Django's connection is the driver's that the settings named (mysqlclient: Django's own MySQL driver).
+    expected = {"postgresql": "psycopg", "mysql": "pymysql", "mysqlclient": "MySQLdb"}[dialect]
+    assert f"driver {expected}" in run.stdout.splitlines(), run.stdout
     checks = [line for line in run.stdout.splitlines() if line.startswith("ok ")]
     assert len(checks) == 7, run.stdout
 

@@ -54,10 +54,11 @@ async def enqueue(
 ) -> Any:
     """Insert one job on `conn` within its current transaction, never committing; return the job id.
 
-    `conn` is an open connection: for proletarian_ref.enqueue a DB-API one (psycopg 3 or PyMySQL) or a
-    SQLAlchemy Session or Connection; for proletarian_ref.aio.enqueue (awaited) a psycopg AsyncConnection,
-    an asyncpg connection, an aiomysql Connection or a SQLAlchemy AsyncSession or AsyncConnection (the job
-    joins its transaction, docs/sqlalchemy.md); or any connection a backend accepts with `backend=`.
+    `conn` is an open connection: for proletarian_ref.enqueue a DB-API one (psycopg 3, PyMySQL or
+    mysqlclient) or a SQLAlchemy Session or Connection; for proletarian_ref.aio.enqueue (awaited) a psycopg
+    AsyncConnection, an asyncpg connection, an aiomysql Connection or a SQLAlchemy AsyncSession or
+    AsyncConnection (the job joins its transaction, docs/sqlalchemy.md); or any connection a backend accepts
+    with `backend=`.
     Everything is checked and encoded before the INSERT, so bad input never leaves a half-written job, and
     both APIs write the same row. `archived_job_table` is the archive the queue's workers use (the
     worker's default unless given): a backend with limited columns (MySQL) refuses a payload that either

@@ -7,6 +7,7 @@ from typing import Any
 
 from proletarian_ref.backend import Backend, is_async_backend
 from proletarian_ref.backends._dbapi import SqlBackend
+from proletarian_ref.backends.mysql_driver import DRIVER_MODULES
 from proletarian_ref.errors import ConfigurationError
 
 __all__ = [
@@ -72,7 +73,7 @@ def dialect_of_connection(conn: Any) -> str:
     if driver in ("psycopg", "psycopg_pool"):
         refuse_async(conn, "the connection")
         return "postgresql"
-    if driver == "pymysql":
+    if driver in DRIVER_MODULES:  # PyMySQL or mysqlclient
         return "mysql"
     raise ConfigurationError(
         f"cannot tell the database of a {type(conn).__module__}.{type(conn).__qualname__} connection; "

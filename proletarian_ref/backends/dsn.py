@@ -1,4 +1,5 @@
-"""Connection factories from DSNs: postgresql://... for psycopg, mysql://... for PyMySQL."""
+"""Connection factories from DSNs: postgresql://... for psycopg, mysql://... for PyMySQL,
+mysql+mysqlclient://... for mysqlclient."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from urllib.parse import parse_qsl, unquote, unquote_plus, urlencode, urlsplit
 from proletarian_ref.errors import ConfigurationError
 
 _PG_SCHEMES = ("postgresql", "postgres")
-_MYSQL_SCHEMES = ("mysql", "mysql+pymysql", "mariadb")
+# mysqlclient's module is MySQLdb, the name SQLAlchemy's URLs give it.
+_MYSQLCLIENT_SCHEMES = ("mysql+mysqlclient", "mysql+mysqldb")
+_MYSQL_SCHEMES = ("mysql", "mysql+pymysql", "mariadb", *_MYSQLCLIENT_SCHEMES)
 PREPARE_THRESHOLD: Final = "prepare_threshold"
 # Query options whose value is a secret: libpq takes `?password=` and `?sslpassword=` (the client key's
 # passphrase) as well as the password in user:password@.
@@ -77,6 +80,27 @@ def mysql_connect_kwargs(dsn: str) -> dict[str, Any]:
     utf8mb4), and TLS as MySQL's client names it (`ssl_mode`, `ssl_ca`, `ssl_cert`, `ssl_key`) or as
     PyMySQL does (`ssl_verify_cert`, `ssl_verify_identity`, `ssl_disabled`); docs/mysql.md has the table.
     """
+    kwargs, tls = _mysql_options(dsn)
+    try:
+        kwargs.update(_pymysql_tls(*_tls_mode(tls)))
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc} in {redact(dsn)!r}") from None
+    return kwargs
+
+
+def mysqlclient_connect_kwargs(dsn: str) -> dict[str, Any]:
+    """mysqlclient's (MySQLdb.connect's) keyword arguments for the same DSN, with the same options and
+    the same meaning: the TLS mode as `ssl_mode`, the CA and client certificate in `ssl`."""
+    kwargs, tls = _mysql_options(dsn)
+    try:
+        kwargs.update(_mysqlclient_tls(*_tls_mode(tls)))
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc} in {redact(dsn)!r}") from None
+    return kwargs
+
+
+def _mysql_options(dsn: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The keyword arguments both drivers name alike, and the TLS options still to be translated."""
     parts = urlsplit(dsn)
     kwargs: dict[str, Any] = {
         "host": parts.hostname or "127.0.0.1",
@@ -99,11 +123,7 @@ def mysql_connect_kwargs(dsn: str) -> dict[str, Any]:
         else:
             hint = " (TLS options are ssl_mode, ssl_ca, ssl_cert and ssl_key)" if "ssl" in key else ""
             raise ConfigurationError(f"unsupported MySQL DSN option {key!r}{hint} in {redact(dsn)!r}")
-    try:
-        kwargs.update(_mysql_tls(tls))
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"{exc} in {redact(dsn)!r}") from None
-    return kwargs
+    return kwargs, tls
 
 
 _TLS_OPTIONS: Final = frozenset(
@@ -127,12 +147,11 @@ def _flag(key: str, value: str) -> bool:
     raise ConfigurationError(f"{key} must be true or false, got {value!r}")
 
 
-def _mysql_tls(options: dict[str, str]) -> dict[str, Any]:
-    """PyMySQL's TLS arguments for the DSN's TLS options: an `ssl` context, `ssl_disabled`, or nothing.
+def _tls_mode(options: dict[str, str]) -> tuple[str | None, str | None, str | None, str | None]:
+    """The TLS mode the DSN's TLS options ask for (None: none asked for), its CA, certificate and key.
 
     The modes are MySQL's client's (--ssl-mode). With a CA and no mode the server's certificate is
     verified (verify_ca), as the mysql client does; PyMySQL alone would encrypt without verifying.
-    Without any option nothing is passed, so PyMySQL's own default holds.
     """
     mode = options.get("ssl_mode")
     if mode is not None:
@@ -158,19 +177,35 @@ def _mysql_tls(options: dict[str, str]) -> dict[str, Any]:
             mode = "verify_ca"
         elif cert is not None:
             mode = "required"
-        else:
-            return {}
-    if mode == "disabled":
-        if ca or cert:
-            raise ConfigurationError("ssl_mode=disabled contradicts ssl_ca/ssl_cert")
-        return {"ssl_disabled": True}
-    if mode == "preferred":
-        if ca or cert:
-            raise ConfigurationError(
-                "ssl_mode=preferred cannot take ssl_ca/ssl_cert; use required or verify_ca"
-            )
+    if mode == "disabled" and (ca or cert):
+        raise ConfigurationError("ssl_mode=disabled contradicts ssl_ca/ssl_cert")
+    if mode == "preferred" and (ca or cert):
+        raise ConfigurationError("ssl_mode=preferred cannot take ssl_ca/ssl_cert; use required or verify_ca")
+    return mode, ca, cert, key
+
+
+def _pymysql_tls(mode: str | None, ca: str | None, cert: str | None, key: str | None) -> dict[str, Any]:
+    """PyMySQL's TLS arguments: an `ssl` context, `ssl_disabled`, or nothing, so that PyMySQL's own
+    default holds when no mode was asked for (and for preferred, which is that default)."""
+    if mode is None or mode == "preferred":
         return {}
+    if mode == "disabled":
+        return {"ssl_disabled": True}
     return {"ssl": _tls_context(mode, ca, cert, key)}
+
+
+def _mysqlclient_tls(mode: str | None, ca: str | None, cert: str | None, key: str | None) -> dict[str, Any]:
+    """mysqlclient's TLS arguments: `ssl_mode` and the files in `ssl`. A CA with required verifies, as
+    the mysql client does (and _tls_context), so it goes as verify_ca."""
+    if mode is None:
+        return {}
+    if mode == "required" and ca is not None:
+        mode = "verify_ca"
+    files = {name: path for name, path in (("ca", ca), ("cert", cert), ("key", key)) if path is not None}
+    for name, path in files.items():
+        if not Path(path).is_file():
+            raise ConfigurationError(f"cannot load ssl_{name}: no such file {path!r}")
+    return {"ssl_mode": mode.upper(), **({"ssl": files} if files else {})}
 
 
 def _tls_context(mode: str, ca: str | None, cert: str | None, key: str | None) -> Any:
@@ -297,6 +332,16 @@ def connection_factory(dsn: str, **overrides: Any) -> Callable[[], Any]:
             return psycopg.connect(conninfo, **options)
 
         return connect_postgresql
+
+    if urlsplit(dsn).scheme.lower() in _MYSQLCLIENT_SCHEMES:
+        import MySQLdb
+
+        mysqlclient_kwargs = {**mysqlclient_connect_kwargs(dsn), **overrides}
+
+        def connect_mysqlclient() -> Any:
+            return MySQLdb.connect(**mysqlclient_kwargs)
+
+        return connect_mysqlclient
 
     import pymysql
 

@@ -1,4 +1,4 @@
-"""The MySQL 8.0.1+ backend (MariaDB 10.6+ too), on PyMySQL."""
+"""The MySQL 8.0.1+ backend (MariaDB 10.6+ too), on PyMySQL or mysqlclient."""
 
 from __future__ import annotations
 
@@ -8,13 +8,9 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Final
 
-import pymysql
-import pymysql.cursors
-from pymysql.constants import CLIENT
-
 from proletarian_ref import sql
 from proletarian_ref.backend import Capabilities, JobRecord
-from proletarian_ref.backends import mysql_chain, mysql_claim
+from proletarian_ref.backends import mysql_chain, mysql_claim, mysql_driver
 from proletarian_ref.backends._dbapi import (
     SessionPrefix,
     SqlBackend,
@@ -86,9 +82,13 @@ class MySQLBackend(SqlBackend):
     With `compact=True` a finished job's archive INSERT and DELETE, Proletarian's very statements, go to
     the server as one multi-statement query, and each row count is checked before COMMIT: four round trips
     a job instead of five, the same rows (docs/worker.md, "Statement plans"). It needs every connection
-    the backend runs transactions on to be opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag (e.g.
-    connection_factory(dsn, client_flag=CLIENT.MULTI_STATEMENTS)); on one without it the transaction
-    raises ConfigurationError before it claims a job.
+    the backend runs transactions on to be opened with the CLIENT.MULTI_STATEMENTS flag: on PyMySQL e.g.
+    connection_factory(dsn, client_flag=CLIENT.MULTI_STATEMENTS); mysqlclient sets it unless given
+    multi_statements=False. On one without it the transaction raises ConfigurationError before it claims
+    a job.
+
+    The connections are PyMySQL's or mysqlclient's (MySQLdb), lent or from the data source; the
+    statements and the rows they write are the same on both (backends/mysql_driver.py: what differs).
 
     With `chain=True` (backend.ChainedClaim and ChainedBatchClaim) a queue worker chains each finished job's
     COMMIT to the next claim, which it sends in the same query; on the compact plan the job's archive and
@@ -129,7 +129,7 @@ class MySQLBackend(SqlBackend):
         self._payload_columns: dict[tuple[Any, ...], list[PayloadColumn]] = {}
 
     def _cancel_statement(self, conn: Any) -> None:
-        # PyMySQL has no out-of-band cancel, so a second session of the same server sends KILL QUERY,
+        # Neither driver has an out-of-band cancel, so a second session of the same server sends KILL QUERY,
         # which ends the statement (error 1317) and keeps the session. Only a factory can open that
         # session; with a lent connection the claim ends when its lock does.
         if not callable(self._data_source):
@@ -140,16 +140,14 @@ class MySQLBackend(SqlBackend):
         with contextlib.suppress(Exception):  # a statement that ends by itself is as good
             other = self._data_source()
             try:
-                with other.cursor(pymysql.cursors.Cursor) as cursor:
+                with mysql_driver.plain_cursor(other) as cursor:
                     cursor.execute("KILL QUERY %s", (int(session),))
             finally:
                 other.close()
 
     def _time_limits_block(self, conn: Any) -> str:
         # MariaDB has idle-transaction timeouts of its own, which MySQL would refuse to read.
-        return (
-            "time_limits_mariadb" if "MariaDB" in str(getattr(conn, "server_version", "")) else "time_limits"
-        )
+        return "time_limits_mariadb" if mysql_driver.is_mariadb(conn) else "time_limits"
 
     def _end_session(self, conn: Any) -> bool:
         # KILL (CONNECTION), not KILL QUERY: the session goes, so the server rolls its transaction back.
@@ -163,7 +161,7 @@ class MySQLBackend(SqlBackend):
         if other is None:
             return False
         try:
-            with other.cursor(pymysql.cursors.Cursor) as cursor:
+            with mysql_driver.plain_cursor(other) as cursor:
                 cursor.execute(sql.sessions(self.dialect)["end_session"], {"session": int(session)})
             return True
         except Exception:
@@ -172,7 +170,7 @@ class MySQLBackend(SqlBackend):
             _close_quietly(other)
 
     def _translate(self, exc: BaseException) -> DatabaseError | None:
-        if not isinstance(exc, pymysql.err.MySQLError):
+        if not mysql_driver.is_driver_error(exc):
             return None
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         message = f"{type(exc).__name__}: {exc}"
@@ -182,14 +180,18 @@ class MySQLBackend(SqlBackend):
             # The next claim looks the index up again, and falls back on Proletarian's claim if none is left.
             self._claim_indexes.forget()
             return TransientDatabaseError(f"{message} (the bounded claim's index is gone; looked up again)")
-        if isinstance(exc, pymysql.err.InterfaceError) or code in _TRANSIENT_CODES or code in _CLIENT_ERRORS:
+        if (
+            isinstance(exc, mysql_driver.interface_error_classes())
+            or code in _TRANSIENT_CODES
+            or code in _CLIENT_ERRORS
+        ):
             return TransientDatabaseError(message)
         return DatabaseError(message)
 
     def _abandons_connection(self, error: BaseException) -> bool:
         cause = error.__cause__ if isinstance(error, DatabaseError) else error
         return (
-            isinstance(cause, pymysql.err.MySQLError)
+            isinstance(cause, mysql_driver.error_classes())
             and bool(cause.args)
             and cause.args[0] in _RECONNECT_CODES
         )
@@ -207,9 +209,7 @@ class MySQLBackend(SqlBackend):
         prepared = (conn, _server_session(conn))
         if self._local.prepared == prepared:
             return
-        if (self.compact_plan or self._chain) and not getattr(
-            conn, "client_flag", 0
-        ) & CLIENT.MULTI_STATEMENTS:
+        if (self.compact_plan or self._chain) and not mysql_driver.multi_statements(conn):
             # Refused rather than run as two statements: the option would silently do nothing. Raised
             # before the claim, so no handler runs a job whose outcome could not be written.
             option, sends = (
@@ -221,7 +221,8 @@ class MySQLBackend(SqlBackend):
                 f"MySQLBackend({option}) sends {sends} as one multi-statement "
                 "query, which this connection was not opened for: open the backend's connections with "
                 "client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS (connection_factory(dsn, "
-                f"client_flag=CLIENT.MULTI_STATEMENTS)), or leave {option.split('=')[0]} off"
+                "client_flag=CLIENT.MULTI_STATEMENTS)) on PyMySQL, without multi_statements=False on "
+                f"mysqlclient, or leave {option.split('=')[0]} off"
             )
         with conn.cursor() as cursor:
             cursor.execute(_TIME_ZONE_SQL, (_UTC,))
@@ -232,13 +233,13 @@ class MySQLBackend(SqlBackend):
         # The caller's session keeps its time zone: MariaDB changes it for the INSERT alone; elsewhere
         # (MySQL) it is read, set to UTC only if it is not, and put back before enqueue returns or raises.
         # The SETs neither commit nor touch the caller's transaction.
-        if "MariaDB" in str(getattr(conn, "server_version", "")):
+        if mysql_driver.is_mariadb(conn):
             return _MARIADB_UTC_SESSION
         return self._utc_session(conn)
 
     @contextlib.contextmanager
     def _utc_session(self, conn: Any) -> Iterator[str]:
-        with self._errors(), conn.cursor(pymysql.cursors.Cursor) as cursor:
+        with self._errors(), mysql_driver.plain_cursor(conn) as cursor:
             cursor.execute("SELECT @@session.time_zone")
             (zone,) = cursor.fetchone()
             if zone == _UTC:
@@ -271,12 +272,12 @@ class MySQLBackend(SqlBackend):
     def _insert_rows(
         self, conn: Any, prefix: str, job_table: TableName, rows: list[tuple[Any, ...]], *, generated: bool
     ) -> list[Any]:
-        """The multi-row INSERTs with the values written into the SQL here rather than by PyMySQL.
+        """The multi-row INSERTs with the values written into the SQL here rather than by the driver.
 
         PyMySQL's execute escapes every parameter through its converters, which cost more than the
         rest of a job's work in enqueue_many. A batch repeats its queue, job type, attempts and times:
         their SQL text is made once; an id is its hex literal, and a payload without a character that
-        needs escaping is quoted as it is. Anything else goes through PyMySQL's own escape().
+        needs escaping is quoted as it is. Anything else goes through the driver's own (mysql_driver.quote).
         """
         if generated or not rows:  # refused in enqueue_many; the shared way, should it get here
             return super()._insert_rows(conn, prefix, job_table, rows, generated=generated)
@@ -298,7 +299,7 @@ class MySQLBackend(SqlBackend):
         chunks.append(chunk)
         with self._all_or_none(conn) if len(chunks) > 1 else contextlib.nullcontext():
             for chunk in chunks:
-                # No parameters: PyMySQL sends the text as it is, a % in a payload included.
+                # No parameters: the driver sends the text as it is, a % in a payload included.
                 self._execute(conn, head + ", ".join(chunk), None, _ignore)
         return []
 
@@ -312,7 +313,7 @@ class MySQLBackend(SqlBackend):
 
     @staticmethod
     def _set_time_zone(conn: Any, zone: str) -> None:
-        with conn.cursor(pymysql.cursors.Cursor) as cursor:
+        with mysql_driver.plain_cursor(conn) as cursor:
             cursor.execute(_TIME_ZONE_SQL, (zone,))
 
     def check_payload(
@@ -343,7 +344,7 @@ class MySQLBackend(SqlBackend):
             "archive_name": archive.name,
         }
         statement = statements()["payload_columns"]
-        with self._errors(), conn.cursor(pymysql.cursors.Cursor) as cursor:
+        with self._errors(), mysql_driver.plain_cursor(conn) as cursor:
             cursor.execute(statement, params)
             rows = cursor.fetchall()
         return [PayloadColumn(*row) for row in rows]
@@ -368,7 +369,7 @@ class MySQLBackend(SqlBackend):
             params = self._archive_params(job_id, status, finished_at)
             self._keep_back(conn, lease)
             lease.deferred = mysql_chain.deferred_job(
-                conn.escape, statements, job_table, archived_job_table, params
+                mysql_driver.quote(conn), statements, job_table, archived_job_table, params
             )
             return
         statement = (
@@ -398,7 +399,7 @@ class MySQLBackend(SqlBackend):
             finished = self._db_time(finished_at, what="finished_at")
             self._keep_back(conn, lease)
             lease.deferred = mysql_chain.deferred_batch(
-                conn.escape, job_table, archived_job_table, job_ids, status, finished
+                mysql_driver.quote(conn), job_table, archived_job_table, job_ids, status, finished
             )
             return
         count = len(job_ids)
@@ -455,7 +456,7 @@ class MySQLBackend(SqlBackend):
             self._execute(conn, mysql_chain.commit_statement(), None, _ignore)
             return self._execute(conn, claim, params, read)
         deferred, lease.deferred = lease.deferred, None
-        parts = (mysql_chain.commit_statement(), mysql_chain.literal(conn.escape, claim, params))
+        parts = (mysql_chain.commit_statement(), mysql_chain.literal(mysql_driver.quote(conn), claim, params))
         text = ";\n".join(parts if deferred is None else (deferred.text, *parts))
         self._start_round_trip(lease)  # as in _execute: refused on a released connection, before the try
         try:
@@ -512,16 +513,17 @@ class MySQLBackend(SqlBackend):
 
     def _cursor(self, conn: Any) -> Any:
         # A plain tuple cursor whatever cursorclass the caller's connection was made with.
-        return conn.cursor(pymysql.cursors.Cursor)
+        return mysql_driver.plain_cursor(conn)
 
     def _db_time(self, value: datetime, *, what: str = "time") -> Any:
         return mysql_timestamp(value, what=what)
 
     def _from_db_time(self, value: Any) -> datetime:
-        if isinstance(value, str):
-            # PyMySQL gives the text of a date it cannot parse: 0000-00-00 00:00:00, which a session
-            # without strict mode stores for an invalid time. It sorts before every time, so the job is
-            # due; reading it as the earliest datetime lets it run instead of failing every claim.
+        if value is None or isinstance(value, str):
+            # PyMySQL gives the text of a date it cannot parse, mysqlclient None: 0000-00-00 00:00:00,
+            # which a session without strict mode stores for an invalid time (the columns are NOT NULL).
+            # It sorts before every time, so the job is due; reading it as the earliest datetime lets it
+            # run instead of failing every claim.
             return datetime.min.replace(tzinfo=UTC)
         stored: datetime = value
         if stored.tzinfo is None:
@@ -546,7 +548,7 @@ class MySQLBackend(SqlBackend):
 
 
 def _server_session(conn: Any) -> Any:
-    """The server's id for the connection's session (PyMySQL's thread_id()), new after a reconnect."""
+    """The server's id for the connection's session (the drivers' thread_id()), new after a reconnect."""
     thread_id = getattr(conn, "thread_id", None)
     return thread_id() if callable(thread_id) else None
 
@@ -565,12 +567,12 @@ _ESCAPED_IN_STRINGS: Final = ("\\", "'", "\0", "\n", "\r", "\x1a")
 
 
 def _values_text(conn: Any, rows: list[tuple[Any, ...]]) -> list[str]:
-    """Each enqueue row as the SQL text of its VALUES tuple, as the server reads PyMySQL's parameters."""
+    """Each enqueue row as the SQL text of its VALUES tuple, as the server reads the driver's parameters."""
     # Payloads rarely need an escape, so they are searched together (one memchr a character), and if
-    # one does, every payload is escaped by PyMySQL.
+    # one does, every payload is escaped by the driver.
     together = "".join([row[3] for row in rows if type(row[3]) is str])
     quote = not any(char in together for char in _ESCAPED_IN_STRINGS)
-    escape = conn.escape
+    escape = mysql_driver.quote(conn)
     texts: list[str] = []
     queue = job_type = attempts = enqueued_at = process_at = middle = tail = _UNPREPARED
     for job_id, row_queue, row_job_type, payload, row_attempts, row_enqueued_at, row_process_at in rows:

@@ -14,9 +14,8 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, Final
 
-import pymysql
-
 from proletarian_ref import sql
+from proletarian_ref.backends import mysql_driver
 from proletarian_ref.backends._dbapi import _wrong_batch_count, _wrong_count
 from proletarian_ref.errors import DatabaseError
 from proletarian_ref.tables import TableName
@@ -49,7 +48,7 @@ class Deferred:
             count = int(cursor.rowcount)
             try:
                 cursor.nextset()  # the check's result: its OK, or its error
-            except pymysql.err.MySQLError as exc:
+            except mysql_driver.error_classes() as exc:
                 if exc.args and exc.args[0] == _WRONG_COUNT:
                     raise self._wrong(count, what) from exc
                 raise
@@ -62,7 +61,7 @@ class Deferred:
             count = int(cursor.rowcount)
             try:
                 await cursor.nextset()
-            except pymysql.err.MySQLError as exc:
+            except mysql_driver.error_classes() as exc:
                 if exc.args and exc.args[0] == _WRONG_COUNT:
                     raise self._wrong(count, what) from exc
                 raise
@@ -85,9 +84,10 @@ def commit_statement() -> str:
 
 
 def literal(quote: Quote, statement: str, params: Any) -> str:
-    """`statement` with its parameters written in by `quote` (PyMySQL's Connection.escape, or the asyncio
-    backend's byte-for-byte twin of it) as cursor.execute writes them (a dict for %(name)s placeholders, a
-    sequence for %s), so that it can go in one query with others."""
+    """`statement` with its parameters written in by `quote` (mysql_driver.quote: PyMySQL's escape,
+    mysqlclient's literal; or the asyncio backend's byte-for-byte twin of PyMySQL's) as cursor.execute
+    writes them (a dict for %(name)s placeholders, a sequence for %s), so that it can go in one query with
+    others."""
     if isinstance(params, dict):
         return statement % {key: quote(value) for key, value in params.items()}
     return statement % tuple(quote(value) for value in params)

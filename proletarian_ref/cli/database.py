@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from proletarian_ref import schema
 from proletarian_ref.backend import Backend
 from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact, scrub
+from proletarian_ref.backends.mysql_driver import DRIVER_MODULES, MULTI_STATEMENTS
 from proletarian_ref.cli.errors import CannotConnectError, CliError, SchemaMissingCliError, UsageError
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import ConfigurationError
@@ -119,7 +120,7 @@ def cannot_connect(db: Database, exc: BaseException) -> CannotConnectError:
 
 
 def is_driver_error(exc: BaseException) -> bool:
-    return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool", "pymysql")
+    return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool", *DRIVER_MODULES)
 
 
 def malformed_port(dsn: str) -> str | None:
@@ -165,18 +166,16 @@ def plan_backend(db: Database, *, compact: bool, chain: bool, pipeline: bool = F
     """A backend on the compact statement plan, with chained claims and/or pipelined, for the worker
     command's queue workers, closed by the caller.
 
-    On MySQL its connections are opened with PyMySQL's CLIENT.MULTI_STATEMENTS flag, which the compact plan
+    On MySQL its connections are opened with the CLIENT.MULTI_STATEMENTS flag, which the compact plan
     and chained claims need (their statements go as one multi-statement query); no other command's
     connections get it. Pipelining is PostgreSQL's: on MySQL --pipeline is refused before any worker starts.
     """
     if db.dialect == "mysql":
         if pipeline:
             refuse_pipeline(db)
-        from pymysql.constants import CLIENT
-
         from proletarian_ref.backends.mysql import MySQLBackend
 
-        factory = _factory(db.dsn, db.dialect, client_flag=CLIENT.MULTI_STATEMENTS)
+        factory = _factory(db.dsn, db.dialect, client_flag=MULTI_STATEMENTS)
         return MySQLBackend(factory, compact=True, chain=chain)
     from proletarian_ref.backends.postgres import PostgresBackend
 

@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Final
 
+from proletarian_ref.backends.mysql_driver import DRIVER_MODULES, driver_of, transaction_open
 from proletarian_ref.errors import ConfigurationError
 from proletarian_ref.sql import parse_named_blocks, read_sql_file
 from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE, TableName, table_name
 
 # SERVER_STATUS_IN_TRANS in the MySQL protocol's status flags; psycopg's TransactionStatus.IDLE.
-_MYSQL_IN_TRANSACTION: Final = 1
 _PG_IDLE: Final = 0
 # Connections whose open transaction an operation began: the only ones end_read and commits may end.
 _begun: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -149,15 +149,18 @@ def conflict_reason(exc: BaseException) -> str | None:
             return f"{type(exc).__name__} ({sqlstate}): {' '.join(str(exc).split())}"
         return None
     args = getattr(exc, "args", ())
-    if type(exc).__module__.startswith("pymysql") and args and args[0] in _MYSQL_CONFLICT_CODES:
+    if driver_of(exc) in DRIVER_MODULES and args and args[0] in _MYSQL_CONFLICT_CODES:
         return f"{type(exc).__name__} ({args[0]}): {' '.join(str(args[1:] and args[1]).split())}"
     return None
 
 
 def in_transaction(conn: Any, dialect: str) -> bool:
-    """Whether `conn` has a transaction open (psycopg's transaction status, PyMySQL's server status)."""
+    """Whether `conn` has a transaction open (psycopg's transaction status; on MySQL the driver's word,
+    mysql_driver.transaction_open). Where the driver cannot tell (mysqlclient on MySQL), open: an operation
+    then never ends or commits a transaction it cannot tell it began."""
     if dialect == "mysql":
-        return bool(getattr(conn, "server_status", 0) & _MYSQL_IN_TRANSACTION)
+        known = transaction_open(conn)
+        return True if known is None else known
     status = getattr(getattr(conn, "info", None), "transaction_status", None)
     return status is not None and int(status) != _PG_IDLE
 
@@ -165,6 +168,11 @@ def in_transaction(conn: Any, dialect: str) -> bool:
 def require_no_transaction(conn: Any, dialect: str, what: str) -> None:
     """Refuse to commit on a connection whose caller has a transaction open: it would commit theirs."""
     if in_transaction(conn, dialect) and conn not in _begun:
+        if dialect == "mysql" and transaction_open(conn) is None:
+            raise ConfigurationError(
+                f"{what} commits its own short transactions, and this connection cannot tell whether it has "
+                "one open (mysqlclient on MySQL does not say): pass a connection of its own, or a PyMySQL one"
+            )
         raise ConfigurationError(
             f"{what} commits its own short transactions, and this connection has one open: commit or roll "
             "it back first, or pass a connection of its own"

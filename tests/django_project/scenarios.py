@@ -170,6 +170,12 @@ def main() -> None:
         if Order._meta.db_table in connection.introspection.table_names():
             editor.delete_model(Order)
         editor.create_model(Order)
+    connection.ensure_connection()
+    # The driver the settings asked for, not PyMySQL standing in for it: type(...) is the driver's class.
+    driver = type(connection.connection).__module__.split(".")[0]
+    print(f"driver {driver}")
+    if os.environ.get("PROLETARIAN_DJANGO_DB") == "mysqlclient":
+        assert driver == "MySQLdb" and "pymysql" not in sys.modules, (driver, sorted(sys.modules))
     try:
         for check in (
             a_task_enqueued_in_atomic_commits_with_the_orders_row,

@@ -24,11 +24,14 @@ def _database(dsn: str, engine: str) -> dict[str, Any]:
 
 
 if DATABASE == "mysql":
-    # Django's MySQL backend on PyMySQL, which stands in for mysqlclient (docs/django.md says why).
+    # Django's MySQL backend on PyMySQL installed as MySQLdb (docs/django.md, "Drivers").
     import pymysql
 
     pymysql.version_info = (2, 2, 1, "final", 0)
     pymysql.install_as_MySQLdb()
+    DATABASES = {"default": _database(os.environ["PROLETARIAN_TEST_MYSQL_DSN"], "django.db.backends.mysql")}
+elif DATABASE == "mysqlclient":
+    # Django's MySQL backend on mysqlclient itself, Django's own choice of driver.
     DATABASES = {"default": _database(os.environ["PROLETARIAN_TEST_MYSQL_DSN"], "django.db.backends.mysql")}
 else:
     DATABASES = {"default": _database(os.environ["PROLETARIAN_TEST_PG_DSN"], "django.db.backends.postgresql")}
