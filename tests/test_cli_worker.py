@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -332,6 +333,61 @@ def test_chained_claims_run_every_job_once_on_both_databases(
     assert database.jobs() == []
     statuses = sorted(a.status for a in database.archived_jobs())
     assert statuses == [":failure"] + [":success"] * 5
+
+
+@pytest.fixture
+def mysqlclient_database(mysql_dsn: str) -> Iterator[Target]:
+    """MySQL through a mysql+mysqlclient:// DSN, on tables of its own."""
+    harness = harness_for("mysql", mysql_dsn, "worker_mysqlclient")
+    harness.install()
+    harness.clear()
+    try:
+        yield Target("mysql", "mysql+mysqlclient" + mysql_dsn[mysql_dsn.index(":") :], harness)
+    finally:
+        drop_tables(harness)
+        harness.close()
+
+
+@pytest.mark.usefixtures("sigterm_to_self")
+def test_a_mysqlclient_dsn_runs_the_chained_worker_on_mysqlclients_connections(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    mysqlclient_database: Target,
+) -> None:
+    database = mysqlclient_database
+    runs = tmp_path / "runs"
+    for n in range(6):
+        _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 3})
+    drivers: set[str] = set()
+    original = MySQLBackend.commit_and_get_next_job
+
+    def spy(self: Any, conn: Any, *args: Any) -> Any:
+        drivers.add(type(conn).__module__)
+        return original(self, conn, *args)
+
+    monkeypatch.setattr(MySQLBackend, "commit_and_get_next_job", spy)
+    command = ["worker", "--handler", "cli_handlers:records_runs", "--polling-interval-ms", "20"]
+    watcher = _stop_when(lambda: len(database.archived_jobs()) == 6, timeout=30)
+    result = run(capsys, *command, "--threads", "2", "--compact", "--chain", *database.args)
+    watcher.join(timeout=5)
+    assert result.code == ExitCode.OK, result.err
+    # The worker's connections are mysqlclient's, opened for multi-statement queries (the chain's).
+    assert drivers == {"MySQLdb.connections"}
+    assert sorted(int(n) for n in runs.read_text(encoding="utf-8").split()) == list(range(6))
+    assert database.jobs() == []
+    assert sorted(a.status for a in database.archived_jobs()) == [":failure"] + [":success"] * 5
+
+
+def test_a_mysqlclient_dsn_without_mysqlclient_names_the_extra_to_install(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, mysqlclient_database: Target
+) -> None:
+    monkeypatch.setitem(
+        sys.modules, "MySQLdb", None
+    )  # import MySQLdb now fails, as where it is not installed
+    result = run(capsys, "enqueue", "t/job", "{}", *mysqlclient_database.args)
+    assert result.code != ExitCode.OK
+    assert "needs the mysqlclient driver: pip install 'proletarian-ref[mysqlclient]'" in result.err
 
 
 @pytest.mark.usefixtures("sigterm_to_self")

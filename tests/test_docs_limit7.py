@@ -216,5 +216,9 @@ def test_the_count_of_named_runs_against_the_limit_is_the_headings() -> None:
         31: "Thirty-one",
         32: "Thirty-two",
         33: "Thirty-three",
+        34: "Thirty-four",
+        35: "Thirty-five",
+        36: "Thirty-six",
+        37: "Thirty-seven",
     }
     assert f"{words[len(runs)]} named runs follow" in prose(text)

@@ -201,6 +201,7 @@ def test_mysqlclient_gets_the_same_tls_options_as_its_own_arguments(tmp_path: Pa
         "password": "",
         "charset": "utf8mb4",
         "database": "db",
+        "binary_prefix": True,
     }
     given = {
         "ssl_mode=REQUIRED": {"ssl_mode": "REQUIRED"},

@@ -20,6 +20,7 @@ from conformance.harness import SqlHarness
 from proletarian_ref import JobSpec, enqueue, enqueue_many
 from proletarian_ref.backends import dialect_of_connection
 from proletarian_ref.backends.dsn import connection_factory
+from proletarian_ref.backends.mysql_async import aiomysql_connect_kwargs
 from proletarian_ref.backends.mysql_driver import quote, transaction_open
 from proletarian_ref.errors import ConfigurationError, SchemaMissingError
 from proletarian_ref.job_ids import MysqlUuidStrategy
@@ -160,3 +161,9 @@ def test_an_operation_on_mysqlclient_ends_its_own_read_and_never_the_callers_tra
     assert transaction_open(conn) is False
     assert show_job(conn, job_id, tables=tables) is None
     assert transaction_open(conn) is False  # the read it began, it ended
+
+
+def test_the_asyncio_worker_reads_a_mysqlclient_dsn_as_the_same_server_on_aiomysql() -> None:
+    # A DSN names the threaded driver; the asyncio worker has aiomysql only (docs/mysql.md, "Drivers").
+    dsn = "mysql://app:s3cret@db.example:3307/app?charset=utf8mb4&connect_timeout=5"
+    assert aiomysql_connect_kwargs(_mysqlclient_dsn(dsn)) == aiomysql_connect_kwargs(dsn)

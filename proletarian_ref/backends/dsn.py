@@ -90,8 +90,12 @@ def mysql_connect_kwargs(dsn: str) -> dict[str, Any]:
 
 def mysqlclient_connect_kwargs(dsn: str) -> dict[str, Any]:
     """mysqlclient's (MySQLdb.connect's) keyword arguments for the same DSN, with the same options and
-    the same meaning: the TLS mode as `ssl_mode`, the CA and client certificate in `ssl`."""
+    the same meaning: the TLS mode as `ssl_mode`, the CA and client certificate in `ssl`. Bytes (an id)
+    go as _binary'...', as PyMySQL sends them: without the introducer mysqlclient writes them as a string
+    in the connection's character set, which MySQL (not MariaDB) answers with warning 1300, "Invalid
+    utf8mb4 character string" (MySQL bug 79317)."""
     kwargs, tls = _mysql_options(dsn)
+    kwargs["binary_prefix"] = True
     try:
         kwargs.update(_mysqlclient_tls(*_tls_mode(tls)))
     except ConfigurationError as exc:

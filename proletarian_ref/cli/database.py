@@ -24,7 +24,13 @@ from proletarian_ref.tables import DEFAULT_ARCHIVED_JOB_TABLE, DEFAULT_JOB_TABLE
 
 DSN_ENV: Final = "PROLETARIAN_DSN"
 CONNECT_TIMEOUT_S: Final = 10
-_DRIVER_EXTRAS: Final = {"postgresql": ("psycopg", "postgresql"), "mysql": ("PyMySQL", "mysql")}
+# The package and extra of each driver a DSN may name, by the module it imports.
+_DRIVER_EXTRAS: Final = {
+    "psycopg": ("psycopg", "postgresql"),
+    "pymysql": ("PyMySQL", "mysql"),
+    "MySQLdb": ("mysqlclient", "mysqlclient"),
+}
+_DIALECT_DRIVERS: Final = {"postgresql": "psycopg", "mysql": "pymysql"}
 
 
 def add_database_options(parser: argparse.ArgumentParser, *, dsn: bool = True) -> None:
@@ -147,7 +153,9 @@ def _factory(dsn: str, dialect: str, **overrides: Any) -> Callable[[], Any]:
         # ConfigurationError, or the driver's own parsing of an option (a timeout that is not a number).
         raise UsageError(f"a malformed DSN {redact(dsn)!r}: {exc}") from exc
     except ImportError as exc:
-        package, extra = _DRIVER_EXTRAS[dialect]
+        # The module that is missing says which driver: a mysql+mysqlclient:// DSN's is MySQLdb.
+        missing = (exc.name or "").split(".", 1)[0]
+        package, extra = _DRIVER_EXTRAS.get(missing, _DRIVER_EXTRAS[_DIALECT_DRIVERS[dialect]])
         raise CliError(
             f"a {dialect} DSN needs the {package} driver: pip install 'proletarian-ref[{extra}]' ({exc})"
         ) from exc
