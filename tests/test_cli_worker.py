@@ -297,6 +297,19 @@ def test_the_compact_plan_runs_every_job_once_and_archives_the_rows_of_the_plain
     assert archived["compact"] == archived["plain"]
 
 
+def _connections_of(monkeypatch: pytest.MonkeyPatch, backend_class: type[Any], name: str) -> list[Any]:
+    """The connections `backend_class.name` (a chained claim) is called on from now on, one a call."""
+    seen: list[Any] = []
+    original = getattr(backend_class, name)
+
+    def spy(self: Any, conn: Any, *args: Any) -> Any:
+        seen.append(conn)
+        return original(self, conn, *args)
+
+    monkeypatch.setattr(backend_class, name, spy)
+    return seen
+
+
 @pytest.mark.usefixtures("sigterm_to_self")
 @pytest.mark.parametrize("switch", ["--chain", "PROLETARIAN_CHAIN=1"])
 def test_chained_claims_run_every_job_once_on_both_databases(
@@ -309,15 +322,8 @@ def test_chained_claims_run_every_job_once_on_both_databases(
     runs = tmp_path / "runs"
     for n in range(6):
         _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 3})
-    chained: list[int] = []
     backend_class = MySQLBackend if database.dialect == "mysql" else PostgresBackend
-    original = backend_class.commit_and_get_next_job
-
-    def spy(self: Any, *args: Any) -> Any:
-        chained.append(1)
-        return original(self, *args)
-
-    monkeypatch.setattr(backend_class, "commit_and_get_next_job", spy)
+    chained = _connections_of(monkeypatch, backend_class, "commit_and_get_next_job")
     extra = ["--chain"] if switch == "--chain" else []
     if not extra:
         monkeypatch.setenv("PROLETARIAN_CHAIN", "1")
@@ -359,21 +365,14 @@ def test_a_mysqlclient_dsn_runs_the_chained_worker_on_mysqlclients_connections(
     runs = tmp_path / "runs"
     for n in range(6):
         _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 3})
-    drivers: set[str] = set()
-    original = MySQLBackend.commit_and_get_next_job
-
-    def spy(self: Any, conn: Any, *args: Any) -> Any:
-        drivers.add(type(conn).__module__)
-        return original(self, conn, *args)
-
-    monkeypatch.setattr(MySQLBackend, "commit_and_get_next_job", spy)
+    chained = _connections_of(monkeypatch, MySQLBackend, "commit_and_get_next_job")
     command = ["worker", "--handler", "cli_handlers:records_runs", "--polling-interval-ms", "20"]
     watcher = _stop_when(lambda: len(database.archived_jobs()) == 6, timeout=30)
     result = run(capsys, *command, "--threads", "2", "--compact", "--chain", *database.args)
     watcher.join(timeout=5)
     assert result.code == ExitCode.OK, result.err
     # The worker's connections are mysqlclient's, opened for multi-statement queries (the chain's).
-    assert drivers == {"MySQLdb.connections"}
+    assert {type(conn).__module__ for conn in chained} == {"MySQLdb.connections"}
     assert sorted(int(n) for n in runs.read_text(encoding="utf-8").split()) == list(range(6))
     assert database.jobs() == []
     assert sorted(a.status for a in database.archived_jobs()) == [":failure"] + [":success"] * 5
@@ -382,9 +381,8 @@ def test_a_mysqlclient_dsn_runs_the_chained_worker_on_mysqlclients_connections(
 def test_a_mysqlclient_dsn_without_mysqlclient_names_the_extra_to_install(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, mysqlclient_database: Target
 ) -> None:
-    monkeypatch.setitem(
-        sys.modules, "MySQLdb", None
-    )  # import MySQLdb now fails, as where it is not installed
+    # import MySQLdb now fails, as on a machine without it.
+    monkeypatch.setitem(sys.modules, "MySQLdb", None)
     result = run(capsys, "enqueue", "t/job", "{}", *mysqlclient_database.args)
     assert result.code != ExitCode.OK
     assert "needs the mysqlclient driver: pip install 'proletarian-ref[mysqlclient]'" in result.err
@@ -400,15 +398,8 @@ def test_chained_claims_with_a_batch_size_chain_whole_batches_on_both_databases(
     runs = tmp_path / "runs"
     for n in range(9):
         _enqueue(capsys, database, {"n": n, "runs": str(runs), "fail": n == 4})
-    chained: list[int] = []
     backend_class = MySQLBackend if database.dialect == "mysql" else PostgresBackend
-    original = backend_class.commit_and_get_next_jobs
-
-    def spy(self: Any, *args: Any) -> Any:
-        chained.append(1)
-        return original(self, *args)
-
-    monkeypatch.setattr(backend_class, "commit_and_get_next_jobs", spy)
+    chained = _connections_of(monkeypatch, backend_class, "commit_and_get_next_jobs")
     command = ["worker", "--handler", "cli_handlers:records_runs", "--polling-interval-ms", "20"]
     command += ["--chain", "--batch-size", "3", *database.args]
     watcher = _stop_when(lambda: len(database.archived_jobs()) == 9, timeout=30)
