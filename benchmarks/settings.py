@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any, Final
+
+from benchmarks.common import DUE_APART
 
 # How long a spawned drain process waits to start, and at most runs (workers.py and the peers' children).
 CHILD_START_TIMEOUT_S: Final = 60.0
@@ -105,7 +108,7 @@ class Settings:
     # How far apart in process_at throughput loads its due jobs (milliseconds; bulk_load's DUE_APART by
     # default). On MySQL's whole-second TIMESTAMP, 1000 or more gives each job a second of its own, the
     # layout of limit18's first try (benchmarks/results/limit18-try-cores-2026-12-07).
-    throughput_due_apart_ms: float = 1.0
+    throughput_due_apart_ms: float = DUE_APART / timedelta(milliseconds=1)
     benchmarks: tuple[str, ...] = ALL_BENCHMARKS
     profile: bool = True
     polling_interval_ms: float = 100.0

@@ -174,7 +174,7 @@ def mysqlclient(
     plan over connections of the other driver it runs on."""
     from proletarian_ref.backends.mysql import MySQLBackend
 
-    return _mysql("mysqlclient", _mysqlclient_dsn(dsn), job_table, archived_job_table, MySQLBackend)
+    return _mysql("mysqlclient", mysqlclient_dsn(dsn), job_table, archived_job_table, MySQLBackend)
 
 
 def mysqlclient_compact(
@@ -186,7 +186,7 @@ def mysqlclient_compact(
     from proletarian_ref.backends.mysql import MySQLBackend
 
     backend_class = functools.partial(MySQLBackend, compact=True)
-    return _mysql("mysqlclient-compact", _mysqlclient_dsn(dsn), job_table, archived_job_table, backend_class)
+    return _mysql("mysqlclient-compact", mysqlclient_dsn(dsn), job_table, archived_job_table, backend_class)
 
 
 def mysqlclient_chain(
@@ -198,11 +198,12 @@ def mysqlclient_chain(
     from proletarian_ref.backends.mysql import MySQLBackend
 
     backend_class = functools.partial(MySQLBackend, compact=True, chain=True)
-    return _mysql("mysqlclient-chain", _mysqlclient_dsn(dsn), job_table, archived_job_table, backend_class)
+    return _mysql("mysqlclient-chain", mysqlclient_dsn(dsn), job_table, archived_job_table, backend_class)
 
 
-def _mysqlclient_dsn(dsn: str | None) -> str:
-    """The DSN mysql() would connect to, naming mysqlclient as its driver (mysql+mysqlclient://)."""
+def mysqlclient_dsn(dsn: str | None = None) -> str:
+    """The DSN mysql() would connect to (`dsn`, else the environment's, else the local server), naming
+    mysqlclient as its driver (mysql+mysqlclient://)."""
     target = dsn or os.environ.get(MYSQL_ENV) or DEFAULT_MYSQL_DSN
     return "mysql+mysqlclient" + target[target.index(":") :]
 

@@ -32,6 +32,7 @@ from cli_support import (
     wait_for,
 )
 
+from conformance import builtin
 from proletarian_ref.backends.mysql import MySQLBackend
 from proletarian_ref.backends.postgres import PostgresBackend, notification_channel
 from proletarian_ref.cli import ExitCode
@@ -348,7 +349,7 @@ def mysqlclient_database(mysql_dsn: str) -> Iterator[Target]:
     harness.install()
     harness.clear()
     try:
-        yield Target("mysql", "mysql+mysqlclient" + mysql_dsn[mysql_dsn.index(":") :], harness)
+        yield Target("mysql", builtin.mysqlclient_dsn(mysql_dsn), harness)
     finally:
         drop_tables(harness)
         harness.close()

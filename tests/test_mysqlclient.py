@@ -15,6 +15,7 @@ import MySQLdb
 import pymysql
 import pytest
 
+from conformance.builtin import mysqlclient_dsn
 from conformance.clocks import ManualClock
 from conformance.harness import SqlHarness
 from proletarian_ref import JobSpec, enqueue, enqueue_many
@@ -45,15 +46,11 @@ class NumberedIds(MysqlUuidStrategy):
         return uuid.UUID(int=self._next)
 
 
-def _mysqlclient_dsn(mysql_dsn: str) -> str:
-    return "mysql+mysqlclient" + mysql_dsn[mysql_dsn.index(":") :]
-
-
 @pytest.fixture
 def connections(mysql_db: SqlHarness, mysql_dsn: str) -> Iterator[dict[str, Any]]:
     opened = {
         "pymysql": connection_factory(mysql_dsn)(),
-        "mysqlclient": connection_factory(_mysqlclient_dsn(mysql_dsn))(),
+        "mysqlclient": connection_factory(mysqlclient_dsn(mysql_dsn))(),
     }
     try:
         yield opened
@@ -166,4 +163,4 @@ def test_an_operation_on_mysqlclient_ends_its_own_read_and_never_the_callers_tra
 def test_the_asyncio_worker_reads_a_mysqlclient_dsn_as_the_same_server_on_aiomysql() -> None:
     # A DSN names the threaded driver; the asyncio worker has aiomysql only (docs/mysql.md, "Drivers").
     dsn = "mysql://app:s3cret@db.example:3307/app?charset=utf8mb4&connect_timeout=5"
-    assert aiomysql_connect_kwargs(_mysqlclient_dsn(dsn)) == aiomysql_connect_kwargs(dsn)
+    assert aiomysql_connect_kwargs(mysqlclient_dsn(dsn)) == aiomysql_connect_kwargs(dsn)

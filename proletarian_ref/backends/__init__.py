@@ -7,7 +7,7 @@ from typing import Any
 
 from proletarian_ref.backend import Backend, is_async_backend
 from proletarian_ref.backends._dbapi import SqlBackend
-from proletarian_ref.backends.mysql_driver import DRIVER_MODULES
+from proletarian_ref.backends.mysql_driver import DRIVER_MODULES, driver_of
 from proletarian_ref.errors import ConfigurationError
 
 __all__ = [
@@ -18,10 +18,6 @@ __all__ = [
     "dialect_of_connection",
     "refuse_async",
 ]
-
-
-def _driver_of(obj: Any) -> str:
-    return type(obj).__module__.split(".", 1)[0]
 
 
 ASYNC_ADVICE = (
@@ -38,13 +34,13 @@ def refuse_async(obj: Any, what: str) -> None:
 
 def is_sqlalchemy(obj: Any) -> bool:
     """Whether `obj` is a SQLAlchemy Session, Connection or Engine (sync or async), not importing it."""
-    return _driver_of(obj) == "sqlalchemy"
+    return driver_of(obj) == "sqlalchemy"
 
 
 def caller_connection(conn: Any) -> Any:
     """The driver connection enqueue writes on: `conn` itself, or the one under a SQLAlchemy Session or
     Connection, in its transaction (proletarian_ref.integrations.sqlalchemy)."""
-    if _driver_of(conn) == "sqlalchemy":
+    if driver_of(conn) == "sqlalchemy":
         from proletarian_ref.integrations.sqlalchemy import driver_connection
 
         return driver_connection(conn)
@@ -54,7 +50,7 @@ def caller_connection(conn: Any) -> Any:
 async def acaller_connection(conn: Any) -> Any:
     """caller_connection for proletarian_ref.aio: `conn`, or the driver connection under a SQLAlchemy
     AsyncSession or AsyncConnection, in its transaction."""
-    if _driver_of(conn) == "sqlalchemy":
+    if driver_of(conn) == "sqlalchemy":
         from proletarian_ref.integrations.sqlalchemy import async_driver_connection
 
         return await async_driver_connection(conn)
@@ -69,7 +65,7 @@ def abackend_for_connection(conn: Any) -> Any:
 
 
 def dialect_of_connection(conn: Any) -> str:
-    driver = _driver_of(conn)
+    driver = driver_of(conn)
     if driver in ("psycopg", "psycopg_pool"):
         refuse_async(conn, "the connection")
         return "postgresql"
@@ -115,9 +111,9 @@ def backend_for_data_source(data_source: Any) -> Backend:
     own = getattr(data_source, "proletarian_backend", None)
     if callable(own):
         return _checked(own())
-    if _driver_of(data_source) == "psycopg_pool":
+    if driver_of(data_source) == "psycopg_pool":
         return _backend_class("postgresql")(data_source)
-    if _driver_of(data_source) == "sqlalchemy":
+    if driver_of(data_source) == "sqlalchemy":
         from proletarian_ref.integrations.sqlalchemy import data_source as engine_connections
 
         data_source = engine_connections(data_source)

@@ -22,7 +22,8 @@ MULTI_STATEMENTS: Final = 1 << 16
 
 
 def driver_of(obj: Any) -> str:
-    """The top-level module of `obj`'s class: "pymysql", "MySQLdb", or another driver's."""
+    """The top-level module of `obj`'s class: "pymysql", "MySQLdb", or another driver's ("psycopg",
+    "sqlalchemy": backends/__init__.py tells every connection and data source by it)."""
     return type(obj).__module__.split(".", 1)[0]
 
 

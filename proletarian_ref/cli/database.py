@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from proletarian_ref import schema
 from proletarian_ref.backend import Backend
 from proletarian_ref.backends.dsn import connection_factory, dialect_of_dsn, redact, scrub
-from proletarian_ref.backends.mysql_driver import DRIVER_MODULES, MULTI_STATEMENTS
+from proletarian_ref.backends.mysql_driver import DRIVER_MODULES, MULTI_STATEMENTS, driver_of
 from proletarian_ref.cli.errors import CannotConnectError, CliError, SchemaMissingCliError, UsageError
 from proletarian_ref.cli.logs import notice
 from proletarian_ref.errors import ConfigurationError
@@ -126,7 +126,7 @@ def cannot_connect(db: Database, exc: BaseException) -> CannotConnectError:
 
 
 def is_driver_error(exc: BaseException) -> bool:
-    return type(exc).__module__.split(".", 1)[0] in ("psycopg", "psycopg_pool", *DRIVER_MODULES)
+    return driver_of(exc) in ("psycopg", "psycopg_pool", *DRIVER_MODULES)
 
 
 def malformed_port(dsn: str) -> str | None:
