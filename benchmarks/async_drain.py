@@ -5,7 +5,8 @@ PostgreSQL AsyncpgBackend, on MariaDB/MySQL AsyncMySQLBackend (aiomysql), both o
 chained drain on psycopg's AsyncConnection in pipeline mode, and on aiomysql (ASYNC_CHAIN_BACKENDS). It
 keeps DrainRun's drainer interface (start and stop from plain code, jobs counted by `on_job`), so a
 drain of processes x threads runs here as processes x polling tasks, each process one loop in a thread
-of its own.
+of its own. Each drain runs on asyncio's own event loop, or on uvloop's (`uvloop=True`, the
+async_chain_uvloop drain), the loop `proletarian-ref worker --loop uvloop` runs.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def async_skip_reason(harness: Harness) -> str | None:
     driver = _DRIVERS[dialect]
     if importlib.util.find_spec(driver) is None:
         return f"{driver} is not installed (pip install {driver}), so the asyncio worker is not measured"
+    return None
+
+
+def uvloop_skip_reason() -> str | None:
+    """Why the asyncio drains cannot also run on uvloop's event loop here, or None."""
+    if importlib.util.find_spec("uvloop") is None:
+        return "uvloop is not installed (pip install 'proletarian-ref[uvloop]'): no asyncio drain runs on it"
     return None
 
 
@@ -115,9 +123,11 @@ class AsyncDrainer:
         *,
         chain: bool = False,
         pipeline: bool = False,
+        uvloop: bool = False,
     ) -> None:
         self._harness = harness
         self._chain = chain
+        self._uvloop = uvloop
         self._pipeline = pipeline
         self._tasks = tasks
         self._polling_interval_ms = polling_interval_ms
@@ -157,7 +167,12 @@ class AsyncDrainer:
 
     def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            if self._uvloop:
+                import uvloop
+
+                uvloop.run(self._main())
+            else:
+                asyncio.run(self._main())
         except BaseException as exc:
             # Handed to the thread that calls start() or stop().
             self._error = exc

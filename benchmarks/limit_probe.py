@@ -20,8 +20,8 @@ either database, drain or limit, it also samples what one claim reads as the ser
 connection of its own every CLAIM_EVERY_S): `--table` prints them as a third.
 
 A drain is `FACTORY` (a conformance.builtin factory, the threaded worker) or `FACTORY:MODE`, MODE one of
-benchmarks.workers' asyncio modes (`async`, `async_chain`, `async_pipeline`); `limit` is the server's own
-limit at the point (pgbench, or the stored procedure under mariadb-slap).
+benchmarks.workers' asyncio modes (`async`, `async_chain`, `async_chain_uvloop`, `async_pipeline`); `limit`
+is the server's own limit at the point (pgbench, or the stored procedure under mariadb-slap).
 """
 
 from __future__ import annotations
@@ -376,7 +376,7 @@ def parse_drain(text: str) -> tuple[str, Mode]:
     if not factory or mode not in get_args(Mode) or mode == "raw":
         raise ValueError(
             f"{text!r} is not a drain: FACTORY or FACTORY:MODE, MODE one of "
-            "async, async_chain, async_pipeline"
+            + ", ".join(m for m in get_args(Mode) if m not in ("library", "raw"))
         )
     return factory, cast(Mode, mode)
 

@@ -265,6 +265,7 @@ _COST_MODES = (
     "chain",
     "async",
     "async_chain",
+    "async_chain_uvloop",
     "raw",
     "pipeline",
     "async_pipeline",
@@ -282,6 +283,8 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
     exact_pipelined = any("pipeline_ratio_pgbench" in r for e in entries for r in e.get("rows", []))
     # And on the asyncio worker (from limit17 on).
     async_exact = any("async_pipeline_ratio_pgbench" in r for e in entries for r in e.get("rows", []))
+    # The asyncio chain on uvloop's event loop too (from limit20 on).
+    uvloop = any("async_chain_uvloop_ratio_limit" in r for e in entries for r in e.get("rows", []))
     for e in entries:
         for r in e.get("rows", []):
             if "limit_jobs_per_s" in r:
@@ -297,6 +300,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
                         r.get("compact_ratio_limit", "-"),
                         r.get("async_ratio_limit", "-"),
                         *chain_cells,
+                        *([r.get("async_chain_uvloop_ratio_limit", "-")] if uvloop else []),
                         r.get("raw_ratio_limit", "-"),
                         r.get("pgbench_ratio_limit", "-"),
                         r.get("ratio", "-"),
@@ -381,6 +385,13 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             if async_exact
             else ""
         )
+        + (
+            " *async chain uvloop*: the asyncio chain again on uvloop's event loop (`uvloop.run`, what "
+            "`proletarian-ref worker --loop uvloop` runs) in place of asyncio's own, drained right after it "
+            "in each round."
+            if uvloop
+            else ""
+        )
     )
     out.append("")
     out += _table(
@@ -394,6 +405,7 @@ def _limit_section(entries: list[dict[str, Any]]) -> list[str]:
             "compact of limit",
             "async of limit",
             *(["chain of limit", "async chain of limit"] if chained else []),
+            *(["async chain uvloop of limit"] if uvloop else []),
             "raw of limit",
             "pgbench of limit",
             "library of raw",
@@ -657,10 +669,17 @@ def _where_chained(*, mysql_chained: bool, mysql_async_chained: bool, mysqlclien
 
 def _drain_label(mode: str, row: dict[str, Any]) -> str:
     """A drain's name in the tables: on a batch row the library's is "batch", the asyncio worker's "async
-    batch", the chained ones "batch chain" and "async batch chain"; "async_chain" is "async chain"."""
-    batch = {"library": "batch", "async": "async batch", "chain": "batch chain"}
-    if row.get("batch_size", 1) > 1 and mode in (*batch, "async_chain"):
-        return batch.get(mode, "async batch chain")
+    batch", the chained ones "batch chain", "async batch chain" and "async batch chain uvloop";
+    "async_chain" is "async chain"."""
+    batch = {
+        "library": "batch",
+        "async": "async batch",
+        "chain": "batch chain",
+        "async_chain": "async batch chain",
+        "async_chain_uvloop": "async batch chain uvloop",
+    }
+    if row.get("batch_size", 1) > 1 and mode in batch:
+        return batch[mode]
     return mode.replace("_", " ")
 
 
@@ -690,7 +709,10 @@ def summary(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     [e["backend"], f"throughput {_config(r, 'x')}", "compact / library", r["compact_ratio"]]
                 )
-            for mode in ("library", "compact", "chain", "async", "async_chain"):
+            if "uvloop_ratio" in r:
+                label = f"{_drain_label('async_chain_uvloop', r)} / {_drain_label('async_chain', r)}"
+                rows.append([e["backend"], f"throughput {_config(r, 'x')}", label, r["uvloop_ratio"]])
+            for mode in ("library", "compact", "chain", "async", "async_chain", "async_chain_uvloop"):
                 label = _drain_label(mode, r)
                 if f"{mode}_ratio_limit" in r:
                     rows.append(

@@ -8,7 +8,12 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Final
 
-from benchmarks.async_drain import ASYNC_CHAIN_BACKENDS, ASYNC_PIPELINE_BACKEND, async_skip_reason
+from benchmarks.async_drain import (
+    ASYNC_CHAIN_BACKENDS,
+    ASYNC_PIPELINE_BACKEND,
+    async_skip_reason,
+    uvloop_skip_reason,
+)
 from benchmarks.common import (
     DUE_APART,
     DUE_WITHIN,
@@ -114,9 +119,11 @@ def _row_modes(
     async_chain: bool,
     pipeline: bool = False,
     async_pipeline: bool = False,
+    async_chain_uvloop: bool = False,
 ) -> list[str]:
     """A row's drains in round order (drain_order): the library between compact and raw, each pair of
-    drains back to back; chain first, the exact plan pipelined after raw, the asyncio ones last."""
+    drains back to back; chain first, the exact plan pipelined after raw, the asyncio ones last, the
+    asyncio chain on uvloop's loop right after it on asyncio's."""
     return [
         *(["chain"] if chain else []),
         *(["compact"] if compact else []),
@@ -124,6 +131,7 @@ def _row_modes(
         *(["pipeline"] if pipeline else []),
         *(["async"] if asyncio else []),
         *(["async_chain"] if async_chain else []),
+        *(["async_chain_uvloop"] if async_chain_uvloop else []),
         *(["async_pipeline"] if async_pipeline else []),
     ]
 
@@ -310,6 +318,9 @@ def summarize(row: dict[str, Any], modes: list[str]) -> None:
         for mode in ("pipeline", "async_pipeline"):
             if row.get(f"{mode}_rounds"):
                 row[f"{mode}_ratio_pgbench"] = statistics.median(paired_ratios(row, mode, "pgbench"))
+    if row.get("async_chain_uvloop_rounds") and row.get("async_chain_rounds"):
+        # The same worker and plan on uvloop's loop over asyncio's, the two drains back to back each round.
+        row["uvloop_ratio"] = statistics.median(paired_ratios(row, "async_chain_uvloop", "async_chain"))
 
 
 def drain_plans(
@@ -327,6 +338,7 @@ def drain_plans(
         # The asyncio worker makes its own backend (async_drain.async_backend) from the harness's DSN.
         "async": ("async", spec, harness),
         "async_chain": ("async_chain", spec, harness),
+        "async_chain_uvloop": ("async_chain_uvloop", spec, harness),
         "async_pipeline": ("async_pipeline", spec, harness),
     }
     # The library again on another plan, at one job a transaction: the same tables under the built-in
@@ -369,7 +381,13 @@ def _result(
 
 
 def _limit_drain_points(
-    settings: Settings, limit_reason: str | None, async_reason: str | None, *, chain: bool, pipeline: bool
+    settings: Settings,
+    limit_reason: str | None,
+    async_reason: str | None,
+    *,
+    chain: bool,
+    pipeline: bool,
+    uvloop_reason: str | None = None,
 ) -> dict[str, set[tuple[int, int, int]]]:
     """The (processes, threads, jobs a commit) points each extra drain runs at, by drain."""
     # The server's limit for the whole job (claim, archive, delete inside the server), at the
@@ -387,10 +405,21 @@ def _limit_drain_points(
         "async": asyncio,
         "chain": chained,
         "async_chain": chained & asyncio,
+        # The asyncio chain again on uvloop's event loop (`worker --loop uvloop`), where it is installed.
+        "async_chain_uvloop": set() if uvloop_reason else chained & asyncio,
         "pipeline": pipelined,
         # The same plan on the asyncio worker (the backend's own exchanges), beside the same pgbench.
         "async_pipeline": pipelined & asyncio,
     }
+
+
+def _async_reasons(harness: Harness, settings: Settings) -> tuple[str | None, str | None]:
+    """Why the asyncio drains cannot run on `harness` (None when they can, or are not asked for), and why
+    they cannot run on uvloop's loop too."""
+    if not settings.throughput_async:
+        return None, None
+    async_reason = async_skip_reason(harness)
+    return async_reason, None if async_reason else uvloop_skip_reason()
 
 
 def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, Any]:
@@ -414,9 +443,14 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
         pipeline = None if pgbench_reason else pipeline_spec(spec)
         plans = drain_plans(spec, harness, compact, stack, chain, pipeline)
         limit_reason = limit_skip_reason(harness)
-        async_reason = async_skip_reason(harness) if settings.throughput_async else None
+        async_reason, uvloop_reason = _async_reasons(harness, settings)
         points = _limit_drain_points(
-            settings, limit_reason, async_reason, chain=chain is not None, pipeline=pipeline is not None
+            settings,
+            limit_reason,
+            async_reason,
+            chain=chain is not None,
+            pipeline=pipeline is not None,
+            uvloop_reason=uvloop_reason,
         )
         limit_points = points["limit"]
         last_limit: dict[int, float] = {}
@@ -445,6 +479,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
                 chain=config in points["chain"],
                 asyncio=config in points["async"],
                 async_chain=config in points["async_chain"],
+                async_chain_uvloop=config in points["async_chain_uvloop"],
                 pipeline=config in points["pipeline"],
                 async_pipeline=config in points["async_pipeline"],
             )
@@ -490,6 +525,7 @@ def run(spec: BackendSpec, settings: Settings, progress: Progress) -> dict[str, 
             "limit_skipped": limit_reason,
             "server_cpu_skipped": server_cpu_reason(harness),
             "async_skipped": async_reason,
+            "uvloop_skipped": uvloop_reason,
         }
         result = _result(harness, spec, rows, skipped, cores, chain)
         result["due_apart_ms"] = settings.throughput_due_apart_ms

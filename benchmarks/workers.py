@@ -17,7 +17,7 @@ from benchmarks.settings import CHILD_MAX_RUN_S, CHILD_START_TIMEOUT_S
 from conformance.harness import Harness
 from proletarian_ref import create_queue_worker
 
-Mode = Literal["library", "raw", "async", "async_chain", "async_pipeline"]
+Mode = Literal["library", "raw", "async", "async_chain", "async_chain_uvloop", "async_pipeline"]
 
 
 class LibraryDrainer:
@@ -70,14 +70,21 @@ def make_drainer(
     batch_size: int = 1,
 ) -> Drainer:
     """The library's worker (in batch mode when `batch_size` > 1), its asyncio worker (`threads` polling
-    tasks; "async_chain" with chained claims, "async_pipeline" on Proletarian's exact plan pipelined,
-    PostgreSQL), or the raw loop (one job a transaction)."""
+    tasks; "async_chain" with chained claims, "async_chain_uvloop" the same on uvloop's event loop,
+    "async_pipeline" on Proletarian's exact plan pipelined, PostgreSQL), or the raw loop (one job a
+    transaction)."""
     if mode == "library":
         return LibraryDrainer(harness, threads, polling_interval_ms, on_job, batch_size)
-    if mode in ("async", "async_chain", "async_pipeline"):
-        chain, pipeline = mode == "async_chain", mode == "async_pipeline"
+    if mode in ("async", "async_chain", "async_chain_uvloop", "async_pipeline"):
         return AsyncDrainer(
-            harness, threads, polling_interval_ms, on_job, batch_size, chain=chain, pipeline=pipeline
+            harness,
+            threads,
+            polling_interval_ms,
+            on_job,
+            batch_size,
+            chain=mode in ("async_chain", "async_chain_uvloop"),
+            pipeline=mode == "async_pipeline",
+            uvloop=mode == "async_chain_uvloop",
         )
     sql_harness, dialect = require_sql(harness)
     return RawDrainer(sql_harness, dialect, threads, polling_interval_ms, on_job)

@@ -28,13 +28,24 @@ MARIADB_BATCH: Final = ("library", "chain", "async")
 # The targets table's decimals: enough that a point counted as missed never reads as 0.60.
 TARGET_DIGITS: Final = 3
 # Each drain as the run's cost tables name it, one job a commit and in batch mode.
-DRAIN_LABELS: Final = {"compact": "compact", "async": "async", "chain": "chain", "async_chain": "async chain"}
+DRAIN_LABELS: Final = {
+    "compact": "compact",
+    "async": "async",
+    "chain": "chain",
+    "async_chain": "async chain",
+    "async_chain_uvloop": "async chain uvloop",
+}
 BATCH_DRAIN_LABELS: Final = {
     "library": "batch",
     "async": "async batch",
     "chain": "batch chain",
     "async_chain": "async batch chain",
+    "async_chain_uvloop": "async batch chain uvloop",
 }
+# From limit20 on the asyncio chain drains on uvloop's event loop too (`worker --loop uvloop`): one more
+# drain of the asyncio worker for each target.
+UVLOOP_DEFAULT_DRAINS: Final = (*DEFAULT_DRAINS, "async_chain_uvloop")
+UVLOOP_BATCH_DRAINS: Final = (*CHAINED_BATCH_DRAINS, "async_chain_uvloop")
 
 
 def section(path: Path, heading: str, end: str) -> str:
@@ -174,14 +185,18 @@ def over_ceiling(results: dict[str, Any], default_drains: Iterable[str], batch_d
     return ", and ".join(named) if named else "none"
 
 
-def missed_cpu_bounds(results: dict[str, Any]) -> list[str]:
-    """cpu_bound of every PostgreSQL point the run missed, one job a commit (DEFAULT_DRAINS) and in batch
-    mode (CHAINED_BATCH_DRAINS), as the docs' prose says them, in that order."""
+def missed_cpu_bounds(
+    results: dict[str, Any],
+    default_drains: Iterable[str] = DEFAULT_DRAINS,
+    batch_drains: Iterable[str] = CHAINED_BATCH_DRAINS,
+) -> list[str]:
+    """cpu_bound of every PostgreSQL point the run missed, one job a commit (`default_drains`) and in batch
+    mode (`batch_drains`), as the docs' prose says them, in that order."""
     return [
         cpu_bound(results, r, drains, labels)
         for batch, drains, labels in (
-            (False, DEFAULT_DRAINS, DRAIN_LABELS),
-            (True, CHAINED_BATCH_DRAINS, BATCH_DRAIN_LABELS),
+            (False, tuple(default_drains), DRAIN_LABELS),
+            (True, tuple(batch_drains), BATCH_DRAIN_LABELS),
         )
         for r in missed(results, "postgresql", drains, batch=batch)
     ]
@@ -281,10 +296,23 @@ class LimitPair:
     """A pair of named runs against the server's limit of one revision, the database on cores of its own
     then sharing them, and the docs/benchmarks.md section that quotes them (from its heading, `title` and
     the two runs, to the next "## "): the checks each such section makes alike, on its figures recomputed
-    from the runs (tests/test_docs_limit_pairs.py runs them on every pair)."""
+    from the runs (tests/test_docs_limit_pairs.py runs them on every pair). `default_drains` and
+    `batch_drains` are the drains each target counts, `databases` the backends the targets name."""
 
-    def __init__(self, cores_run: str, shared_run: str, title: str) -> None:
+    def __init__(
+        self,
+        cores_run: str,
+        shared_run: str,
+        title: str,
+        *,
+        default_drains: tuple[str, ...] = DEFAULT_DRAINS,
+        batch_drains: tuple[str, ...] = CHAINED_BATCH_DRAINS,
+        databases: Mapping[str, str] = DATABASES,
+    ) -> None:
         self.cores_run, self.shared_run = cores_run, shared_run
+        self.default_drains, self.batch_drains, self.databases = default_drains, batch_drains, databases
+        # Each target's drains, one job a commit and in batch mode.
+        self.targets = ((False, default_drains), (True, batch_drains))
         self.readings = {cores_run: "on cores of its own", shared_run: "sharing the cores"}
         self.heading = f"### {title}: `{cores_run}` and `{shared_run}`"
 
@@ -317,13 +345,13 @@ class LimitPair:
     def met(self, run: str, backend: str, *, batch: bool) -> str:
         """How many of `run`'s points of `backend` met the target, as the prose says it: "3 of 4"."""
         rows = self.rows(run, backend, batch=batch)
-        drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
+        drains = self.batch_drains if batch else self.default_drains
         return f"{sum(best_of_limit(r, drains) >= LIMIT_TARGET for r in rows)} of {len(rows)}"
 
     def mariadb_batch_shared(self) -> tuple[str, float]:
         """MariaDB's best drain in batch mode at 4 x 4 sharing the cores, and its share of the limit."""
         (row,) = [r for r in self.rows(self.shared_run, "mysql", batch=True) if r["processes"] == 4]
-        return best_drain(row, CHAINED_BATCH_DRAINS), best_of_limit(row, CHAINED_BATCH_DRAINS)
+        return best_drain(row, self.batch_drains), best_of_limit(row, self.batch_drains)
 
     def assert_tables_pasted(self) -> None:
         for run in self.runs:
@@ -354,14 +382,14 @@ class LimitPair:
     def assert_targets_table(self) -> None:
         text = self.text()
         for line in targets_table(
-            self.runs, self.readings, DATABASES, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS, TARGET_DIGITS
+            self.runs, self.readings, self.databases, self.default_drains, self.batch_drains, TARGET_DIGITS
         ):
             assert line in text, line
 
     def assert_where_the_targets_stand(self) -> None:
         text = prose(self.text())
         for run, reading in self.readings.items():
-            for backend, name in DATABASES.items():
+            for backend, name in self.databases.items():
                 phrase = (
                     f"{reading}, {name} meets 0.6 at {self.met(run, backend, batch=False)} points one job a "
                     f"commit and {self.met(run, backend, batch=True)} in batch mode"
@@ -372,9 +400,9 @@ class LimitPair:
         """The CPU bound of each PostgreSQL point missed sharing the cores, and which are over the target."""
         text = prose(self.text())
         shared = self.runs[self.shared_run]
-        for phrase in missed_cpu_bounds(shared):
+        for phrase in missed_cpu_bounds(shared, self.default_drains, self.batch_drains):
             assert phrase in text, phrase
-        assert f"Over 0.6: {over_ceiling(shared, DEFAULT_DRAINS, CHAINED_BATCH_DRAINS)}." in text
+        assert f"Over 0.6: {over_ceiling(shared, self.default_drains, self.batch_drains)}." in text
 
     def assert_every_missed_shared_point_waited(self) -> None:
         """Sharing the cores, PostgreSQL missed some point, and each one it missed has a CPU ceiling over the
@@ -382,7 +410,7 @@ class LimitPair:
         shared = self.runs[self.shared_run]
         found = [
             (r, drains)
-            for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS))
+            for batch, drains in self.targets
             for r in missed(shared, "postgresql", drains, batch=batch)
         ]
         assert found and all(cpu_ceiling(shared, r, drains) >= LIMIT_TARGET for r, drains in found)
@@ -485,14 +513,14 @@ class LimitPair:
         shared = self.runs[self.shared_run]
         named = [
             point_name(r, batch)
-            for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS))
+            for batch, drains in self.targets
             for r in missed(shared, "postgresql", drains, batch=batch)
             if (cpu_ceiling(shared, r, drains) < LIMIT_TARGET) == under
         ]
         return ", ".join(named) if named else "none"
 
     def assert_async_chain_best_sharing_the_cores(self) -> None:
-        for batch, drains in ((False, DEFAULT_DRAINS), (True, CHAINED_BATCH_DRAINS)):
+        for batch, drains in self.targets:
             for r in self.rows(self.shared_run, "postgresql", batch=batch):
                 assert best_drain(r, drains) == "async_chain", (r["processes"], r["threads"], batch)
         assert "Sharing the cores the asyncio chain was the best drain at every PostgreSQL point" in prose(

@@ -154,7 +154,11 @@ def test_round_trips_count_psycopgs_async_connection_as_its_threaded_one(pg_dsn:
 
 
 @pytest.mark.postgresql
-def test_the_asyncio_chain_drain_takes_one_exchange_a_job(pg_dsn: str) -> None:
+@pytest.mark.parametrize("uvloop", [False, True])
+def test_the_asyncio_chain_drain_takes_one_exchange_a_job_on_either_event_loop(
+    pg_dsn: str, uvloop: bool
+) -> None:
+    import asyncio
     import time
 
     from benchmarks.async_drain import AsyncDrainer
@@ -165,12 +169,19 @@ def test_the_asyncio_chain_drain_takes_one_exchange_a_job(pg_dsn: str) -> None:
     harness = open_harness(spec, "achx", f"_ac{table_suffix()}")
     jobs = 600
     done: list[None] = []
+    loops: set[str] = set()
+
+    def on_job() -> None:
+        # Called in the handler, on the drain's running loop.
+        loops.add(type(asyncio.get_running_loop()).__module__.split(".")[0])
+        done.append(None)
+
     trips = RoundTrips()
     try:
         bulk_load(harness, 0, jobs, "due")
         analyze(harness)
         with trips.installed():
-            drainer = AsyncDrainer(harness, 1, 50.0, lambda: done.append(None), chain=True)
+            drainer = AsyncDrainer(harness, 1, 50.0, on_job, chain=True, uvloop=uvloop)
             drainer.start()
             try:
                 deadline = time.monotonic() + 60
@@ -183,8 +194,40 @@ def test_the_asyncio_chain_drain_takes_one_exchange_a_job(pg_dsn: str) -> None:
         harness.clear()
         harness.close()
     assert len(done) == jobs
-    # The worker's first poll, the listener's and connections' setup aside: one exchange a job.
+    assert loops == {"uvloop" if uvloop else "asyncio"}
+    # The worker's first poll, the listener's and connections' setup aside: one exchange a job, counted
+    # at psycopg's own waits whichever loop runs them.
     assert jobs <= counted < jobs * 1.1
+
+
+def test_the_asyncio_chain_drains_on_uvloop_only_where_it_is_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    from benchmarks.async_drain import uvloop_skip_reason
+    from benchmarks.throughput import _limit_drain_points
+
+    settings = TINY.with_(throughput_async=True, limit_points=((1, 2, 1),))
+    points = _limit_drain_points(settings, None, None, chain=True, pipeline=False, uvloop_reason=None)
+    assert points["async_chain_uvloop"] == points["async_chain"] == {(1, 2, 1)}
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # find_spec finds nothing
+    reason = uvloop_skip_reason()
+    assert reason is not None and "pip install 'proletarian-ref[uvloop]'" in reason
+    points = _limit_drain_points(settings, None, None, chain=True, pipeline=False, uvloop_reason=reason)
+    assert points["async_chain_uvloop"] == set() and points["async_chain"] == {(1, 2, 1)}
+
+
+def test_the_asyncio_chain_on_uvloop_drains_right_after_the_one_on_asyncios_loop() -> None:
+    from benchmarks.throughput import _row_modes, drain_order
+
+    modes = _row_modes(
+        ["library", "raw"], compact=True, chain=True, asyncio=True, async_chain=True, async_chain_uvloop=True
+    )
+    # Back to back in both directions, so their paired ratio (uvloop_ratio) is of neighbouring drains.
+    for round_ in (0, 1):
+        order = drain_order(modes, round_)
+        assert abs(order.index("async_chain_uvloop") - order.index("async_chain")) == 1
 
 
 _PER_JOB: Final = {"client_cpu", "client_runqueue", "server_cpu", "server_runqueue", "server_all_cpu"}
@@ -549,12 +592,17 @@ def test_the_asyncio_worker_drains_each_limit_point_with_its_ratio_and_costs(
         assert row["async_round_trips_per_job"] > 0
         # Chained claims drain every limit point, one job a commit and batch mode's chained batches, on
         # either database, threaded and asyncio.
-        for mode in ("chain", "async_chain"):
+        # The asyncio chain again on uvloop's loop (the test extra installs it), beside asyncio's.
+        for mode in ("chain", "async_chain", "async_chain_uvloop"):
             assert len(row[f"{mode}_rounds"]) == TINY.throughput_rounds
             assert row[f"{mode}_ratio_limit"] > 0 and f"{mode}_client_cpu_us_per_job" in row
+        assert row["uvloop_ratio"] > 0
+    assert "uvloop_skipped" not in throughput
     printed = (tmp_path / "results.md").read_text(encoding="utf-8")
     assert "| async of limit |" in printed and "| async batch |" in printed
     assert "| batch chain |" in printed and "| async batch chain |" in printed
+    assert "| async chain uvloop of limit |" in printed and "| async batch chain uvloop |" in printed
+    assert "async chain uvloop / async chain" in printed
     assert throughput["async_chain_backend"] == ASYNC_CHAIN_BACKENDS[factory]
     if factory == "postgresql":
         # Proletarian's exact plan pipelined drains the point of one job a commit, against pgbench too.

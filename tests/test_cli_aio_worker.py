@@ -58,6 +58,19 @@ def _driver_args(driver: str | None) -> list[str]:
     return [] if driver is None else ["--async-driver", driver]
 
 
+# --loop: the asyncio worker on asyncio's own event loop (the default, left out) or on uvloop's.
+on_each_loop = pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+
+
+def _loop_args(loop: str) -> list[str]:
+    return [] if loop == "asyncio" else ["--loop", loop]
+
+
+def _on_loop(loop: str) -> str:
+    """What the start line adds after the driver on `loop`."""
+    return "" if loop == "asyncio" else f", on {loop}'s event loop"
+
+
 def _enqueue(capsys: pytest.CaptureFixture[str], database: Target, payload: object) -> None:
     result = run(capsys, "enqueue", "t/job", json.dumps(payload), *database.args)
     assert result.code == ExitCode.OK, result.err
@@ -77,8 +90,9 @@ def _start_worker(database: Target, handler: str, *extra: str) -> subprocess.Pop
 
 
 @on_every_driver
+@on_each_loop
 def test_a_coroutine_handler_runs_each_job_once_on_the_asyncio_worker_and_sigterm_stops_it(
-    capsys: pytest.CaptureFixture[str], database: Target, driver: str | None, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], database: Target, driver: str | None, loop: str, tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
     _enqueue(capsys, database, {"runs": str(runs), "n": 1})
@@ -93,6 +107,7 @@ def test_a_coroutine_handler_runs_each_job_once_on_the_asyncio_worker_and_sigter
         "--threads",
         "2",
         *_driver_args(driver),
+        *_loop_args(loop),
     )
     wait_for(lambda: len(database.archived_jobs()) == 2, timeout=60, what="both jobs", process=process)
     process.send_signal(signal.SIGTERM)
@@ -104,24 +119,30 @@ def test_a_coroutine_handler_runs_each_job_once_on_the_asyncio_worker_and_sigter
     assert archived == [(":failure", 2), (":success", 1)]
     assert database.jobs() == []
     assert "with 2 asyncio tasks, handler cli_handlers:records_runs_async" in err
-    # The pool the tasks ran on is the chosen driver's (told from the open pool's type).
-    assert f"asyncio worker on {driver or _DEFAULT_DRIVERS[database.dialect]}\n" in err
+    # The pool the tasks ran on is the chosen driver's (told from the open pool's type), and the loop the
+    # one --loop chose (told from the running loop's type).
+    assert f"asyncio worker on {driver or _DEFAULT_DRIVERS[database.dialect]}{_on_loop(loop)}\n" in err
     assert "SIGTERM: stopping" in err
     assert "worker stopped" in err
 
 
 @on_each_postgresql_driver
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize(
+    ("signum", "loop"), [(signal.SIGTERM, "asyncio"), (signal.SIGINT, "asyncio"), (signal.SIGTERM, "uvloop")]
+)
 def test_a_coroutine_still_running_at_the_shutdown_timeout_is_released_with_exit_1(
     capsys: pytest.CaptureFixture[str],
     database: Target,
     driver: str,
     tmp_path: Path,
     signum: signal.Signals,
+    loop: str,
 ) -> None:
     marker = tmp_path / "started"
     _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
-    process = _start_worker(database, "sleeps_async", "--shutdown-timeout-ms", "300", *_driver_args(driver))
+    process = _start_worker(
+        database, "sleeps_async", "--shutdown-timeout-ms", "300", *_driver_args(driver), *_loop_args(loop)
+    )
     wait_for(marker.exists, timeout=60, what="the job to start", process=process)
     process.send_signal(signum)
     _, err = process.communicate(timeout=30)
@@ -159,13 +180,14 @@ def test_job_timeout_ms_cancels_a_coroutine_past_its_bound_and_fails_its_job(
 
 
 @on_each_postgresql_driver
+@on_each_loop
 def test_a_second_signal_ends_the_asyncio_worker_at_once_with_130(
-    capsys: pytest.CaptureFixture[str], database: Target, driver: str, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], database: Target, driver: str, loop: str, tmp_path: Path
 ) -> None:
     marker = tmp_path / "started"
     _enqueue(capsys, database, {"marker": str(marker), "seconds": 60})
     # A 10 s shutdown timeout: the second signal cuts it short.
-    process = _start_worker(database, "sleeps_async", *_driver_args(driver))
+    process = _start_worker(database, "sleeps_async", *_driver_args(driver), *_loop_args(loop))
     err = interrupt_twice(database, process, marker, timeout=60)
     assert "interrupted" in err
 
@@ -393,6 +415,40 @@ def test_asyncpg_not_installed_names_the_extra(
     result = _asyncpg_worker(capsys, "postgresql://postgres@127.0.0.1:1/test")
     assert result.code == ExitCode.RUNTIME_ERROR, result.err
     assert "pip install 'proletarian-ref[asyncpg]'" in result.err
+
+
+def test_loop_uvloop_with_a_plain_handler_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # A plain handler runs on the threaded worker, which has no event loop to choose.
+    dsn = "postgresql://postgres@127.0.0.1:1/test"
+    result = run(capsys, "worker", "--handler", "cli_handlers:records_runs", "--loop", "uvloop", "--dsn", dsn)
+    assert result.code == ExitCode.USAGE_ERROR, result.err
+    assert (
+        "--loop uvloop is the asyncio worker's event loop, and --handler cli_handlers:records_runs is a plain"
+        in result.err
+    )
+
+
+def test_loop_uvloop_not_installed_names_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
+    dsn = "postgresql://postgres@127.0.0.1:1/test"
+    result = run(
+        capsys, "worker", "--handler", "cli_handlers:records_runs_async", "--loop", "uvloop", "--dsn", dsn
+    )
+    assert result.code == ExitCode.RUNTIME_ERROR, result.err
+    assert "--loop uvloop needs uvloop: pip install 'proletarian-ref[uvloop]'" in result.err
+
+
+def test_loop_from_the_environment_picks_uvloop(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PROLETARIAN_LOOP is --loop, as every option has its variable: checked before anything connects.
+    monkeypatch.setenv("PROLETARIAN_LOOP", "uvloop")
+    dsn = "postgresql://postgres@127.0.0.1:1/test"
+    result = run(capsys, "worker", "--handler", "cli_handlers:records_runs", "--dsn", dsn)
+    assert result.code == ExitCode.USAGE_ERROR, result.err
+    assert "--loop uvloop is the asyncio worker's event loop" in result.err
 
 
 @on_postgresql

@@ -8,7 +8,7 @@ import functools
 import inspect
 import signal
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any, Final, TypeGuard
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         stop = threading.Event()  # the scheduler thread's
         with running_scheduler(args.schedules, db, stop):
             try:
-                asyncio.run(_serve(args, db, handler, source, retry_fn, queues, metrics, stop))
+                run_loop(args.loop, _serve(args, db, handler, source, retry_fn, queues, metrics, stop))
             finally:
                 stop.set()
         notice("worker stopped")
@@ -80,11 +80,36 @@ def run(args: argparse.Namespace) -> int:
 # -- the data source per dialect and driver ------------------------------------------------------------
 
 
-def check_async_driver(args: argparse.Namespace, *, coroutine: bool) -> None:
-    """Refuse an --async-driver the command cannot honour, before anything connects (or starts children).
+def run_loop(loop: str, main: Coroutine[Any, Any, None]) -> None:
+    """`main` to the end on `loop` (--loop): asyncio's own event loop, or uvloop's."""
+    if loop == "uvloop":
+        import uvloop
 
-    psycopg with a plain handler is what the threaded worker runs anyway; asyncpg has no threaded worker.
+        uvloop.run(main)
+    else:
+        asyncio.run(main)
+
+
+def check_async_driver(args: argparse.Namespace, *, coroutine: bool) -> None:
+    """Refuse an --async-driver or --loop the command cannot honour, before anything connects (or starts
+    children).
+
+    psycopg with a plain handler is what the threaded worker runs anyway; asyncpg has no threaded worker,
+    and a plain handler no event loop.
     """
+    if args.loop != "asyncio":
+        if not coroutine:
+            raise UsageError(
+                f"--loop {args.loop} is the asyncio worker's event loop, and --handler {args.handler} is a "
+                "plain function, which runs on the threaded worker: make it a coroutine function, or leave "
+                "--loop out"
+            )
+        try:
+            import uvloop  # noqa: F401 - only whether it is installed
+        except ImportError as exc:
+            raise CliError(
+                f"--loop uvloop needs uvloop: pip install 'proletarian-ref[uvloop]' ({exc})"
+            ) from exc
     driver = args.async_driver
     if driver is None:
         return
@@ -312,7 +337,10 @@ async def _serve(
         with stop_on_signals(stop):
             for _, queue_worker in runs:
                 await queue_worker.start()
-            notice(f"asyncio worker on {driver_of(source)}")
+            # The loop that runs, read off it rather than --loop: the line tells what ran.
+            on_uvloop = type(asyncio.get_running_loop()).__module__.startswith("uvloop")
+            loop_named = ", on uvloop's event loop" if on_uvloop else ""
+            notice(f"asyncio worker on {driver_of(source)}{loop_named}")
             notice(worker.running_notice(args, queues, db, "asyncio task"))
             await stop.wait()
             scheduler_stop.set()

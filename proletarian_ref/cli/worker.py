@@ -47,6 +47,8 @@ from proletarian_ref.worker import HANDLER_FN_MODES, HandlerFn, QueueWorker, cre
 STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 # `--async-driver`: the asyncio worker's PostgreSQL driver (cli.aio_worker.ASYNC_DATA_SOURCES).
 ASYNC_DRIVERS: Final = ("psycopg", "asyncpg")
+# `--loop`: the asyncio worker's event loop, asyncio's own or uvloop's (the uvloop extra).
+EVENT_LOOPS: Final = ("asyncio", "uvloop")
 # How long to wait for a worker that stops itself (after a polling error) beyond its own shutdown timeout.
 _SELF_STOP_MARGIN_S: Final = 5.0
 
@@ -98,6 +100,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=ASYNC_DRIVERS,
         help="PostgreSQL's driver for a coroutine handler's asyncio worker; asyncpg needs the asyncpg extra "
         "(default: psycopg; MySQL: always aiomysql)",
+    )
+    parser.add_argument(
+        "--loop",
+        choices=EVENT_LOOPS,
+        default="asyncio",
+        help="a coroutine handler's event loop: asyncio's own, or uvloop's, which needs the uvloop extra and "
+        "spends less CPU a job (docs/benchmarks.md) (default: %(default)s)",
     )
     parser.add_argument(
         "--queue",
