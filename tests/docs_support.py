@@ -565,6 +565,15 @@ LIMIT18: Final = LimitPair(
     "limit18-shared-2026-12-07",
     "The bounded claim against the limit",
 )
+# From limit20 on: MariaDB on mysqlclient beside PyMySQL, and the asyncio chain on uvloop counted too.
+LIMIT20: Final = LimitPair(
+    "limit20-cores-2026-12-07",
+    "limit20-shared-2026-12-07",
+    "The asyncio chain on uvloop against the limit",
+    default_drains=UVLOOP_DEFAULT_DRAINS,
+    batch_drains=UVLOOP_BATCH_DRAINS,
+    databases={**DATABASES, "mysqlclient": "MariaDB on mysqlclient"},
+)
 LIMIT_PAIRS: Final = (
     LIMIT9,
     LIMIT10,
@@ -576,4 +585,5 @@ LIMIT_PAIRS: Final = (
     LIMIT16,
     LIMIT17,
     LIMIT18,
+    LIMIT20,
 )

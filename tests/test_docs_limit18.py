@@ -1,6 +1,7 @@
 """The figures docs/benchmarks.md quotes from the two limit18 runs (the MySQL backends' bounded claim; the
-database on cores of its own, and sharing them) are theirs, and so are README's and docs/worker.md's figures
-against the server's limit, which quote the reference runs.
+database on cores of its own, and sharing them) are theirs, and so are docs/worker.md's figures for the
+pipelined plan, which quote them (README's against the server's limit quote limit20's, the reference pair
+after them: tests/test_docs_limit20.py).
 
 "The bounded claim against the limit" pastes both runs' tables and the targets per point (checked by
 tests/test_docs_limit_pairs.py), and quotes in prose MariaDB's server CPU a job under Proletarian's claim and
@@ -99,42 +100,6 @@ def test_the_exact_plan_against_pgbench_is_the_runs() -> None:
         beside = PAIR.async_pipeline_beside(run)
         phrase = f"The exact plan on the asyncio worker against pgbench, {reading}: {beside}"
         assert phrase in text, phrase
-
-
-def test_readmes_figures_against_the_limit_are_the_runs() -> None:
-    text = prose((ROOT / "README.md").read_text(encoding="utf-8"))
-
-    def best(backend: str, *, batch: bool) -> str:
-        drains = CHAINED_BATCH_DRAINS if batch else DEFAULT_DRAINS
-        return span(best_of_limit(r, drains) for r in PAIR.rows(CORES_RUN, backend, batch=batch))
-
-    one = point_row(PAIR.runs[CORES_RUN], "mysql", 1, 1)
-    own = PAIR.rows(CORES_RUN, "postgresql", batch=False)
-    phrases = [
-        f"named run `{CORES_RUN}`",
-        f"on MariaDB the compact plan or the asyncio worker, chained or not, reached "
-        f"{best('mysql', batch=False)} of it one job a commit (0.6 met at "
-        f"{PAIR.met(CORES_RUN, 'mysql', batch=False)} points; 1 x 1 "
-        f"{best_of_limit(one, DEFAULT_DRAINS):.2f} where the compact plan alone reached "
-        f"{one['compact_ratio_limit']:.2f}), batch mode {best('mysql', batch=True)} "
-        f"({PAIR.met(CORES_RUN, 'mysql', batch=True)})",
-        f"on PostgreSQL one job a commit {best('postgresql', batch=False)} (at each point "
-        "the best of the compact plan and the asyncio worker, with or without chained claims",
-        "the best is the chained pipeline, `pipeline=True, compact=True, chain=True`, one round trip "
-        "a job, on the asyncio worker",
-        f"0.6 met at {PAIR.met(CORES_RUN, 'postgresql', batch=False)} points",
-        f"batch mode {best('postgresql', batch=True)} ({PAIR.met(CORES_RUN, 'postgresql', batch=True)})",
-        f"PostgreSQL meets 0.6 at {PAIR.met(SHARED_RUN, 'postgresql', batch=False)} points one job a commit "
-        f"and {PAIR.met(SHARED_RUN, 'postgresql', batch=True)} in batch mode, MariaDB at "
-        f"{PAIR.met(SHARED_RUN, 'mysql', batch=False)} and {PAIR.met(SHARED_RUN, 'mysql', batch=True)}",
-        "Proletarian's exact statements, pipelined on the asyncio worker "
-        "(`AsyncPostgresBackend(pipeline=True)`), ran at "
-        f"{span(r['async_pipeline_ratio_pgbench'] for r in own)} of pgbench running the same statements",
-    ]
-    for phrase in phrases:
-        assert phrase in text, phrase
-    default = {best_drain(r, DEFAULT_DRAINS) for r in PAIR.rows(CORES_RUN, "postgresql", batch=False)}
-    assert default == {"async_chain"}
 
 
 def test_worker_mds_figures_for_the_pipelined_plan_are_the_runs() -> None:
