@@ -19,8 +19,13 @@ from proletarian_ref.job import JobSpec
 
 pytestmark = pytest.mark.sql_only
 
-_URL_SCHEMES = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+# mysqlclient: SQLAlchemy's mysql+mysqldb on the same MySQL server, beside PyMySQL (docs/sqlalchemy.md).
+_URL_SCHEMES = {"postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql", "mysqlclient": "mysql+mysqldb"}
 _ASYNC_URL_SCHEMES = {"postgresql": "postgresql+psycopg", "mysql": "mysql+aiomysql"}
+# The --backends name each parametrization runs under: mysqlclient's is MySQL's server.
+_SERVER = {"postgresql": "postgresql", "mysql": "mysql", "mysqlclient": "mysql"}
+# The driver each URL's engine connects with (SQLAlchemy's dialect.driver).
+_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mysqlclient": "mysqldb"}
 
 
 class Base(DeclarativeBase):
@@ -43,9 +48,9 @@ def _url(dsn: str, dialect: str, schemes: dict[str, str] = _URL_SCHEMES) -> str:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # The dialects --backends chose (tox runs one an env), as the `db` fixture's parametrization does.
-    for name in ("app", "async_app"):
+    for name, schemes in (("app", _URL_SCHEMES), ("async_app", _ASYNC_URL_SCHEMES)):
         if name in metafunc.fixturenames:
-            chosen = [d for d in _URL_SCHEMES if d in selected_backends(metafunc.config)]
+            chosen = [d for d in schemes if _SERVER[d] in selected_backends(metafunc.config)]
             metafunc.parametrize(name, chosen, indirect=True)
 
 
@@ -57,6 +62,7 @@ def app(request: pytest.FixtureRequest) -> Iterator[tuple[SqlHarness, Engine]]:
     suffix = db.job_table.rsplit("_", 1)[1]
     Order.__table__.name = f"sa_order_{suffix}"  # type: ignore[attr-defined]
     engine = create_engine(_url(dsn, dialect))
+    assert engine.dialect.driver == _DRIVERS[dialect]
     Base.metadata.drop_all(engine)
     Base.metadata.create_all(engine)
     try:
@@ -142,6 +148,30 @@ def test_a_worker_runs_jobs_on_connections_of_the_engine(app: tuple[SqlHarness, 
     assert seen == [("app/work", {"n": 1})]
     assert db.jobs() == []
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+def test_a_handlers_job_session_commits_and_rolls_back_with_its_job_on_the_engines_driver(
+    app: tuple[SqlHarness, Engine],
+) -> None:
+    from proletarian_ref.integrations.sqlalchemy import job_session
+
+    db, engine = app
+    with Session(engine) as session, session.begin():
+        enqueue(session, "app/ship", {"order": 7}, **db.table_options)
+        enqueue(session, "app/broken", {"order": 8}, **db.table_options)
+
+    def handler(job_type: str, payload: Any) -> None:
+        with job_session(engine) as session:
+            session.add(Order(id=payload["order"], item=job_type))
+            session.flush()
+        if job_type == "app/broken":
+            raise RuntimeError("its order rolls back with it")
+
+    while process_next_job(engine, handler, **db.table_options):
+        pass
+    assert _orders(engine) == ["app/ship"]
+    assert sorted(a.status for a in db.archived_jobs()) == [":failure", ":success"]
+    assert db.jobs() == []
 
 
 def test_the_wrong_api_for_a_sqlalchemy_object_is_refused_by_name(app: tuple[SqlHarness, Engine]) -> None:

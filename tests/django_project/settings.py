@@ -29,9 +29,8 @@ if DATABASE == "mysql":
 
     pymysql.version_info = (2, 2, 1, "final", 0)
     pymysql.install_as_MySQLdb()
-    DATABASES = {"default": _database(os.environ["PROLETARIAN_TEST_MYSQL_DSN"], "django.db.backends.mysql")}
-elif DATABASE == "mysqlclient":
-    # Django's MySQL backend on mysqlclient itself, Django's own choice of driver.
+if DATABASE in ("mysql", "mysqlclient"):
+    # On "mysqlclient", Django's MySQL backend on mysqlclient itself, Django's own choice of driver.
     DATABASES = {"default": _database(os.environ["PROLETARIAN_TEST_MYSQL_DSN"], "django.db.backends.mysql")}
 else:
     DATABASES = {"default": _database(os.environ["PROLETARIAN_TEST_PG_DSN"], "django.db.backends.postgresql")}
