@@ -33,11 +33,12 @@ import resource
 import statistics
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.async_drain import run_on_loop
 from benchmarks.common import (
     BENCH_QUEUE,
     BENCH_QUEUE_TEXT,
@@ -171,7 +172,7 @@ def _asyncio(
         await worker.backend.close()
         return wall, cpu
 
-    return _run(main(), uvloop=uvloop)
+    return run_on_loop(main(), uvloop=uvloop)
 
 
 def _raw_threaded(harness: Harness, jobs: int, connections: int) -> tuple[float, float]:
@@ -246,16 +247,7 @@ def _raw_asyncpg(
             await conn.close()
         return wall, cpu
 
-    return _run(main(), uvloop=uvloop)
-
-
-def _run(main: Coroutine[Any, Any, tuple[float, float]], *, uvloop: bool) -> tuple[float, float]:
-    """`main` on uvloop's event loop, or on asyncio's own."""
-    if uvloop:
-        import uvloop as uvloop_module
-
-        return uvloop_module.run(main)
-    return asyncio.run(main)
+    return run_on_loop(main(), uvloop=uvloop)
 
 
 def _asyncpg_statement(statement: str) -> tuple[str, tuple[str, ...]]:

@@ -17,8 +17,8 @@ import functools
 import importlib.util
 import os
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from benchmarks.common import BENCH_QUEUE, sql_dialect
 from benchmarks.peer_aio import asyncpg_source
@@ -50,6 +50,18 @@ def async_skip_reason(harness: Harness) -> str | None:
     if importlib.util.find_spec(driver) is None:
         return f"{driver} is not installed (pip install {driver}), so the asyncio worker is not measured"
     return None
+
+
+_T = TypeVar("_T")
+
+
+def run_on_loop(main: Coroutine[Any, Any, _T], *, uvloop: bool) -> _T:
+    """`main` to the end on uvloop's event loop (`uvloop.run`), or on asyncio's own (`asyncio.run`)."""
+    if uvloop:
+        import uvloop as uvloop_module
+
+        return uvloop_module.run(main)
+    return asyncio.run(main)
 
 
 def uvloop_skip_reason() -> str | None:
@@ -167,12 +179,7 @@ class AsyncDrainer:
 
     def _run(self) -> None:
         try:
-            if self._uvloop:
-                import uvloop
-
-                uvloop.run(self._main())
-            else:
-                asyncio.run(self._main())
+            run_on_loop(self._main(), uvloop=self._uvloop)
         except BaseException as exc:
             # Handed to the thread that calls start() or stop().
             self._error = exc
