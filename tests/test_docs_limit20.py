@@ -220,3 +220,42 @@ def test_worker_mds_event_loop_figures_are_the_runs() -> None:
             f"{shared['async_chain_ratio_limit']:.2f})",
         ],
     )
+
+
+def _busy(run: str, *, many: bool) -> list[tuple[float, float]]:
+    """Each point's best drain (of the targets' drains) in `run`, at more than one connection (`many`) or at
+    one: the core-seconds a second its server connections and its client kept busy (CPU a job x rate)."""
+    found = []
+    for backend in PAIR.databases:
+        for batch, drains in PAIR.targets:
+            for r in PAIR.rows(run, backend, batch=batch):
+                if (r["concurrency"] > 1) != many:
+                    continue
+                drain = best_drain(r, drains)
+                rate = r[f"{drain}_jobs_per_s"]
+                found.append(
+                    (
+                        rate * r[f"{drain}_server_cpu_us_per_job"] / 1e6,
+                        rate * r[f"{drain}_client_cpu_us_per_job"] / 1e6,
+                    )
+                )
+    return found
+
+
+def test_what_bounds_the_drains_is_the_runs() -> None:
+    own, own_one = _busy(CORES_RUN, many=True), _busy(CORES_RUN, many=False)
+    shared, shared_one = _busy(SHARED_RUN, many=True), _busy(SHARED_RUN, many=False)
+    _assert_quoted(
+        prose(PAIR.text()),
+        [
+            "at every point of more than one connection it kept the server's connections "
+            f"{span(server for server, _ in own)} core-seconds a second busy: the server's one core is the "
+            "bound",
+            f"At 1 x 1 the server's {span(server for server, _ in own_one)} and the client's "
+            f"{span(client for _, client in own_one)}",
+            "its client and server together kept "
+            f"{span(server + client for server, client in shared)} core-seconds a second busy of the two "
+            "cores",
+            f"(at 1 x 1, {span(server + client for server, client in shared_one)})",
+        ],
+    )
